@@ -1,0 +1,27 @@
+"""The PyMC layer: statistical models of the latency laws.
+
+Named ``bayes`` (not ``models``) because ``models/`` is the catalog of LLM and GPU cards.
+"""
+
+from __future__ import annotations
+
+from .base import LatencyModel, ModelInputs
+from .dense import DenseLatencyModel
+
+MODEL_CLASSES: dict[str, type[LatencyModel]] = {
+    DenseLatencyModel.name: DenseLatencyModel,
+}
+
+
+def get_model_class(name: str) -> type[LatencyModel]:
+    from ..errors import BadInput
+
+    try:
+        return MODEL_CLASSES[name]
+    except KeyError:
+        raise BadInput(f"unknown model '{name}'; available: {', '.join(MODEL_CLASSES)}",
+                       column="--model") from None
+
+
+__all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "MODEL_CLASSES",
+           "get_model_class"]

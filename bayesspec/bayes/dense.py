@@ -1,0 +1,130 @@
+"""Dense latency law L = C1/(1 - RPS*C2), one (C1, C2) per group, partially pooled.
+
+Parameterisation (why it looks like this):
+
+- ``C2`` is written as ``u / rps_max`` with ``u`` in (0, 1) through a logistic link, where
+  ``rps_max`` is the highest unsaturated rate observed in the group. Every observed point
+  then satisfies RPS*C2 < 1 by construction, so the sampler never meets the pole of the
+  law (that is where divergences come from). ``u`` is the utilisation reached by the
+  group's highest rate; sweeps are designed to approach the ceiling, so ``logit u`` is
+  pooled across groups.
+- ``log C1`` is pooled across groups with a learned spread (wide hyperpriors centred on
+  the median latency at the groups' lowest rates). Anchoring each C1 to its own lowest
+  observed latency instead would tie it to that one noisy point and make it overconfident.
+- The error is multiplicative (normal on log L). Its scale grows with load: a relative
+  error ``e`` in the measured rate moves log L by ``e * x/(1-x)``, x = RPS*C2, and finite
+  runs near saturation have large queueing variance; a constant relative noise would be
+  overconfident about C2 there. When ``latency_std_s`` and ``n_requests`` are given, the
+  standard error of each mean is added in quadrature.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytensor.tensor as pt
+
+from ..data import assign_groups, included
+from ..errors import BadInput
+from ..laws import latency_expr, load_amplification_expr
+from .base import LatencyModel, ModelInputs
+
+
+def measurement_log_se(rows: pd.DataFrame) -> np.ndarray:
+    """Standard error of log(mean latency) from the per-request spread, 0 when unknown."""
+    if not {"latency_std_s", "n_requests"} <= set(rows.columns):
+        return np.zeros(len(rows))
+    std = pd.to_numeric(rows["latency_std_s"], errors="coerce").to_numpy(float)
+    count = pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
+    se = std / np.sqrt(count) / rows["latency_mean_s"].to_numpy(float)
+    return np.where(np.isfinite(se), se, 0.0)
+
+
+def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
+    """Per group: the highest observed rate and the latency at the lowest rate."""
+    rps = rows["rps"].to_numpy(float)
+    latency = rows["latency_mean_s"].to_numpy(float)
+    rps_max = np.zeros(n_groups)
+    latency_low = np.zeros(n_groups)
+    for g in range(n_groups):
+        members = np.flatnonzero(group_index == g)
+        rps_max[g] = rps[members].max()
+        latency_low[g] = latency[members[np.argmin(rps[members])]]
+    return rps_max, latency_low
+
+
+class DenseLatencyModel(LatencyModel):
+    name = "dense"
+    version = "1"
+    default_config = {
+        "noise_base_scale": 0.1,      # prior scale of the load-independent log-noise
+        "noise_load_scale": 0.05,     # prior scale of the relative error in the rate
+        "log_c1_scale": 2.0,          # prior scale of log C1 across groups
+        "utilisation_logit_mean": 1.0,
+        "utilisation_logit_scale": 1.5,
+    }
+
+    def prepare(self, data: pd.DataFrame) -> ModelInputs:
+        rows = included(data).reset_index(drop=True)
+        if rows.empty:
+            raise BadInput("every row is saturated or excluded; nothing left to fit",
+                           file=data.attrs.get("source_file"))
+        groups, group_index = assign_groups(rows)
+        rps_max, latency_low = group_scales(rows, group_index, len(groups))
+        groups["rps_max"] = rps_max
+        groups["latency_low"] = latency_low
+        groups["n_points"] = np.bincount(group_index, minlength=len(groups))
+        self.inputs = ModelInputs(rows=rows, groups=groups, group_index=group_index,
+                                  extras={"log_se": measurement_log_se(rows)})
+        return self.inputs
+
+    def build(self, data: pd.DataFrame) -> pm.Model:
+        inputs = self.prepare(data)
+        cfg = self.config
+        groups = inputs.groups
+        coords = {"group": groups["label"].tolist(), "point": np.arange(len(inputs.rows))}
+        rps = inputs.rows["rps"].to_numpy(float)
+        log_latency = np.log(inputs.rows["latency_mean_s"].to_numpy(float))
+        with pm.Model(coords=coords) as model:
+            group_index = pm.Data("group_index", inputs.group_index, dims="point")
+            rps_data = pm.Data("rps", rps, dims="point")
+            log_se = pm.Data("log_se", inputs.extras["log_se"], dims="point")
+            rps_max = pm.Data("rps_max", groups["rps_max"].to_numpy(float), dims="group")
+            latency_low = pm.Data("latency_low", groups["latency_low"].to_numpy(float),
+                                  dims="group")
+
+            # Centred: every group's data pin C1 down and C1 differs a lot between groups,
+            # the case where the centred form samples better than the non-centred one.
+            log_c1_mean = pm.Normal("log_C1_mean", float(np.log(np.median(
+                groups["latency_low"]))), cfg["log_c1_scale"])
+            log_c1_sd = pm.HalfNormal("log_C1_sd", cfg["log_c1_scale"])
+            log_c1 = pm.Normal("log_C1", log_c1_mean, log_c1_sd, dims="group")
+
+            util_mean = pm.Normal("utilisation_logit_mean", cfg["utilisation_logit_mean"],
+                                  cfg["utilisation_logit_scale"])
+            util_sd = pm.HalfNormal("utilisation_logit_sd", 1.0)
+            # Non-centred: sweeps reach similar utilisations, so this spread is small and a
+            # centred form would make a funnel.
+            util_z = pm.Normal("utilisation_z", 0.0, 1.0, dims="group")
+            utilisation = pm.math.sigmoid(util_mean + util_sd * util_z)
+
+            c1 = pm.Deterministic("C1", pt.exp(log_c1), dims="group")
+            c2 = pm.Deterministic("C2", utilisation / rps_max, dims="group")
+            pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
+
+            noise_base = pm.HalfNormal("noise_base", cfg["noise_base_scale"])
+            noise_load = pm.HalfNormal("noise_load", cfg["noise_load_scale"])
+
+            c1_point = c1[group_index]
+            c2_point = c2[group_index]
+            mean_log_latency = pt.log(latency_expr(rps_data, c1_point, c2_point))
+            amplification = load_amplification_expr(rps_data, c2_point)
+            sigma = pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + log_se**2)
+            pm.Normal("log_latency", mean_log_latency, sigma, observed=log_latency,
+                      dims="point")
+        return model
+
+    def posterior_variables(self) -> list[str]:
+        return ["noise_base", "noise_load", "log_C1_mean", "log_C1_sd",
+                "utilisation_logit_mean", "utilisation_logit_sd"]

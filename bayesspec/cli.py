@@ -1,0 +1,355 @@
+"""Command line: ``bayesspec VERB ...`` (CONTRACT.md, "Command line").
+
+Conventions every verb follows: ``--json`` prints one JSON document on stdout and nothing
+else there (progress and warnings go to stderr); bad input exits 2 with one line on
+stderr; files are written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .errors import BadInput, ConvergenceWarning
+
+PROG = "bayesspec"
+
+
+# --------------------------------------------------------------------------- helpers
+
+def parse_list(text: str, *, option: str = "--rps") -> np.ndarray:
+    """'1,2,5' or 'start:stop:step' (stop included when it falls on the grid)."""
+    text = str(text).strip()
+    try:
+        if ":" in text:
+            parts = [float(p) for p in text.split(":")]
+            if len(parts) != 3 or parts[2] <= 0 or parts[1] < parts[0]:
+                raise ValueError
+            start, stop, step = parts
+            count = int(math.floor((stop - start) / step + 1e-9)) + 1
+            if count > 100_000:
+                raise BadInput("too many values (more than 100000)", column=option)
+            values = start + step * np.arange(count)
+        else:
+            values = np.array([float(p) for p in text.split(",") if p.strip()])
+    except ValueError:
+        raise BadInput(f"expected comma-separated numbers or start:stop:step, got {text!r}",
+                       column=option) from None
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise BadInput(f"expected finite numbers, got {text!r}", column=option)
+    return values
+
+
+def _clean(value):
+    """JSON-safe: numpy scalars to Python, inf/nan to null."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if value is None or isinstance(value, (str, int, bool)):
+        return value
+    try:
+        import pandas as pd
+
+        if value is pd.NA:
+            return None
+    except ImportError:  # pragma: no cover
+        pass
+    return str(value)
+
+
+def emit_json(document: dict) -> None:
+    sys.stdout.write(json.dumps(_clean(document), indent=2, allow_nan=False) + "\n")
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    import tempfile
+
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent or ".")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _fmt(u: dict, digits: int = 4) -> str:
+    if u.get("median") is None:
+        return "n/a"
+    return (f"{_g(u['median'], digits)} [{_g(u['lo'], digits)}, {_g(u['hi'], digits)}]")
+
+
+def _g(value, digits=4) -> str:
+    if value is None:
+        return "n/a"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}g}"
+
+
+def _add_group_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("group options (needed when the fit holds several groups)")
+    group.add_argument("--verifier")
+    group.add_argument("--drafter")
+    group.add_argument("--prefill", type=int)
+    group.add_argument("--decode", type=int)
+    group.add_argument("--k", type=int, dest="group_k", help="draft length of the group")
+    group.add_argument("--alpha", type=float, dest="group_alpha", help="acceptance of the group")
+    group.add_argument("--gpu")
+
+
+def _group_criteria(args) -> dict:
+    return {"verifier": args.verifier, "drafter": args.drafter, "prefill": args.prefill,
+            "decode": args.decode, "k": args.group_k, "alpha": args.group_alpha,
+            "gpu": args.gpu}
+
+
+def _add_common(parser: argparse.ArgumentParser, *, prob: bool = True) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document on stdout and nothing else there")
+    if prob:
+        parser.add_argument("--prob", type=float, default=0.9,
+                            help="probability of the equal-tailed intervals (default 0.9)")
+
+
+def _check_prob(args) -> None:
+    if hasattr(args, "prob") and not 0.0 < args.prob < 1.0:
+        raise BadInput(f"must be within (0, 1), got {args.prob}", column="--prob")
+
+
+def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sampler")
+    group.add_argument("--draws", type=int, default=1000, help="draws per chain (default 1000)")
+    group.add_argument("--tune", type=int, default=1000, help="tuning steps per chain (default 1000)")
+    group.add_argument("--chains", type=int, default=4, help="chains (default 4)")
+    group.add_argument("--seed", type=int, default=None, help="random seed")
+    group.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie",
+                       help="NUTS implementation (default nutpie)")
+    group.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+
+
+def _settings(args):
+    from .inference import SamplerSettings
+
+    for name in ("draws", "tune", "chains"):
+        value = getattr(args, name)
+        if value < (2 if name == "draws" else 1 if name == "chains" else 0):
+            raise BadInput(f"must be a positive number, got {value}", column=f"--{name}")
+    return SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
+                           seed=args.seed, progress=not args.quiet, sampler=args.sampler)
+
+
+def _read_data(path: str, args):
+    from .data import SaturationRule, read_tidy
+
+    catalog = None
+    if getattr(args, "catalog", None):
+        from .catalog import load_catalog
+
+        catalog = load_catalog(args.catalog)
+    rule = SaturationRule(max_rps=getattr(args, "max_rps", None))
+    data = read_tidy(path, catalog=catalog, saturation=rule)
+    excluded = int(data["excluded"].sum())
+    if excluded:
+        reasons = data.loc[data["excluded"], "exclusion_reason"].value_counts()
+        detail = ", ".join(f"{n} {reason}" for reason, n in reasons.items())
+        print(f"warning: {excluded} of {len(data)} points excluded from the likelihood as "
+              f"saturated ({detail})", file=sys.stderr)
+    return data
+
+
+def _check_output_path(path: str) -> None:
+    folder = Path(path).parent
+    if str(folder) and not folder.is_dir():
+        raise BadInput("output folder does not exist", file=path)
+
+
+# --------------------------------------------------------------------------- verbs
+
+def cmd_fit(args) -> int:
+    from .workflow import fit
+
+    _check_output_path(args.output)
+    data = _read_data(args.data, args)
+    result = fit(data, args.model, settings=_settings(args))
+    diag = result.diagnostics
+    result.save(args.output)
+    warning = _convergence_warning(diag)
+    if args.json:
+        emit_json({"fit": args.output, "model": args.model, "groups": len(result.groups),
+                   "rows": len(data), "excluded": int(data["excluded"].sum()),
+                   "fit_seconds": result.tree.attrs.get("fit_seconds"),
+                   "diagnostics": _diag_json(diag), **({"warning": warning} if warning else {})})
+    else:
+        print(f"fitted {args.model} model to {len(data)} rows in {len(result.groups)} groups "
+              f"in {result.tree.attrs.get('fit_seconds', 0):.1f} s -> {args.output}")
+        print(_diag_line(diag))
+    return 0
+
+
+def _diag_json(diag: dict) -> dict:
+    return {"rhat_max": diag["rhat_max"], "ess_bulk_min": diag["ess_bulk_min"],
+            "divergences": diag["divergences"]}
+
+
+def _diag_line(diag: dict) -> str:
+    status = "OK" if diag["converged"] else "NOT CONVERGED: " + "; ".join(diag["problems"])
+    return (f"diagnostics: R-hat max {_g(diag['rhat_max'])}, bulk ESS min "
+            f"{diag['ess_bulk_min']:.0f}, divergences {diag['divergences']} -> {status}")
+
+
+def _convergence_warning(diag: dict) -> str | None:
+    from .inference import warn_if_unconverged
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        text = warn_if_unconverged(diag)
+    if text:
+        print(f"WARNING: {text}", file=sys.stderr)
+    return text
+
+
+def _load_fit(path: str):
+    from .fitfile import Fit
+
+    return Fit.load(path)
+
+
+def cmd_summary(args) -> int:
+    from .reports import summary_document, summary_text
+
+    _check_prob(args)
+    fit = _load_fit(args.fit)
+    document = summary_document(fit, prob=args.prob)
+    warning = _convergence_warning(fit.diagnostics)
+    if warning:
+        document["warning"] = warning
+    if args.json:
+        emit_json(document)
+    else:
+        print(summary_text(fit, document))
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from .decisions import predict_group
+
+    _check_prob(args)
+    rps = parse_list(args.rps)
+    if np.any(rps < 0):
+        raise BadInput("rates must be >= 0", column="--rps")
+    fit = _load_fit(args.fit)
+    group = fit.select_group(**_group_criteria(args))
+    document = predict_group(fit, group, rps, prob=args.prob)
+    warning = _convergence_warning(fit.diagnostics)
+    if warning:
+        document["warning"] = warning
+    if args.json:
+        emit_json(document)
+        return 0
+    print(f"group: {document['group']}   ({args.prob:.0%} intervals)")
+    print(f"{'RPS':>10}  {'mean latency s [interval]':>34}  {'new measurement s':>34}  "
+          f"{'P(saturated)':>12}")
+    for point in document["points"]:
+        print(f"{point['rps']:>10.4g}  {_fmt(point['latency_s']):>34}  "
+              f"{_fmt(point['predictive_s']):>34}  {point['p_saturated']:>12.3f}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    return run_demo(out=args.out, quick=args.quick, as_json=args.json, seed=args.seed)
+
+
+# --------------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Bayesian latency laws for speculative decoding: fit load-test sweeps, "
+                    "get speedup, crossover RPS and best draft length with credible intervals.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    verbs = parser.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+
+    demo = verbs.add_parser("demo", help="the main job end to end on the bundled dataset")
+    demo.add_argument("--out", default="demo-out", help="output folder (default demo-out)")
+    demo.add_argument("--quick", action="store_true", help="fewer draws (a smoke run)")
+    demo.add_argument("--seed", type=int, default=2026)
+    demo.add_argument("--json", action="store_true")
+    demo.set_defaults(handler=cmd_demo)
+
+    fit = verbs.add_parser("fit", help="sample the posterior of a latency model")
+    fit.add_argument("data", help="tidy CSV or Parquet file")
+    fit.add_argument("-o", "--output", required=True, help="fit file to write (NetCDF)")
+    fit.add_argument("--model", default="dense",
+                     help="dense (more models: speculative, moe, hierarchical as they land)")
+    fit.add_argument("--max-rps", type=float, default=None,
+                     help="treat points above this rate as saturated")
+    fit.add_argument("--catalog", action="append", default=None,
+                     help="extra folder of model/GPU cards (repeatable)")
+    _add_sampler_options(fit)
+    _add_common(fit, prob=False)
+    fit.set_defaults(handler=cmd_fit)
+
+    summary = verbs.add_parser("summary", help="coefficients with intervals, diagnostics")
+    summary.add_argument("fit", help="fit file")
+    _add_common(summary)
+    summary.set_defaults(handler=cmd_summary)
+
+    predict = verbs.add_parser("predict", help="mean latency with intervals at given rates")
+    predict.add_argument("fit", help="fit file")
+    predict.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
+    _add_group_options(predict)
+    _add_common(predict)
+    predict.set_defaults(handler=cmd_predict)
+
+    try:
+        from .simulate import cli as simulate_cli
+    except ImportError:
+        simulate_cli = None
+    if simulate_cli is not None:
+        simulate = verbs.add_parser("simulate", help="synthetic sweeps from the serving simulator")
+        simulate_cli.add_arguments(simulate)
+        simulate.set_defaults(handler=simulate_cli.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        with warnings.catch_warnings():
+            # Library chatter would break the one-line error and clean stdout contracts.
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            return int(args.handler(args) or 0)
+    except BadInput as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

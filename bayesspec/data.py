@@ -1,0 +1,393 @@
+"""Tidy load-test data: one row per load point (CONTRACT.md, "Tidy data").
+
+``read_tidy`` is the one door through which files enter the package. It reads CSV or
+Parquet, checks every value, fills the design defaults, attaches catalog covariates and
+marks the saturated points that the likelihood must ignore. Any problem raises
+:class:`bayesspec.errors.BadInput` naming the file, the row (1-based data row, the
+header is not counted) and the column.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import BadInput
+
+REQUIRED_COLUMNS = ("rps", "latency_mean_s")
+
+# Design columns and their defaults when the column is absent.
+DESIGN_DEFAULTS: dict[str, object] = {
+    "verifier": "model",
+    "drafter": "",
+    "k": 0,
+    "alpha": np.nan,
+    "prefill_tokens": pd.NA,
+    "decode_tokens": pd.NA,
+}
+
+STRING_COLUMNS = ("verifier", "drafter", "gpu", "engine", "engine_version", "method",
+                  "source", "strategy")
+INTEGER_COLUMNS = ("k", "prefill_tokens", "decode_tokens", "n_requests", "num_drafts",
+                   "draft_tokens", "accepted_tokens", "experts_active", "experts_total")
+POSITIVE_FLOAT_COLUMNS = ("rps", "latency_mean_s")
+NONNEGATIVE_FLOAT_COLUMNS = ("rps_target", "latency_std_s", "latency_p50_s",
+                             "latency_p95_s", "latency_p99_s", "ttft_mean_s",
+                             "itl_mean_s", "verifier_params_b", "drafter_params_b",
+                             "mean_concurrency")
+BOOLEAN_COLUMNS = ("saturated",)
+
+# Columns that, when present, split the data into separately fitted groups.
+GROUP_COLUMNS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens")
+EXTRA_GROUP_COLUMNS = ("gpu", "engine", "engine_version", "method")
+
+# An achieved rate this far below the target rate means the server could not keep up.
+SHORTFALL_FRACTION = 0.90
+
+_TRUE = {"true", "1", "yes", "y", "t"}
+_FALSE = {"false", "0", "no", "n", "f", ""}
+
+
+@dataclass(frozen=True)
+class SaturationRule:
+    """How saturated load points are recognised (all rules apply together).
+
+    - the row's ``saturated`` column is true;
+    - the row's ``strategy`` is ``throughput`` (GuideLLM's ceiling-finding run);
+    - ``rps_target`` is given and the achieved ``rps`` is below ``shortfall`` of it;
+    - ``max_rps`` is given and the row's ``rps`` exceeds it (a user override).
+    """
+
+    max_rps: float | None = None
+    shortfall: float = SHORTFALL_FRACTION
+
+
+def read_tidy(path: str | os.PathLike, *, catalog=None,
+              saturation: SaturationRule | None = None) -> pd.DataFrame:
+    """Read and validate a tidy CSV or Parquet file.
+
+    Returns a DataFrame with every CONTRACT column that applies, the defaults filled,
+    catalog covariates attached, and two bookkeeping columns: ``excluded`` (bool) and
+    ``exclusion_reason`` (str). ``df.attrs['source_file']`` holds the path.
+    """
+    path = Path(path)
+    raw = _read_raw(path)
+    return prepare(raw, source=str(path), catalog=catalog, saturation=saturation)
+
+
+def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
+            saturation: SaturationRule | None = None) -> pd.DataFrame:
+    """Validate an in-memory table the same way as a file (used by tests and readers)."""
+    if raw.shape[0] == 0:
+        raise BadInput("no data rows", file=source)
+    frame = raw.copy()
+    frame.columns = [str(c).strip() for c in frame.columns]
+    duplicated = frame.columns[frame.columns.duplicated()]
+    if len(duplicated):
+        raise BadInput("column appears twice", file=source, column=duplicated[0])
+    for column in REQUIRED_COLUMNS:
+        if column not in frame.columns:
+            raise BadInput("required column is missing", file=source, column=column)
+
+    out = pd.DataFrame(index=pd.RangeIndex(len(frame)))
+    for column in frame.columns:
+        values = frame[column]
+        if column in STRING_COLUMNS:
+            out[column] = _as_strings(values)
+        elif column in BOOLEAN_COLUMNS:
+            out[column] = _as_booleans(values, source, column)
+        elif column in INTEGER_COLUMNS:
+            out[column] = _as_integers(values, source, column)
+        elif column in POSITIVE_FLOAT_COLUMNS or column in NONNEGATIVE_FLOAT_COLUMNS \
+                or column == "alpha":
+            out[column] = _as_floats(values, source, column,
+                                     required=column in REQUIRED_COLUMNS)
+        else:
+            out[column] = values.reset_index(drop=True)
+
+    _check_ranges(out, source)
+    for column, default in DESIGN_DEFAULTS.items():
+        if column not in out.columns:
+            out[column] = default
+    out["prefill_tokens"] = out["prefill_tokens"].astype("Int64")
+    out["decode_tokens"] = out["decode_tokens"].astype("Int64")
+    out["k"] = out["k"].fillna(0).astype("int64")
+    out["alpha"] = out["alpha"].astype(float)
+    # alpha has no meaning without drafting; an empty value keeps groups consistent.
+    out.loc[out["k"] == 0, "alpha"] = np.nan
+    _check_design(out, source)
+    _attach_catalog(out, catalog)
+    _mark_saturated(out, saturation or SaturationRule())
+    out.attrs["source_file"] = source
+    return out
+
+
+def included(data: pd.DataFrame) -> pd.DataFrame:
+    """Rows that enter the likelihood (not saturated, not otherwise excluded)."""
+    return data.loc[~data["excluded"]]
+
+
+def group_columns(data: pd.DataFrame) -> list[str]:
+    """Columns that identify a fitted group: the design columns plus any extra present."""
+    extra = [c for c in EXTRA_GROUP_COLUMNS if c in data.columns
+             and data[c].nunique(dropna=False) > 1]
+    return list(GROUP_COLUMNS) + extra
+
+
+def group_label(row: pd.Series | dict, columns: list[str]) -> str:
+    """A short readable label: 'Qwen3-8B p512 g512', '... +EAGLE k3 a0.8'."""
+    parts = [str(row["verifier"])]
+    if row.get("drafter"):
+        parts.append(f"+{row['drafter']}")
+    if int(row.get("k", 0)) > 0:
+        parts.append(f"k{int(row['k'])}")
+        alpha = row.get("alpha")
+        if alpha is not None and not _isnan(alpha):
+            parts.append(f"a{float(alpha):g}")
+    if not _isna(row.get("prefill_tokens")):
+        parts.append(f"p{int(row['prefill_tokens'])}")
+    if not _isna(row.get("decode_tokens")):
+        parts.append(f"g{int(row['decode_tokens'])}")
+    for column in columns:
+        if column in EXTRA_GROUP_COLUMNS and row.get(column):
+            parts.append(f"{column}={row[column]}")
+    return " ".join(parts)
+
+
+def assign_groups(data: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The table of distinct groups (one row each, with a ``label``) and each row's index."""
+    columns = group_columns(data)
+    keys = data[columns].astype(object).where(data[columns].notna(), None)
+    tuples = [tuple(row) for row in keys.itertuples(index=False, name=None)]
+    order: dict[tuple, int] = {}
+    index = np.empty(len(tuples), dtype=np.int64)
+    for i, key in enumerate(tuples):
+        index[i] = order.setdefault(key, len(order))
+    table = pd.DataFrame([dict(zip(columns, key)) for key in order], columns=columns)
+    table["label"] = [group_label(row, columns) for row in table.to_dict("records")]
+    # Two groups differing only in an unprintable way would get the same label.
+    if table["label"].duplicated().any():
+        table["label"] = [f"{label} #{i}" for i, label in enumerate(table["label"])]
+    return table, index
+
+
+def row_group_labels(data: pd.DataFrame, groups: pd.DataFrame) -> list[str]:
+    """The fitted group label of every row ("" for rows whose group was not fitted)."""
+    columns = [c for c in groups.columns if c in data.columns and c in
+               set(GROUP_COLUMNS) | set(EXTRA_GROUP_COLUMNS)]
+    known = set(groups["label"])
+    labels = [group_label(row, columns) for row in data.to_dict("records")]
+    return [label if label in known else "" for label in labels]
+
+
+def _isna(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _isnan(value) -> bool:
+    return _isna(value)
+
+
+# ------------------------------------------------------------------------------------
+# Reading
+# ------------------------------------------------------------------------------------
+
+def _read_raw(path: Path) -> pd.DataFrame:
+    if not path.exists():
+        raise BadInput("no such file", file=str(path))
+    if path.is_dir():
+        raise BadInput("is a directory, not a data file", file=str(path))
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError as error:
+        raise BadInput(f"cannot read: {error.strerror}", file=str(path)) from None
+    if not head.strip():
+        raise BadInput("empty file", file=str(path))
+    if head.startswith(b"PAR1") or path.suffix.lower() in {".parquet", ".pq"}:
+        try:
+            return pd.read_parquet(path)
+        except Exception as error:  # pyarrow raises many types for a damaged file
+            reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+            raise BadInput(f"not a readable Parquet file ({reason})", file=str(path)) from None
+    if b"\x00" in head:
+        raise BadInput("binary file, expected CSV or Parquet", file=str(path))
+    try:
+        head.decode("utf-8")
+    except UnicodeDecodeError as error:
+        if error.start < len(head) - 4:  # a cut multi-byte character at the end is fine
+            raise BadInput("not UTF-8 text, expected CSV or Parquet", file=str(path)) from None
+    try:
+        return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True,
+                           comment=None)
+    except pd.errors.EmptyDataError:
+        raise BadInput("empty file", file=str(path)) from None
+    except pd.errors.ParserError as error:
+        line = _parser_error_line(str(error))
+        where = f" at line {line}" if line else ""
+        raise BadInput(f"malformed CSV{where}: wrong number of fields", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise BadInput("not UTF-8 text, expected CSV or Parquet", file=str(path)) from None
+
+
+def _parser_error_line(message: str) -> int | None:
+    words = message.replace(",", " ").split()
+    for i, word in enumerate(words[:-1]):
+        if word == "line" and words[i + 1].isdigit():
+            return int(words[i + 1])
+    return None
+
+
+def _blank(values: pd.Series) -> pd.Series:
+    if values.dtype == object or pd.api.types.is_string_dtype(values):
+        text = values.astype(str).str.strip()
+        return values.isna() | text.eq("") | text.str.lower().isin({"nan", "na", "null", "none"})
+    return values.isna()
+
+
+def _as_strings(values: pd.Series) -> pd.Series:
+    blank = _blank(values)
+    return values.astype(str).str.strip().where(~blank, "").reset_index(drop=True)
+
+
+def _first_bad(mask: pd.Series) -> int:
+    return int(np.flatnonzero(np.asarray(mask))[0]) + 1
+
+
+def _as_floats(values: pd.Series, source: str, column: str, *, required: bool) -> pd.Series:
+    values = values.reset_index(drop=True)
+    blank = _blank(values)
+    numbers = pd.to_numeric(values.where(~blank), errors="coerce").astype(float)
+    not_numeric = ~blank & numbers.isna()
+    if not_numeric.any():
+        row = _first_bad(not_numeric)
+        raise BadInput(f"not a number: {str(values.iloc[row - 1])[:40]!r}",
+                       file=source, row=row, column=column)
+    if required and blank.any():
+        raise BadInput("missing value (NaN or empty)", file=source, row=_first_bad(blank),
+                       column=column)
+    infinite = np.isinf(numbers)
+    if infinite.any():
+        raise BadInput("infinite value", file=source, row=_first_bad(infinite), column=column)
+    return numbers
+
+
+def _as_integers(values: pd.Series, source: str, column: str) -> pd.Series:
+    numbers = _as_floats(values, source, column, required=False)
+    fractional = numbers.notna() & (numbers != np.round(numbers))
+    if fractional.any():
+        row = _first_bad(fractional)
+        raise BadInput(f"not a whole number: {numbers.iloc[row - 1]:g}", file=source,
+                       row=row, column=column)
+    return numbers.round().astype("Int64")
+
+
+def _as_booleans(values: pd.Series, source: str, column: str) -> pd.Series:
+    values = values.reset_index(drop=True)
+    if pd.api.types.is_bool_dtype(values):
+        return values.astype(bool)
+    text = values.astype(str).str.strip().str.lower().where(~values.isna(), "")
+    text = text.replace({"1.0": "1", "0.0": "0"})
+    unknown = ~text.isin(_TRUE | _FALSE)
+    if unknown.any():
+        row = _first_bad(unknown)
+        raise BadInput(f"not true/false: {str(values.iloc[row - 1])[:40]!r}", file=source,
+                       row=row, column=column)
+    return text.isin(_TRUE)
+
+
+def _check_ranges(out: pd.DataFrame, source: str) -> None:
+    for column in POSITIVE_FLOAT_COLUMNS:
+        bad = out[column] <= 0
+        if bad.any():
+            row = _first_bad(bad)
+            raise BadInput(f"must be > 0, got {out[column].iloc[row - 1]:g}", file=source,
+                           row=row, column=column)
+    for column in NONNEGATIVE_FLOAT_COLUMNS:
+        if column in out.columns:
+            bad = out[column] < 0
+            if bad.any():
+                row = _first_bad(bad)
+                raise BadInput(f"must be >= 0, got {out[column].iloc[row - 1]:g}",
+                               file=source, row=row, column=column)
+    if "alpha" in out.columns:
+        bad = (out["alpha"] < 0) | (out["alpha"] > 1)
+        if bad.any():
+            row = _first_bad(bad)
+            raise BadInput(f"must be within [0, 1], got {out['alpha'].iloc[row - 1]:g}",
+                           file=source, row=row, column="alpha")
+    for column in INTEGER_COLUMNS:
+        if column not in out.columns:
+            continue
+        low = 1 if column in {"prefill_tokens", "decode_tokens", "n_requests",
+                              "experts_total"} else 0
+        bad = out[column].notna() & (out[column] < low)
+        if bad.any():
+            row = _first_bad(bad.fillna(False))
+            raise BadInput(f"must be an integer >= {low}, got {out[column].iloc[row - 1]}",
+                           file=source, row=row, column=column)
+
+
+def _check_design(out: pd.DataFrame, source: str) -> None:
+    if {"experts_active", "experts_total"} <= set(out.columns):
+        bad = (out["experts_active"] > out["experts_total"]).fillna(False)
+        if bad.any():
+            raise BadInput("more active experts than experts", file=source,
+                           row=_first_bad(bad), column="experts_active")
+    if {"draft_tokens", "accepted_tokens"} <= set(out.columns):
+        bad = (out["accepted_tokens"] > out["draft_tokens"]).fillna(False)
+        if bad.any():
+            raise BadInput("more accepted than drafted tokens", file=source,
+                           row=_first_bad(bad), column="accepted_tokens")
+
+
+def _attach_catalog(out: pd.DataFrame, catalog) -> None:
+    """Fill parameter counts and expert counts from the catalog where the data lack them."""
+    if catalog is None:
+        try:
+            from .catalog import default_catalog
+            catalog = default_catalog()
+        except Exception:  # an unusable user catalog must not block reading data
+            return
+    def lookup(name):
+        return catalog.find_model(name) if name else None
+
+    cards = {name: lookup(name) for name in set(out["verifier"]) | set(out["drafter"])}
+    fill = {
+        "verifier_params_b": ("verifier", lambda c: c.params_total_b),
+        "drafter_params_b": ("drafter", lambda c: c.params_total_b),
+        "experts_active": ("verifier", lambda c: c.experts_active if c.is_moe else pd.NA),
+        "experts_total": ("verifier", lambda c: c.experts_total if c.is_moe else pd.NA),
+    }
+    for column, (by, getter) in fill.items():
+        from_catalog = out[by].map(lambda name: getter(cards[name]) if cards.get(name) else pd.NA)
+        if column in out.columns:
+            out[column] = out[column].where(out[column].notna(), from_catalog)
+        else:
+            out[column] = from_catalog
+    for column in ("verifier_params_b", "drafter_params_b"):
+        out[column] = pd.to_numeric(out[column], errors="coerce").astype(float)
+    for column in ("experts_active", "experts_total"):
+        out[column] = pd.to_numeric(out[column], errors="coerce").astype("Int64")
+
+
+def _mark_saturated(out: pd.DataFrame, rule: SaturationRule) -> None:
+    reason = pd.Series("", index=out.index, dtype=object)
+    if "saturated" in out.columns:
+        reason = reason.where(~out["saturated"].astype(bool), "marked saturated")
+    if "strategy" in out.columns:
+        throughput = out["strategy"].str.lower().eq("throughput") & reason.eq("")
+        reason = reason.where(~throughput, "throughput run")
+    if "rps_target" in out.columns:
+        short = (out["rps"] < rule.shortfall * out["rps_target"]).fillna(False) & reason.eq("")
+        reason = reason.where(~short, f"achieved rate < {rule.shortfall:.0%} of target")
+    if rule.max_rps is not None:
+        above = (out["rps"] > rule.max_rps) & reason.eq("")
+        reason = reason.where(~above, f"rps above --max-rps {rule.max_rps:g}")
+    out["exclusion_reason"] = reason.astype(str)
+    out["excluded"] = reason.ne("")

@@ -1,0 +1,208 @@
+"""A fitted model on disk: one NetCDF DataTree with everything needed to use it again.
+
+Layout of the file:
+
+- ``/posterior``, ``/sample_stats``: the draws (nutpie's output);
+- ``/fit_data``: the tidy table the model was fitted on (all rows, with ``excluded``);
+- ``/groups``: the fitted groups (design columns, ``label``, scales);
+- root attributes: ``bayesspec_model``, ``bayesspec_model_version``, ``model_config``
+  (JSON), ``model_id`` (hash), ``bayesspec_version``, ``bayesspec_fit_format``,
+  ``sampler_settings`` (JSON), ``created``.
+
+:meth:`Fit.load` refuses a file written by another model version or fit format, so a
+posterior is never read with a meaning it was not fitted under.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from . import __version__
+from .data import row_group_labels
+from .errors import BadInput, FitFileError
+from .inference import dataset_to_frame, diagnostics, frame_to_dataset
+
+FIT_FORMAT = "1"
+
+# Group-selection options of the CLI and the group column each one matches.
+SELECTORS = {"verifier": "verifier", "drafter": "drafter", "prefill": "prefill_tokens",
+             "decode": "decode_tokens", "k": "k", "alpha": "alpha", "gpu": "gpu",
+             "engine_version": "engine_version"}
+
+
+class Fit:
+    """A posterior plus the data, groups and identity of the model that produced it."""
+
+    def __init__(self, tree: xr.DataTree, path: str | None = None):
+        self.tree = tree
+        self.path = path
+
+    # ---------------------------------------------------------------- construction
+    @classmethod
+    def from_sampling(cls, model, data: pd.DataFrame, tree: xr.DataTree,
+                      settings: dict | None = None) -> "Fit":
+        inputs = model.inputs
+        tree = tree.copy()
+        data = data.copy()
+        data["group"] = row_group_labels(data, inputs.groups)
+        tree["fit_data"] = xr.DataTree(frame_to_dataset(data.reset_index(drop=True), "row"))
+        tree["groups"] = xr.DataTree(frame_to_dataset(inputs.groups, "group"))
+        tree.attrs.update({
+            "bayesspec_model": model.name,
+            "bayesspec_model_version": model.version,
+            "model_config": json.dumps(model.config, sort_keys=True),
+            "model_id": model.identity,
+            "bayesspec_version": __version__,
+            "bayesspec_fit_format": FIT_FORMAT,
+            "sampler_settings": json.dumps(settings or {}, sort_keys=True, default=str),
+            "source_file": str(data.attrs.get("source_file", "")),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        })
+        return cls(tree)
+
+    # ---------------------------------------------------------------- persistence
+    def save(self, path: str | os.PathLike) -> None:
+        """Write atomically: a temporary file in the same folder, then a rename."""
+        path = Path(path)
+        folder = path.parent if str(path.parent) else Path(".")
+        if not folder.is_dir():
+            raise BadInput("output folder does not exist", file=str(path))
+        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
+                                             dir=folder)
+        os.close(handle)
+        try:
+            self._writable_tree().to_netcdf(temporary, engine="h5netcdf")
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        self.path = str(path)
+
+    def _writable_tree(self) -> xr.DataTree:
+        """Drop what NetCDF cannot hold (object-typed sampler messages)."""
+        tree = self.tree.copy()
+        for name in ("sample_stats", "warmup_sample_stats"):
+            if name in tree.children:
+                stats = tree[name].to_dataset()
+                keep = [v for v in stats.data_vars if stats[v].dtype != object]
+                tree[name] = xr.DataTree(stats[keep])
+        return tree
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Fit":
+        from .bayes import MODEL_CLASSES
+
+        path = Path(path)
+        if not path.exists():
+            raise FitFileError("no such fit file", file=str(path))
+        try:
+            tree = xr.open_datatree(path, engine="h5netcdf")
+            tree.load()
+        except Exception as error:
+            reason = str(error).splitlines()[0][:80] if str(error) else type(error).__name__
+            raise FitFileError(f"not a readable fit file ({reason})", file=str(path)) from None
+        attrs = tree.attrs
+        name = attrs.get("bayesspec_model")
+        if name is None or "posterior" not in tree.children:
+            raise FitFileError("not a bayesspec fit file (no model name or posterior)",
+                               file=str(path))
+        if attrs.get("bayesspec_fit_format") != FIT_FORMAT:
+            raise FitFileError(f"fit format {attrs.get('bayesspec_fit_format')} is not "
+                               f"supported by this bayesspec (format {FIT_FORMAT}); refit",
+                               file=str(path))
+        model_class = MODEL_CLASSES.get(name)
+        if model_class is None:
+            raise FitFileError(f"made by model '{name}', unknown to this bayesspec",
+                               file=str(path))
+        if str(attrs.get("bayesspec_model_version")) != model_class.version:
+            raise FitFileError(
+                f"made by {name} model version {attrs.get('bayesspec_model_version')}, this "
+                f"bayesspec has version {model_class.version}; refit the data",
+                file=str(path))
+        return cls(tree, str(path))
+
+    # ---------------------------------------------------------------- contents
+    @property
+    def model_name(self) -> str:
+        return str(self.tree.attrs["bayesspec_model"])
+
+    @property
+    def model_config(self) -> dict:
+        return json.loads(self.tree.attrs.get("model_config", "{}"))
+
+    def model(self):
+        from .bayes import MODEL_CLASSES
+
+        return MODEL_CLASSES[self.model_name](self.model_config)
+
+    @cached_property
+    def data(self) -> pd.DataFrame:
+        return dataset_to_frame(self.tree["fit_data"].to_dataset())
+
+    @cached_property
+    def groups(self) -> pd.DataFrame:
+        return dataset_to_frame(self.tree["groups"].to_dataset())
+
+    @property
+    def posterior(self) -> xr.Dataset:
+        return self.tree["posterior"].to_dataset()
+
+    def draws(self, name: str, group: int | None = None) -> np.ndarray:
+        """Draws of a posterior variable, chains stacked first: shape (samples, ...)."""
+        values = self.posterior[name]
+        if group is not None:
+            values = values.isel(group=group)
+        values = values.stack(sample=("chain", "draw")).transpose("sample", ...)
+        return np.asarray(values.values, dtype=float)
+
+    @cached_property
+    def diagnostics(self) -> dict:
+        model = self.model()
+        variables = ["C1", "C2"] + model.posterior_variables()
+        return diagnostics(self.tree, variables)
+
+    # ---------------------------------------------------------------- groups
+    def select_group(self, **criteria) -> int:
+        """Index of the single group matching the non-None criteria (CLI group options)."""
+        groups = self.groups
+        mask = np.ones(len(groups), dtype=bool)
+        for option, value in criteria.items():
+            if value is None:
+                continue
+            column = SELECTORS[option]
+            if column not in groups.columns:
+                raise BadInput(f"the fit has no '{column}' column", column=f"--{option}")
+            mask &= _matches(groups[column], value)
+        matches = np.flatnonzero(mask)
+        if len(matches) == 1:
+            return int(matches[0])
+        labels = groups["label"].tolist()
+        if len(matches) == 0:
+            shown = "; ".join(labels[:8]) + (" ..." if len(labels) > 8 else "")
+            raise BadInput(f"no fitted group matches the group options; groups: {shown}")
+        varying = [option for option, column in SELECTORS.items()
+                   if column in groups.columns
+                   and groups.loc[mask, column].astype(str).nunique() > 1]
+        shown = "; ".join(groups.loc[mask, "label"].tolist()[:6])
+        raise BadInput(f"{len(matches)} fitted groups match ({shown}{' ...' if len(matches) > 6 else ''});"
+                       f" choose one with " + " ".join(f"--{o}" for o in varying))
+
+
+def _matches(column: pd.Series, value) -> np.ndarray:
+    if pd.api.types.is_numeric_dtype(column):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return np.zeros(len(column), dtype=bool)
+        return np.isclose(column.astype(float).to_numpy(), number, rtol=1e-9, atol=1e-12)
+    text = str(value).strip().lower()
+    return column.astype(str).str.strip().str.lower().eq(text).to_numpy()

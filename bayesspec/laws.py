@@ -1,0 +1,188 @@
+"""The closed-form latency laws of speculative decoding (BRIEF.md sections 2 to 5).
+
+Every formula is written once here. The public functions work on numpy arrays with
+broadcasting and handle the edge cases (saturation -> ``inf``, no crossover -> ``nan``).
+The underscore-free ``*_expr`` helpers are the bare algebra and take an ``xp`` namespace
+(``numpy`` or ``pytensor.tensor``); the PyMC models in :mod:`bayesspec.bayes` build their
+graphs from those same helpers, so a prediction and a likelihood can never drift apart.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+
+__all__ = [
+    "latency",
+    "expected_accepted",
+    "effective_costs",
+    "speedup",
+    "crossover_rps",
+    "expert_coverage",
+    "moe_latency",
+    "latency_expr",
+    "expected_accepted_expr",
+    "effective_costs_expr",
+    "expert_coverage_expr",
+    "moe_costs_expr",
+    "load_amplification_expr",
+]
+
+
+# --------------------------------------------------------------------------------------
+# Bare algebra shared with the PyMC models (backend-agnostic: numpy or pytensor.tensor)
+# --------------------------------------------------------------------------------------
+
+def latency_expr(rps, c1, c2):
+    """Eq. (1): L = C1 / (1 - RPS*C2); no saturation handling (the caller constrains it)."""
+    return c1 / (1.0 - rps * c2)
+
+
+def load_amplification_expr(rps, c2):
+    """x/(1-x) with x = RPS*C2: how a relative error in RPS is amplified in log L."""
+    utilisation = rps * c2
+    return utilisation / (1.0 - utilisation)
+
+
+def expected_accepted_expr(alpha, k, xp: ModuleType = np):
+    """E(alpha, k) = sum_{j=0..k} alpha^j, accurate near alpha = 1, exact at alpha = 1.
+
+    Written as expm1 ratios because (1 - a^(k+1))/(1 - a) loses most of its digits when
+    a is within 1e-8 of one; the alpha >= 1 branch is masked with a harmless stand-in
+    so that gradients through ``where`` stay finite.
+    """
+    at_one = alpha >= 1.0
+    safe_alpha = xp.where(at_one, 0.5, alpha)
+    log_alpha = xp.log(safe_alpha)
+    geometric = xp.expm1((k + 1.0) * log_alpha) / xp.expm1(log_alpha)
+    return xp.where(at_one, k + 1.0, geometric)
+
+
+def effective_costs_expr(alpha, k, decode_tokens, c1p, c1v, c1d, c2p, c2v, c2d,
+                         xp: ModuleType = np):
+    """Eq. (3): per-request costs of speculative decoding from six cycle coefficients."""
+    cycles = decode_tokens / expected_accepted_expr(alpha, k, xp=xp)
+    c1_eff = c1p + cycles * (c1v + k * c1d)
+    c2_eff = c2p + cycles * (c2v + k * c2d)
+    return c1_eff, c2_eff
+
+
+def expert_coverage_expr(tokens, m, M, xp: ModuleType = np):
+    """phi(T) = 1 - (1 - m/M)^T, computed as -expm1(T*log1p(-m/M)) for small m/M."""
+    return -xp.expm1(tokens * xp.log1p(-m / M))
+
+
+def moe_costs_expr(phi, c1u, c1s, c2u, c2s):
+    """Eq. (4): costs split into an uncovered part and a coverage-saturating increment."""
+    return c1u + phi * c1s, c2u + phi * c2s
+
+
+# --------------------------------------------------------------------------------------
+# Public numpy API (CONTRACT.md)
+# --------------------------------------------------------------------------------------
+
+def _as_float(*values):
+    return [np.asarray(v, dtype=float) for v in values]
+
+
+def latency(rps, c1, c2):
+    """Mean latency C1/(1 - rps*C2); ``inf`` where rps*C2 >= 1 (at or past saturation)."""
+    rps, c1, c2 = _as_float(rps, c1, c2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = latency_expr(rps, c1, c2)
+    return np.where(rps * c2 >= 1.0, np.inf, value)[()]
+
+
+def expected_accepted(alpha, k):
+    """Expected tokens committed per SD cycle: (1 - alpha^(k+1))/(1 - alpha).
+
+    Equals k + 1 at alpha = 1 and 1 at k = 0 (plain decoding).
+    """
+    alpha, k = _as_float(alpha, k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = expected_accepted_expr(alpha, k)
+    return np.where(k == 0, 1.0, value)[()]
+
+
+def effective_costs(alpha, k, decode_tokens, c1p, c1v, c1d, c2p, c2v, c2d):
+    """(C1_eff, C2_eff) of eq. (3) for acceptance ``alpha``, draft length ``k``."""
+    arrays = _as_float(alpha, k, decode_tokens, c1p, c1v, c1d, c2p, c2v, c2d)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        alpha, k, decode_tokens = arrays[:3]
+        cycles = decode_tokens / expected_accepted(alpha, k)
+        c1p, c1v, c1d, c2p, c2v, c2d = arrays[3:]
+        c1_eff = c1p + cycles * (c1v + k * c1d)
+        c2_eff = c2p + cycles * (c2v + k * c2d)
+    return c1_eff[()], c2_eff[()]
+
+
+def speedup(rps, c1_dense, c2_dense, c1_sd, c2_sd):
+    """L_dense / L_sd at ``rps`` (eq. 2).
+
+    Past the SD saturation rate the speedup is 0 (SD latency is infinite); past the
+    dense saturation rate it is ``inf``; past both it is ``nan``.
+    """
+    l_dense = latency(rps, c1_dense, c2_dense)
+    l_sd = latency(rps, c1_sd, c2_sd)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.asarray(l_dense / l_sd, dtype=float)
+    return ratio[()]
+
+
+def crossover_rps(c1_dense, c2_dense, c1_sd, c2_sd):
+    """RPS* at which speedup = 1, or ``nan`` when there is none below saturation.
+
+    r* = (C1R - 1)/(C1R - C2R) with r = RPS*C2_dense; the crossover is real only where
+    0 < r* < 1 (below dense saturation) and r*C2R < 1 (below SD saturation).
+    """
+    c1_dense, c2_dense, c1_sd, c2_sd = _as_float(c1_dense, c2_dense, c1_sd, c2_sd)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        c1_ratio = c1_sd / c1_dense
+        c2_ratio = c2_sd / c2_dense
+        r_star = (c1_ratio - 1.0) / (c1_ratio - c2_ratio)
+        valid = (r_star > 0.0) & (r_star < 1.0) & (r_star * c2_ratio < 1.0) & (c1_ratio != c2_ratio)
+        value = r_star / c2_dense
+    return np.where(valid, value, np.nan)[()]
+
+
+def expert_coverage(tokens, m, M):
+    """Share of experts touched when ``tokens`` are routed to m of M experts each."""
+    tokens, m, M = _as_float(tokens, m, M)
+    if np.any((m < 0) | (m > M) | (M <= 0)):
+        raise ValueError("expert counts need 0 <= m <= M and M > 0")
+    return expert_coverage_expr(np.maximum(tokens, 0.0), m, M)[()]
+
+
+def moe_latency(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request=1.0, *,
+                rtol: float = 1e-13, max_iter: int = 200):
+    """Mean latency of a sparse MoE model, eq. (4), solved for its fixed point in L.
+
+    The routed tokens per step T = rps*L*tokens_per_request depend on L, so L solves
+    L = (C1u + phi(T)*C1s)/(1 - rps*(C2u + phi(T)*C2s)). Because 0 <= phi < 1, the
+    root is bracketed by the phi = 0 and phi = 1 latencies; a vectorised bisection on
+    that bracket converges for every input below saturation. Saturation is
+    rps*(C2u + C2s) >= 1 (at high load every expert is touched, phi -> 1): ``inf``.
+    """
+    rps, c1u, c1s, c2u, c2s, m, M, tpr = np.broadcast_arrays(
+        *_as_float(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request))
+    saturated = rps * (c2u + c2s) >= 1.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = np.where(saturated, 1.0, latency_expr(rps, c1u, c2u))
+        high = np.where(saturated, 1.0, latency_expr(rps, c1u + c1s, c2u + c2s))
+    log_keep = np.log1p(-m / M)
+
+    def excess(candidate):
+        phi = -np.expm1(rps * candidate * tpr * log_keep)
+        c1, c2 = moe_costs_expr(phi, c1u, c1s, c2u, c2s)
+        return latency_expr(rps, c1, c2) - candidate
+
+    for _ in range(max_iter):
+        mid = 0.5 * (low + high)
+        go_up = excess(mid) > 0.0
+        low = np.where(go_up, mid, low)
+        high = np.where(go_up, high, mid)
+        if np.all((high - low) <= rtol * np.abs(high)):
+            break
+    result = 0.5 * (low + high)
+    return np.where(saturated, np.inf, result)[()]

@@ -1,0 +1,86 @@
+"""Fit summaries as CONTRACT JSON documents and as tables a person reads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .decisions import uncertain
+
+GROUP_FIELDS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens",
+                "gpu", "engine", "engine_version", "method")
+
+
+def _plain(value):
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, (float, np.floating)) and np.isnan(value):
+        return None
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating,)):
+        return float(value)
+    return value
+
+
+def summary_document(fit, *, prob: float = 0.9) -> dict:
+    groups = fit.groups
+    c1 = fit.draws("C1")
+    c2 = fit.draws("C2")
+    entries = []
+    for g, row in groups.iterrows():
+        entry = {"label": row["label"]}
+        for field in GROUP_FIELDS:
+            if field in groups.columns:
+                entry[field] = _plain(row[field])
+        entry["C1"] = uncertain(c1[:, g], prob)
+        entry["C2"] = uncertain(c2[:, g], prob)
+        entry["saturation_rps"] = uncertain(1.0 / c2[:, g], prob)
+        if "n_points" in groups.columns:
+            entry["n_points"] = _plain(row["n_points"])
+        entries.append(entry)
+    model = fit.model()
+    coefficients = {name: uncertain(fit.draws(name), prob)
+                    for name in model.posterior_variables() if name in fit.posterior}
+    diag = fit.diagnostics
+    return {
+        "model": fit.model_name,
+        "groups": entries,
+        "coefficients": coefficients,
+        "diagnostics": {"rhat_max": diag["rhat_max"], "ess_bulk_min": diag["ess_bulk_min"],
+                        "divergences": diag["divergences"]},
+        "n_rows": int(len(fit.data)),
+        "n_excluded": int(fit.data["excluded"].sum()),
+        "prob": prob,
+    }
+
+
+def _cell(u: dict) -> str:
+    if u.get("median") is None:
+        return "n/a"
+    return f"{u['median']:.4g} [{u['lo']:.4g}, {u['hi']:.4g}]"
+
+
+def summary_text(fit, document: dict) -> str:
+    prob = document["prob"]
+    lines = [f"model: {document['model']}   groups: {len(document['groups'])}   rows: "
+             f"{document['n_rows']} ({document['n_excluded']} excluded as saturated)   "
+             f"intervals: {prob:.0%} equal-tailed"]
+    width = max([len(e["label"]) for e in document["groups"]] + [5])
+    lines.append(f"{'group':<{width}}  {'C1 (s)':>28}  {'C2 (s/request)':>30}  "
+                 f"{'saturation RPS':>28}")
+    for entry in document["groups"]:
+        lines.append(f"{entry['label']:<{width}}  {_cell(entry['C1']):>28}  "
+                     f"{_cell(entry['C2']):>30}  {_cell(entry['saturation_rps']):>28}")
+    if document["coefficients"]:
+        lines.append("")
+        lines.append("population and noise:")
+        for name, u in document["coefficients"].items():
+            lines.append(f"  {name:<26} {_cell(u)}")
+    d = document["diagnostics"]
+    diag = fit.diagnostics
+    status = "OK" if diag["converged"] else "NOT CONVERGED: " + "; ".join(diag["problems"])
+    lines.append("")
+    lines.append(f"diagnostics: R-hat max {d['rhat_max']:.4f}, bulk ESS min "
+                 f"{d['ess_bulk_min']:.0f}, divergences {d['divergences']} -> {status}")
+    return "\n".join(lines)

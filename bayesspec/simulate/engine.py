@@ -1,0 +1,512 @@
+"""A discrete-time model of one vLLM-like server instance under a request stream.
+
+Each engine step (V1-style scheduler):
+
+1. running requests, in admission order, get their tokens first: one decode token (k+1
+   verification tokens with speculative decoding) or the next prefill chunk, within the
+   per-step token budget; a request whose KV blocks cannot be allocated preempts the most
+   recently admitted running request (recompute: its cache is dropped and it re-queues at
+   the front);
+2. if nothing was preempted, waiting requests are admitted first-come first-served while
+   the token budget, the batch-size limit and free KV blocks allow (chunked prefill: a
+   prompt larger than what is left of the budget is split over steps);
+3. the step takes the step model's time; tokens are committed, first tokens and
+   completions time-stamped.
+
+A step's time depends only on aggregate counts, so the loop is one compiled function
+(numba; a plain-Python fallback works without it, slowly). Randomness (arrivals, lengths,
+acceptance, step jitter) is drawn beforehand from a numpy ``Generator``, so a seed fixes
+the result and acceptance draws belong to the request, not to the schedule.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bayesspec.errors import BadInput
+
+from .spec import SpecConfig
+from .stepmodel import StepModel
+
+try:  # numba earns its place: the step loop is sequential and branchy
+    from numba import njit
+except ImportError:  # pragma: no cover - exercised only without numba
+    def njit(*args, **kwargs):
+        if args and callable(args[0]):
+            return args[0]
+        return lambda f: f
+
+__all__ = [
+    "ServerConfig",
+    "Workload",
+    "Arrivals",
+    "PointResult",
+    "simulate_point",
+    "STRATEGIES",
+]
+
+STRATEGIES = ("synchronous", "throughput", "concurrent", "constant", "poisson")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Scheduler limits of the simulated server (vLLM V1 names and defaults)."""
+
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    block_size: int = 16
+    kv_capacity_tokens: int = 400_000
+    step_jitter: float = 0.02
+
+    def __post_init__(self):
+        for name in ("max_num_batched_tokens", "max_num_seqs", "block_size",
+                     "kv_capacity_tokens"):
+            value = getattr(self, name)
+            if int(value) != value or value < 1:
+                raise BadInput(f"{name} must be a positive integer, got {value}")
+        if not 0.0 <= self.step_jitter < 1.0:
+            raise BadInput(f"step_jitter must be in [0, 1), got {self.step_jitter}")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Prompt and output lengths: fixed (GuideLLM's synthetic data) or distributed.
+
+    ``dist`` is ``fixed``, ``uniform`` (mean x [1 - cv*sqrt(3), 1 + cv*sqrt(3)]) or
+    ``lognormal`` (given coefficient of variation ``cv``); lengths are at least 1.
+    """
+
+    prefill: int = 512
+    decode: int = 512
+    dist: str = "fixed"
+    cv: float = 0.0
+
+    def __post_init__(self):
+        for name in ("prefill", "decode"):
+            value = getattr(self, name)
+            if int(value) != value or value < 1:
+                raise BadInput(f"{name} tokens must be a positive integer, got {value}",
+                               column=f"{name}_tokens")
+        if self.dist not in ("fixed", "uniform", "lognormal"):
+            raise BadInput(f"length distribution must be fixed, uniform or lognormal, "
+                           f"got {self.dist!r}")
+        if self.cv < 0 or (self.dist == "uniform" and self.cv * math.sqrt(3) >= 1):
+            raise BadInput(f"length cv {self.cv} is out of range for {self.dist}")
+
+    def sample(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._one(rng, n, self.prefill), self._one(rng, n, self.decode)
+
+    def _one(self, rng, n, mean):
+        if self.dist == "fixed" or self.cv == 0:
+            return np.full(n, int(mean), dtype=np.int64)
+        if self.dist == "uniform":
+            half = self.cv * math.sqrt(3.0)
+            x = mean * rng.uniform(1.0 - half, 1.0 + half, n)
+        else:
+            sigma = math.sqrt(math.log1p(self.cv ** 2))
+            x = mean * rng.lognormal(-0.5 * sigma ** 2, sigma, n)
+        return np.maximum(np.rint(x), 1).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """How requests reach the server (GuideLLM strategy names).
+
+    ``synchronous``: one request at a time; ``throughput``: ``streams`` clients (default
+    twice the server's batch limit) sending back to back, to find the ceiling;
+    ``concurrent``: ``streams`` clients; ``constant`` / ``poisson``: open loop at ``rate``.
+    """
+
+    strategy: str = "poisson"
+    rate: float | None = None
+    streams: int | None = None
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise BadInput(f"unknown arrival strategy {self.strategy!r}; use one of "
+                           f"{', '.join(STRATEGIES)}")
+        if self.strategy in ("constant", "poisson"):
+            if self.rate is None or not (self.rate > 0 and math.isfinite(self.rate)):
+                raise BadInput(f"a {self.strategy} run needs a positive rate, got {self.rate}",
+                               column="rps")
+        if self.strategy == "concurrent" and not (self.streams and self.streams > 0):
+            raise BadInput("a concurrent run needs a positive number of streams")
+
+    @property
+    def open_loop(self) -> bool:
+        return self.strategy in ("constant", "poisson")
+
+    def client_streams(self, server: ServerConfig) -> int:
+        if self.strategy == "synchronous":
+            return 1
+        if self.strategy == "throughput":
+            return self.streams or 2 * server.max_num_seqs
+        return int(self.streams or 0)
+
+    def times(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        if self.strategy == "constant":
+            return np.arange(n, dtype=np.float64) / self.rate
+        if self.strategy == "poisson":
+            gaps = rng.exponential(1.0 / self.rate, n)
+            gaps[0] = 0.0
+            return np.cumsum(gaps)
+        return np.zeros(n, dtype=np.float64)   # closed loop: filled in by the engine
+
+
+# ---------------------------------------------------------------------------------------
+# The compiled step loop
+# ---------------------------------------------------------------------------------------
+
+@njit(cache=True)
+def _forward(p, tokens, kv):
+    """One forward pass; ``p`` is ``ForwardCost.as_array()``."""
+    memory = p[1] + p[4] * kv
+    if p[2] > 0.0:
+        memory += p[2] * (-math.expm1(tokens * p[3]))
+    compute = p[5] * tokens
+    if p[6] > 0.5:
+        return p[0] + max(memory, compute)
+    return p[0] + memory + compute
+
+
+@njit(cache=True)
+def _run(arrival, streams, prompt, output, acc_off, acc, k, vp, dp, sp, budget, max_seqs,
+         total_blocks, block_size, jitter, t_first, t_finish, n_preempt, cap_wait, cycles,
+         accepted, drafted):
+    n = prompt.shape[0]
+    computed = np.zeros(n, np.int64)
+    generated = np.zeros(n, np.int64)
+    blocks = np.zeros(n, np.int64)
+    run = np.empty(max_seqs, np.int64)
+    sched = np.zeros(max_seqs, np.int64)
+    drafts = np.zeros(max_seqs, np.int64)   # drafts verified this step; -1 marks a prefill chunk
+    pre = np.empty(n, np.int64)              # preempted requests, re-queued at the front
+    npre = 0
+    nrun = 0
+    wait_head = 0                            # next never-admitted request (arrival order)
+    free = total_blocks
+    if streams > 0:
+        n_arrived = min(streams, n)
+        for i in range(n_arrived):
+            arrival[i] = 0.0
+    else:
+        n_arrived = 0
+    t = 0.0
+    done = 0
+    steps = 0
+    busy = 0.0
+    n_jitter = jitter.shape[0]
+    while done < n:
+        if streams == 0:
+            while n_arrived < n and arrival[n_arrived] <= t:
+                n_arrived += 1
+        if nrun == 0 and npre == 0 and wait_head >= n_arrived:
+            t = arrival[n_arrived]           # idle until the next arrival
+            continue
+        left = budget
+        tokens = 0
+        kv = 0
+        n_draft = 0
+        kv_draft = 0
+        preempted = False
+        i = 0
+        while i < nrun:
+            r = run[i]
+            need = prompt[r] + generated[r] - computed[r]
+            if need <= 1:
+                s = 1 + k
+            else:
+                s = need
+            if s > left:
+                s = left
+            if s <= 0:
+                break
+            nb = (computed[r] + s + block_size - 1) // block_size - blocks[r]
+            self_out = False
+            while nb > free:
+                v = run[nrun - 1]
+                nrun -= 1
+                free += blocks[v]
+                blocks[v] = 0
+                computed[v] = 0
+                n_preempt[v] += 1
+                pre[npre] = v
+                npre += 1
+                preempted = True
+                if v == r:
+                    self_out = True
+                    break
+            if self_out:
+                break
+            if nb > 0:
+                free -= nb
+                blocks[r] += nb
+            sched[i] = s
+            left -= s
+            tokens += s
+            kv += computed[r] + s
+            if need <= 1:
+                drafts[i] = s - 1
+                n_draft += 1
+                kv_draft += computed[r] + s
+            else:
+                drafts[i] = -1
+                if s == need:                 # prefill completes: drafting starts
+                    n_draft += 1
+                    kv_draft += computed[r] + s
+            i += 1
+        for j in range(i, nrun):
+            sched[j] = 0
+        if not preempted:
+            while left > 0 and nrun < max_seqs:
+                if npre > 0:
+                    r = pre[npre - 1]
+                elif wait_head < n_arrived:
+                    r = wait_head
+                else:
+                    break
+                need = prompt[r] + generated[r] - computed[r]
+                s = need if need < left else left
+                nb = (s + block_size - 1) // block_size
+                if nb > free:
+                    cap_wait[r] = True
+                    break
+                if npre > 0:
+                    npre -= 1
+                else:
+                    wait_head += 1
+                free -= nb
+                blocks[r] = nb
+                run[nrun] = r
+                sched[nrun] = s
+                drafts[nrun] = -1
+                nrun += 1
+                left -= s
+                tokens += s
+                kv += s
+                if s == need:
+                    n_draft += 1
+                    kv_draft += s
+            if nrun >= max_seqs:
+                if npre > 0:
+                    cap_wait[pre[npre - 1]] = True
+                elif wait_head < n_arrived:
+                    cap_wait[wait_head] = True
+        if tokens == 0:
+            return -1, t, busy               # nothing can run: a request exceeds the cache
+        dt = sp[0] + sp[1] * nrun + _forward(vp, tokens, kv)
+        if k > 0:
+            dt += _forward(dp, tokens, kv)
+            if n_draft > 0:
+                dt += (k - 1) * _forward(dp, n_draft, kv_draft) + k * sp[2] * n_draft
+        dt *= jitter[steps % n_jitter]
+        t += dt
+        busy += dt
+        steps += 1
+        keep = 0
+        for j in range(nrun):
+            r = run[j]
+            s = sched[j]
+            if s > 0:
+                if drafts[j] >= 0:
+                    a = 0
+                    if k > 0:
+                        a = acc[acc_off[r] + cycles[r]]
+                        if a > drafts[j]:
+                            a = drafts[j]
+                        drafted[r] += drafts[j]
+                        accepted[r] += a
+                    cycles[r] += 1
+                    c = a + 1
+                    if c > output[r] - generated[r]:
+                        c = output[r] - generated[r]
+                    generated[r] += c
+                    computed[r] = prompt[r] + generated[r] - 1
+                else:
+                    computed[r] += s
+                    if computed[r] == prompt[r] + generated[r]:
+                        generated[r] += 1
+                        if generated[r] == 1:
+                            t_first[r] = t
+                if generated[r] >= output[r]:
+                    t_finish[r] = t
+                    free += blocks[r]
+                    blocks[r] = 0
+                    done += 1
+                    if streams > 0 and n_arrived < n:
+                        arrival[n_arrived] = t
+                        n_arrived += 1
+                    continue
+            run[keep] = r
+            keep += 1
+        nrun = keep
+    return steps, t, busy
+
+
+# ---------------------------------------------------------------------------------------
+# One load point
+# ---------------------------------------------------------------------------------------
+
+@dataclass
+class PointResult:
+    """Per-request outcome of one load point plus its measured summary."""
+
+    arrivals: Arrivals
+    spec: SpecConfig
+    arrival: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    prompt: np.ndarray
+    output: np.ndarray
+    preemptions: np.ndarray
+    capacity_wait: np.ndarray
+    cycles: np.ndarray
+    accepted: np.ndarray
+    drafted: np.ndarray
+    steps: int
+    busy_s: float
+    window: tuple[float, float]
+    measured: np.ndarray                    # bool mask of the requests in the window
+    summary: dict = field(default_factory=dict)
+
+    @property
+    def latency(self) -> np.ndarray:
+        return self.finish - self.arrival
+
+
+def simulate_point(step_model: StepModel, server: ServerConfig, workload: Workload,
+                   arrivals: Arrivals, spec: SpecConfig = SpecConfig(), *, n_requests: int = 1000,
+                   seed=0, warmup: float = 0.1, cooldown: float = 0.1,
+                   saturation_tolerance: float = 0.01) -> PointResult:
+    """Simulate one load point and measure it over its steady-state window.
+
+    ``seed`` is anything ``numpy.random.default_rng`` accepts (an int, a SeedSequence).
+    ``warmup``/``cooldown``: fractions of the requests left out at each end (see
+    :func:`_measure` for the window).
+    """
+    if int(n_requests) != n_requests or n_requests < 10:
+        raise BadInput(f"need at least 10 requests per load point, got {n_requests}",
+                       column="n_requests")
+    if not (0 <= warmup < 0.5 and 0 <= cooldown < 0.5):
+        raise BadInput("warm-up and cool-down fractions must each be in [0, 0.5)")
+    if spec.k > 0 and step_model.drafter is None:
+        raise BadInput("speculative decoding (k > 0) needs a drafter", column="drafter")
+    n = int(n_requests)
+    seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
+    arrival_seq, length_seq, accept_seq, jitter_seq = seq.spawn(4)
+    arrival = arrivals.times(np.random.default_rng(arrival_seq), n)
+    prompt, output = workload.sample(np.random.default_rng(length_seq), n)
+    longest = int((prompt + output).max()) + spec.k + server.block_size
+    if longest > server.kv_capacity_tokens:
+        raise BadInput(f"a request of {longest} tokens does not fit in the KV cache "
+                       f"({server.kv_capacity_tokens} tokens)")
+    acc_off, acc = spec.draw_accepted(np.random.default_rng(accept_seq), output)
+    sigma = server.step_jitter
+    jitter_rng = np.random.default_rng(jitter_seq)
+    jitter = np.exp(sigma * jitter_rng.standard_normal(8192) - 0.5 * sigma ** 2) if sigma \
+        else np.ones(1)
+
+    t_first = np.full(n, np.nan)
+    t_finish = np.full(n, np.nan)
+    n_preempt = np.zeros(n, np.int64)
+    cap_wait = np.zeros(n, np.bool_)
+    cycles = np.zeros(n, np.int64)
+    accepted = np.zeros(n, np.int64)
+    drafted = np.zeros(n, np.int64)
+    vp, dp, sp = step_model.as_arrays()
+    streams = 0 if arrivals.open_loop else arrivals.client_streams(server)
+    steps, _end, busy = _run(arrival, np.int64(streams), prompt, output, acc_off, acc,
+                             np.int64(spec.k), vp, dp, sp,
+                             np.int64(server.max_num_batched_tokens),
+                             np.int64(server.max_num_seqs),
+                             np.int64(server.kv_capacity_tokens // server.block_size),
+                             np.int64(server.block_size), jitter, t_first, t_finish,
+                             n_preempt, cap_wait, cycles, accepted, drafted)
+    if steps < 0:
+        raise BadInput("the simulated server stalled: a request does not fit in the KV cache")
+    result = PointResult(arrivals=arrivals, spec=spec, arrival=arrival, first_token=t_first,
+                         finish=t_finish, prompt=prompt, output=output, preemptions=n_preempt,
+                         capacity_wait=cap_wait, cycles=cycles, accepted=accepted,
+                         drafted=drafted, steps=int(steps), busy_s=float(busy),
+                         window=(0.0, 0.0), measured=np.zeros(n, bool))
+    _measure(result, warmup=warmup, cooldown=cooldown, tolerance=saturation_tolerance)
+    return result
+
+
+def _measure(res: PointResult, *, warmup: float, cooldown: float, tolerance: float) -> None:
+    """Steady-state metrics over a window that leaves out the ramp-up and the drain.
+
+    The window opens at the later of the first measured arrival and the ``w``-th
+    completion (by then the load has built up for at least one request lifetime), and
+    closes while clients are still sending: at the arrival of the first cool-down request
+    (open loop) or at the last arrival (closed loop). Requests that complete inside it are
+    the measured ones; ``mean_concurrency`` is the time average of the number of requests
+    in the system over the window, counting every request, measured or not.
+    """
+    n = len(res.arrival)
+    w = int(math.floor(warmup * n))
+    c = int(math.floor(cooldown * n))
+    done_sorted = np.sort(res.finish)
+    arrival_sorted = np.sort(res.arrival)
+    t0 = max(arrival_sorted[w], done_sorted[w])
+    if res.arrivals.open_loop:
+        t1 = arrival_sorted[n - c - 1] if c else arrival_sorted[-1]
+    else:
+        t1 = arrival_sorted[-1] if res.arrivals.strategy != "synchronous" else 0.0
+        if res.arrivals.strategy == "synchronous" or t1 <= t0:
+            t1 = done_sorted[n - c - 1]
+    if not t1 > t0:
+        # The load never reached steady state (too few requests for this much
+        # concurrency): fall back to the completions between the two trimmed ends.
+        t0, t1 = done_sorted[w], done_sorted[n - c - 1]
+    measured = (res.finish > t0) & (res.finish <= t1)
+    if measured.sum() < 2:
+        measured = np.zeros(n, bool)
+        measured[np.argsort(res.finish)[w:n - c]] = True
+        t0, t1 = float(res.finish[measured].min()), float(res.finish[measured].max())
+    duration = t1 - t0
+    res.window = (float(t0), float(t1))
+    res.measured = measured
+
+    lat = res.latency[measured]
+    in_system = np.clip(np.minimum(res.finish, t1) - np.maximum(res.arrival, t0), 0.0, None)
+    concurrency = float(in_system.sum() / duration) if duration > 0 else float("nan")
+    rps = float(measured.sum() / duration) if duration > 0 else float("nan")
+    ttft = res.first_token[measured] - res.arrival[measured]
+    out = res.output[measured]
+    multi = out > 1
+    itl = (res.finish[measured][multi] - res.first_token[measured][multi]) / (out[multi] - 1)
+    # Requests alive during the window: preemptions or capacity waits among them mean
+    # the server ran out of room, so the point is not the steady state the law describes.
+    alive = (res.arrival < t1) & (res.finish > t0)
+    preempted = int((res.preemptions[alive] > 0).sum())
+    waited = float(res.capacity_wait[alive].mean()) if alive.any() else 0.0
+    target = res.arrivals.rate if res.arrivals.open_loop else float("nan")
+    shortfall = bool(res.arrivals.open_loop and rps < 0.9 * target)
+    saturated = (res.arrivals.strategy == "throughput" or preempted > 0
+                 or waited > tolerance or shortfall)
+    spec_on = res.spec.k > 0
+    res.summary = {
+        "rps": rps,
+        "rps_target": target,
+        "n_requests": int(measured.sum()),
+        "latency_mean_s": float(lat.mean()),
+        "latency_std_s": float(lat.std(ddof=1)) if lat.size > 1 else 0.0,
+        "latency_p50_s": float(np.percentile(lat, 50)),
+        "latency_p95_s": float(np.percentile(lat, 95)),
+        "latency_p99_s": float(np.percentile(lat, 99)),
+        "ttft_mean_s": float(ttft.mean()),
+        "itl_mean_s": float(itl.mean()) if itl.size else float("nan"),
+        "mean_concurrency": concurrency,
+        "saturated": bool(saturated),
+        "strategy": res.arrivals.strategy,
+        "num_drafts": int(res.cycles[measured].sum()) if spec_on else 0,
+        "draft_tokens": int(res.drafted[measured].sum()) if spec_on else 0,
+        "accepted_tokens": int(res.accepted[measured].sum()) if spec_on else 0,
+        "preempted_requests": preempted,
+        "capacity_wait_share": waited,
+        "duration_s": float(duration),
+    }

@@ -1,0 +1,120 @@
+"""Equation-generated sweeps with known truth, for tests and the placeholder dataset.
+
+The mechanistic serving simulator lives in :mod:`bayesspec.simulate`; this module
+generates data from the latency law itself, so a fit can be checked against the exact
+coefficients that produced the data. The noise is realistic rather than textbook:
+
+- the achieved rate carries a relative error (the scheduler, a short window), and the
+  latency is the law evaluated at the *effective* rate, so the error in log L is
+  amplified by x/(1-x) near saturation;
+- each mean is over ``n_requests`` requests whose spread grows with load (queueing);
+- a small load-independent multiplicative error (run-to-run drift).
+
+Rates follow GuideLLM's sweep profile: a synchronous run (one request at a time), a
+throughput run at the ceiling (saturated, flagged), and evenly spaced rates between.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+# H100 SXM figures (see models/gpu); used only to give the placeholder truth a
+# realistic magnitude.
+_HBM_BYTES_PER_S = 3.35e12
+_USABLE_FLOP_PER_S = 0.45 * 989e12
+_STEP_OVERHEAD_S = 0.004
+
+
+def roofline_costs(params_b: float, prefill_tokens: int, decode_tokens: int,
+                   kv_bytes_per_token: float) -> tuple[float, float]:
+    """Rough (C1, C2) of a dense verifier on an H100 from a roofline argument.
+
+    C1: prefill compute plus one weight-streaming decode step per output token.
+    C2: what one more concurrent request adds: its share of every decode step (KV reads
+    over the average cache, its FLOPs) and its prefill compute.
+    """
+    flop_per_token = 2.0 * params_b * 1e9
+    step_s = params_b * 1e9 * 2 / _HBM_BYTES_PER_S + _STEP_OVERHEAD_S
+    prefill_s = prefill_tokens * flop_per_token / _USABLE_FLOP_PER_S
+    c1 = prefill_s + decode_tokens * step_s
+    mean_context = prefill_tokens + 0.5 * decode_tokens
+    per_step_s = (kv_bytes_per_token * mean_context / _HBM_BYTES_PER_S
+                  + flop_per_token / _USABLE_FLOP_PER_S)
+    c2 = decode_tokens * per_step_s + prefill_s
+    return c1, c2
+
+
+def sweep_rates(c1: float, c2: float, n_rates: int = 9) -> np.ndarray:
+    """GuideLLM-like sweep: synchronous rate, evenly spaced rates, throughput ceiling."""
+    # One request at a time: B = 1, so L = C1 + C2 and the achieved rate is 1/L.
+    synchronous = 1.0 / (c1 + c2)
+    ceiling = 1.0 / c2
+    return np.linspace(synchronous, ceiling, n_rates)
+
+
+def generate_sweeps(truth: pd.DataFrame, *, n_rates: int = 9, n_requests: int = 600,
+                    rate_error: float = 0.02, drift: float = 0.01,
+                    seed: int | None = 0) -> pd.DataFrame:
+    """Sweeps for every row of ``truth`` (columns C1, C2 plus any design columns).
+
+    Returns tidy rows (CONTRACT.md) with ``strategy`` and ``saturated`` set; the last
+    rate of each sweep is the throughput run, at the ceiling, marked saturated.
+    """
+    rng = np.random.default_rng(seed)
+    design = [c for c in truth.columns if c not in {"C1", "C2"}]
+    rows = []
+    for _, group in truth.iterrows():
+        c1, c2 = float(group["C1"]), float(group["C2"])
+        rates = sweep_rates(c1, c2, n_rates)
+        for i, rate in enumerate(rates):
+            strategy = ("synchronous" if i == 0 else
+                        "throughput" if i == len(rates) - 1 else "constant")
+            if strategy == "throughput":
+                achieved = rate * (1 - abs(rng.normal(0.0, 0.02)))
+                utilisation = 0.999
+                mean = c1 / (1 - utilisation) * np.exp(rng.normal(0.0, 0.3))
+                cv = 2.0
+            else:
+                achieved = rate
+                effective = rate * (1.0 + rng.normal(0.0, rate_error))
+                utilisation = min(effective * c2, 0.995)
+                # Per-request spread grows with the queue; the mean of n correlated
+                # requests behaves like fewer independent ones near saturation.
+                cv = 0.15 + 0.6 * utilisation
+                effective_n = n_requests * (1 - utilisation)
+                true_mean = c1 / (1 - utilisation)
+                sampling = rng.normal(0.0, cv / np.sqrt(max(effective_n, 4.0)))
+                mean = true_mean * np.exp(sampling + rng.normal(0.0, drift))
+            row = {name: group[name] for name in design}
+            row.update({
+                "rps": achieved,
+                "rps_target": np.nan if strategy != "constant" else rate,
+                "latency_mean_s": mean,
+                "latency_std_s": cv * mean,
+                "n_requests": n_requests,
+                "strategy": strategy,
+                "saturated": strategy == "throughput",
+            })
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def placeholder_truth() -> pd.DataFrame:
+    """Known (C1, C2) for three dense verifiers x the paper's 16 (prefill, decode) pairs."""
+    verifiers = {  # params (billions), KV bytes per token (bf16, from the model cards)
+        "Qwen3-8B": (8.19, 2 * 36 * 8 * 128 * 2),
+        "Qwen3-14B": (14.8, 2 * 40 * 8 * 128 * 2),
+        "Qwen3-32B": (32.8, 2 * 64 * 8 * 128 * 2),
+    }
+    lengths = (256, 512, 768, 1024)
+    rows = []
+    for name, (params_b, kv_bytes) in verifiers.items():
+        for prefill in lengths:
+            for decode in lengths:
+                c1, c2 = roofline_costs(params_b, prefill, decode, kv_bytes)
+                rows.append({"verifier": name, "drafter": "", "k": 0,
+                             "prefill_tokens": prefill, "decode_tokens": decode,
+                             "gpu": "H100", "C1": c1, "C2": c2})
+    return pd.DataFrame(rows)
