@@ -143,6 +143,8 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seed", type=int, default=None, help="random seed")
     group.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie",
                        help="NUTS implementation (default nutpie)")
+    group.add_argument("--target-accept", type=float, default=0.9,
+                       help="NUTS target acceptance (default 0.9); raise it if divergences appear")
     group.add_argument("--quiet", action="store_true", help="no progress output on stderr")
 
 
@@ -153,8 +155,12 @@ def _settings(args):
         value = getattr(args, name)
         if value < (2 if name == "draws" else 1 if name == "chains" else 0):
             raise BadInput(f"must be a positive number, got {value}", column=f"--{name}")
+    if not 0.5 <= args.target_accept < 1.0:
+        raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
+                       column="--target-accept")
     return SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
-                           seed=args.seed, progress=not args.quiet, sampler=args.sampler)
+                           seed=args.seed, progress=not args.quiet, sampler=args.sampler,
+                           target_accept=args.target_accept)
 
 
 def _read_data(path: str, args):

@@ -9,6 +9,7 @@ header is not counted) and the column.
 
 from __future__ import annotations
 
+import csv
 import math
 import os
 from dataclasses import dataclass
@@ -223,16 +224,54 @@ def _read_raw(path: Path) -> pd.DataFrame:
         if error.start < len(head) - 4:  # a cut multi-byte character at the end is fine
             raise BadInput("not UTF-8 text, expected CSV or Parquet", file=str(path)) from None
     try:
-        return pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True,
-                           comment=None)
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True,
+                            comment=None)
     except pd.errors.EmptyDataError:
         raise BadInput("empty file", file=str(path)) from None
     except pd.errors.ParserError as error:
-        line = _parser_error_line(str(error))
-        where = f" at line {line}" if line else ""
-        raise BadInput(f"malformed CSV{where}: wrong number of fields", file=str(path)) from None
+        raise _ragged_csv(path, _parser_error_line(str(error))) from None
     except UnicodeDecodeError:
         raise BadInput("not UTF-8 text, expected CSV or Parquet", file=str(path)) from None
+    if not isinstance(frame.index, pd.RangeIndex):
+        # Every data row has one field more than the header: pandas silently took the
+        # first column as the index and shifted the others onto the wrong names.
+        raise _ragged_csv(path, None)
+    # pandas renames a repeated header name ('rps', 'rps.1'); the raw header tells.
+    names = _csv_records(path, 1)
+    names = [name.strip() for name in names[0][1]] if names else []
+    repeated = [name for i, name in enumerate(names) if name in names[:i]]
+    if repeated:
+        raise BadInput("column appears twice", file=str(path), column=repeated[0])
+    return frame
+
+
+def _csv_records(path: Path, limit: int | None = None) -> list[tuple[int, list[str]]]:
+    """Non-blank CSV records with the file line each ends on (header first)."""
+    records = []
+    with open(path, newline="", encoding="utf-8-sig") as stream:
+        reader = csv.reader(stream, skipinitialspace=True)
+        for record in reader:
+            if record and any(field.strip() for field in record) or len(record) > 1:
+                records.append((reader.line_num, record))
+                if limit is not None and len(records) >= limit:
+                    break
+    return records
+
+
+def _ragged_csv(path: Path, line: int | None) -> BadInput:
+    """The error for the first data row with more fields than the header."""
+    try:
+        records = _csv_records(path)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        records = []
+    if records:
+        width = len(records[0][1])
+        for row, (end_line, record) in enumerate(records[1:], start=1):
+            if len(record) > width:
+                return BadInput(f"malformed CSV: {len(record)} fields but the header has "
+                                f"{width} (line {end_line})", file=str(path), row=row)
+    where = f" at line {line}" if line else ""
+    return BadInput(f"malformed CSV{where}: wrong number of fields", file=str(path))
 
 
 def _parser_error_line(message: str) -> int | None:

@@ -24,7 +24,8 @@ def uncertain(draws, prob: float = DEFAULT_PROB) -> dict:
     if values.size == 0:
         return {"mean": None, "median": None, "lo": None, "hi": None, "prob": prob}
     tail = (1.0 - prob) / 2.0
-    lo, median, hi = np.quantile(values, [tail, 0.5, 1.0 - tail])
+    with np.errstate(invalid="ignore"):  # quantiles between two infinities
+        lo, median, hi = np.quantile(values, [tail, 0.5, 1.0 - tail])
     with np.errstate(invalid="ignore"):
         mean = float(np.mean(values))
     return {"mean": _number(mean), "median": _number(median), "lo": _number(lo),

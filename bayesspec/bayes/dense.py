@@ -91,13 +91,13 @@ class DenseLatencyModel(LatencyModel):
             rps_data = pm.Data("rps", rps, dims="point")
             log_se = pm.Data("log_se", inputs.extras["log_se"], dims="point")
             rps_max = pm.Data("rps_max", groups["rps_max"].to_numpy(float), dims="group")
-            latency_low = pm.Data("latency_low", groups["latency_low"].to_numpy(float),
-                                  dims="group")
+            log_c1_center = pm.Data("log_C1_center",
+                                    float(np.log(np.median(groups["latency_low"]))))
+            observed = pm.Data("observed_log_latency", log_latency, dims="point")
 
             # Centred: every group's data pin C1 down and C1 differs a lot between groups,
             # the case where the centred form samples better than the non-centred one.
-            log_c1_mean = pm.Normal("log_C1_mean", float(np.log(np.median(
-                groups["latency_low"]))), cfg["log_c1_scale"])
+            log_c1_mean = pm.Normal("log_C1_mean", log_c1_center, cfg["log_c1_scale"])
             log_c1_sd = pm.HalfNormal("log_C1_sd", cfg["log_c1_scale"])
             log_c1 = pm.Normal("log_C1", log_c1_mean, log_c1_sd, dims="group")
 
@@ -121,9 +121,25 @@ class DenseLatencyModel(LatencyModel):
             mean_log_latency = pt.log(latency_expr(rps_data, c1_point, c2_point))
             amplification = load_amplification_expr(rps_data, c2_point)
             sigma = pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + log_se**2)
-            pm.Normal("log_latency", mean_log_latency, sigma, observed=log_latency,
+            pm.Normal("log_latency", mean_log_latency, sigma, observed=observed,
                       dims="point")
         return model
+
+    def data_values(self, data: pd.DataFrame) -> dict[str, np.ndarray]:
+        """Values of every ``pm.Data`` of the model for new data of the same shape.
+
+        Lets a compiled model be re-sampled on replicate or held-out data without
+        recompiling (``bayesspec.inference.sample_compiled``).
+        """
+        inputs = self.prepare(data)
+        return {
+            "group_index": inputs.group_index,
+            "rps": inputs.rows["rps"].to_numpy(float),
+            "log_se": inputs.extras["log_se"],
+            "rps_max": inputs.groups["rps_max"].to_numpy(float),
+            "log_C1_center": np.asarray(float(np.log(np.median(inputs.groups["latency_low"])))),
+            "observed_log_latency": np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
+        }
 
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "log_C1_mean", "log_C1_sd",

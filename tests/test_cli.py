@@ -1,0 +1,171 @@
+"""Every CLI verb: JSON shapes of CONTRACT.md, tables, exit codes, atomic outputs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bayesspec.cli import main, parse_list
+from bayesspec.synthetic import generate_sweeps
+
+UNCERTAIN_KEYS = {"mean", "median", "lo", "hi", "prob"}
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def is_uncertain(value) -> bool:
+    return isinstance(value, dict) and UNCERTAIN_KEYS <= set(value) and \
+        value["lo"] <= value["median"] <= value["hi"]
+
+
+def test_parse_list_forms():
+    assert parse_list("1,2,5").tolist() == [1.0, 2.0, 5.0]
+    assert np.allclose(parse_list("0:1:0.25"), [0, 0.25, 0.5, 0.75, 1.0])
+    for bad in ("a,b", "1:0:1", "1:2", "", "1:5:0"):
+        with pytest.raises(Exception) as info:
+            parse_list(bad)
+        assert "--rps" in str(info.value)
+
+
+def test_every_verb_has_help():
+    for verb in ("demo", "fit", "summary", "predict"):
+        result = subprocess.run([sys.executable, "-m", "bayesspec", verb, "--help"],
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "usage:" in result.stdout
+
+
+def test_summary_json_shape(capsys, real_fit_path):
+    code, out, err = run(capsys, "summary", str(real_fit_path), "--json")
+    assert code == 0
+    document = json.loads(out)
+    assert document["model"] == "dense"
+    assert len(document["groups"]) == 16
+    for group in document["groups"]:
+        assert is_uncertain(group["C1"]) and is_uncertain(group["C2"])
+        assert group["C1"]["prob"] == 0.9
+        assert {"verifier", "prefill_tokens", "decode_tokens"} <= set(group)
+    assert set(document["diagnostics"]) >= {"rhat_max", "ess_bulk_min", "divergences"}
+    assert all(is_uncertain(u) for u in document["coefficients"].values())
+
+
+def test_summary_prob_option_and_table(capsys, real_fit_path):
+    code, out, _ = run(capsys, "summary", str(real_fit_path), "--json", "--prob", "0.5")
+    narrow = json.loads(out)["groups"][0]["C2"]
+    code, out, _ = run(capsys, "summary", str(real_fit_path), "--json")
+    wide = json.loads(out)["groups"][0]["C2"]
+    assert narrow["prob"] == 0.5 and wide["hi"] - wide["lo"] > narrow["hi"] - narrow["lo"]
+    code, out, _ = run(capsys, "summary", str(real_fit_path))
+    assert code == 0
+    assert "C1 (s)" in out and "diagnostics:" in out and "Qwen3-14B p512 g512" in out
+
+
+def test_predict_json_shape_and_monotone(capsys, real_fit_path):
+    code, out, err = run(capsys, "predict", str(real_fit_path), "--rps", "0.5,2,4",
+                         "--prefill", "512", "--decode", "512", "--json")
+    assert code == 0, err
+    document = json.loads(out)
+    points = document["points"]
+    assert [p["rps"] for p in points] == [0.5, 2.0, 4.0]
+    assert all(is_uncertain(p["latency_s"]) for p in points)
+    medians = [p["latency_s"]["median"] for p in points]
+    assert medians == sorted(medians)
+    # a new measurement is less certain than the mean curve
+    assert all(p["predictive_s"]["hi"] - p["predictive_s"]["lo"]
+               >= p["latency_s"]["hi"] - p["latency_s"]["lo"] for p in points)
+
+
+def test_predict_past_saturation_is_null_not_a_number(capsys, real_fit_path):
+    code, out, _ = run(capsys, "predict", str(real_fit_path), "--rps", "1000",
+                       "--prefill", "256", "--decode", "256", "--json")
+    point = json.loads(out)["points"][0]
+    assert point["p_saturated"] == 1.0
+    assert point["latency_s"]["median"] is None  # JSON has no infinity
+
+
+def test_predict_needs_group_options_when_ambiguous(capsys, real_fit_path):
+    code, out, err = run(capsys, "predict", str(real_fit_path), "--rps", "1")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "--prefill" in err and "--decode" in err
+    code, _, err = run(capsys, "predict", str(real_fit_path), "--rps", "1",
+                       "--verifier", "nope", "--prefill", "512", "--decode", "512")
+    assert code == 2 and "no fitted group" in err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["summary", "missing.nc"], "no such fit file"),
+    (["predict", "missing.nc", "--rps", "1"], "no such fit file"),
+    (["summary", "{fit}", "--prob", "1.5"], "--prob"),
+    (["predict", "{fit}", "--rps", "x", "--prefill", "512", "--decode", "512"], "--rps"),
+])
+def test_bad_options_exit_2_with_one_line(capsys, real_fit_path, argv, needle):
+    argv = [a.replace("{fit}", str(real_fit_path)) for a in argv]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("bayesspec: error:") and err.count("\n") == 1 and needle in err
+
+
+def test_a_file_that_is_not_a_fit_is_refused(capsys, tmp_path):
+    junk = tmp_path / "junk.nc"
+    junk.write_bytes(b"\x89HDF\r\n\x1a\nnot really")
+    code, _, err = run(capsys, "summary", str(junk))
+    assert code == 2 and "junk.nc" in err and "Traceback" not in err
+
+
+def test_a_fit_from_another_model_version_is_refused(capsys, real_fit_path, tmp_path):
+    from bayesspec.fitfile import Fit
+
+    fit = Fit.load(real_fit_path)
+    fit.tree.attrs["bayesspec_model_version"] = "0"
+    other = tmp_path / "old.nc"
+    fit.save(other)
+    code, _, err = run(capsys, "summary", str(other))
+    assert code == 2 and "version" in err and "refit" in err
+
+
+def test_fit_verb_end_to_end(tmp_path, truth_16):
+    """The real `fit` verb in a subprocess: JSON only on stdout, file written."""
+    data = generate_sweeps(truth_16.iloc[:3], seed=5)
+    source = tmp_path / "sweeps.csv"
+    data.to_csv(source, index=False)
+    out = tmp_path / "fit.nc"
+    result = subprocess.run(
+        [sys.executable, "-m", "bayesspec", "fit", str(source), "-o", str(out), "--draws",
+         "200", "--tune", "300", "--chains", "2", "--seed", "1", "--json"],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["groups"] == 3 and document["excluded"] == 3
+    assert out.exists()
+    assert "3 of 27 points excluded" in result.stderr
+    listing = [p.name for p in tmp_path.iterdir()]
+    assert not [name for name in listing if name.endswith(".tmp")]
+
+
+def test_fit_to_missing_folder_fails_before_sampling(capsys, tmp_path, truth_16):
+    source = tmp_path / "sweeps.csv"
+    generate_sweeps(truth_16.iloc[:1], seed=5).to_csv(source, index=False)
+    code, _, err = run(capsys, "fit", str(source), "-o", str(tmp_path / "no" / "fit.nc"))
+    assert code == 2 and "output folder does not exist" in err
+
+
+def test_demo_quick_writes_fit_summary_and_figures(tmp_path):
+    out = tmp_path / "demo"
+    result = subprocess.run([sys.executable, "-m", "bayesspec", "demo", "--quick", "--out",
+                             str(out), "--json"], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert Path(document["fit"]).exists() and Path(document["summary"]).exists()
+    assert len(document["figures"]) >= 2
+    assert all(Path(f).stat().st_size > 10_000 for f in document["figures"])
+    summary = json.loads(Path(document["summary"]).read_text())
+    assert len(summary["groups"]) >= 16
