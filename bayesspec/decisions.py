@@ -6,9 +6,12 @@ plain dicts in the JSON shapes of CONTRACT.md.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from .laws import latency, load_amplification_expr
+from .errors import BadInput
+from .laws import crossover_rps, effective_costs, latency, load_amplification_expr
 
 DEFAULT_PROB = 0.9
 
@@ -78,3 +81,200 @@ def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int
             "p_saturated": float(np.mean(rate * c2 >= 1.0)),
         })
     return {"group": fit.groups["label"].iloc[group], "points": points}
+
+
+# --------------------------------------------------------------------------------------
+# Speculative decoding decisions: speedup, crossover, best draft length
+# --------------------------------------------------------------------------------------
+
+COEFFICIENT_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
+# A draw in which only the dense baseline is saturated has an infinite speedup; in
+# expectations it counts as this large finite value so one such draw cannot swamp a mean.
+SPEEDUP_CAP = 1e3
+
+
+@dataclass
+class SpeculativeCosts:
+    """Posterior draws needed to evaluate any (alpha, k) for one setup."""
+
+    label: str
+    decode_tokens: float
+    c1_dense: np.ndarray
+    c2_dense: np.ndarray
+    coefficients: dict[str, np.ndarray] | None  # None for fits without the six coefficients
+    per_config: dict[tuple[float, int], tuple[np.ndarray, np.ndarray]]
+
+    def costs(self, alpha, k):
+        """(C1_sd, C2_sd) draws broadcast against alpha and k (trailing axes)."""
+        if self.coefficients is None:
+            key = (round(float(alpha), 9), int(k))
+            if key not in self.per_config:
+                known = ", ".join(f"alpha {a:g} k {kk}" for a, kk in sorted(self.per_config))
+                raise BadInput(f"this fit has no group at alpha {alpha:g}, k {k} for "
+                               f"{self.label}; fit the speculative model to query any (alpha, k)"
+                               f" (fitted: {known or 'none'})")
+            return self.per_config[key]
+        c = self.coefficients
+        alpha = np.asarray(alpha, dtype=float)
+        k = np.asarray(k, dtype=float)
+        extra = max(alpha.ndim, k.ndim)
+        shape = (-1,) + (1,) * extra
+        return effective_costs(alpha, k, self.decode_tokens,
+                               *(c[name].reshape(shape) for name in COEFFICIENT_NAMES))
+
+
+def speculative_costs(fit, criteria: dict) -> SpeculativeCosts:
+    """Collect the draws for the setup chosen by the CLI group options."""
+    if fit.model_name == "speculative" or "c1v" in fit.posterior:
+        if fit.setups.empty:
+            raise BadInput("this fit has no speculative rows (k > 0); nothing to compare")
+        s = fit.select_setup(**criteria)
+        setup = fit.setups.iloc[s]
+        c1_dense = fit.draws("C1_dense", setup=s)
+        if np.isnan(c1_dense).all():
+            raise BadInput(f"setup '{setup['setup']}' has no dense baseline rows (k = 0) "
+                           "to compare against")
+        return SpeculativeCosts(
+            label=str(setup["setup"]), decode_tokens=float(setup["decode_tokens"]),
+            c1_dense=c1_dense, c2_dense=fit.draws("C2_dense", setup=s),
+            coefficients={n: fit.draws(n, setup=s) for n in COEFFICIENT_NAMES},
+            per_config={})
+    # A per-configuration fit (e.g. the dense model over SD rows): only fitted (alpha, k).
+    groups = fit.groups
+    options = {k: v for k, v in criteria.items() if k not in {"k", "alpha", "drafter"}}
+    dense_mask = groups["k"].to_numpy(int) == 0
+    dense_table = groups.loc[dense_mask].reset_index()
+    d = fit.select_group(_table=dense_table, **options)
+    base = dense_table.iloc[d]
+    same = np.ones(len(groups), dtype=bool)
+    for column in ("verifier", "prefill_tokens", "decode_tokens", "gpu", "engine",
+                   "engine_version"):
+        if column in groups.columns:
+            same &= (groups[column].astype(str) == str(base[column])).to_numpy()
+    if criteria.get("drafter") is not None:
+        same &= groups["drafter"].astype(str).str.lower().eq(
+            str(criteria["drafter"]).lower()).to_numpy()
+    per_config = {}
+    for g in np.flatnonzero(same & ~dense_mask):
+        key = (round(float(groups["alpha"].iloc[g]), 9), int(groups["k"].iloc[g]))
+        per_config[key] = (fit.draws("C1", int(g)), fit.draws("C2", int(g)))
+    return SpeculativeCosts(label=str(base["label"]),
+                            decode_tokens=float(base["decode_tokens"]),
+                            c1_dense=fit.draws("C1", int(base["index"])),
+                            c2_dense=fit.draws("C2", int(base["index"])),
+                            coefficients=None, per_config=per_config)
+
+
+def _speedup_draws(c1_dense, c2_dense, c1_sd, c2_sd, rps) -> np.ndarray:
+    """Speedup draws with saturation made explicit (see SPEEDUP_CAP)."""
+    l_dense = latency(rps, c1_dense, c2_dense)
+    l_sd = latency(rps, c1_sd, c2_sd)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = l_dense / l_sd
+    both = np.isinf(l_dense) & np.isinf(l_sd)
+    return np.where(both, 1.0, ratio)
+
+
+def speedup_curve(costs: SpeculativeCosts, alpha: float, k: int, rps, *,
+                  prob: float = DEFAULT_PROB) -> dict:
+    """CONTRACT ``speedup``: speedup vs RPS with intervals, p_slower, C1R and C2R."""
+    rps = np.asarray(rps, dtype=float)
+    c1_sd, c2_sd = costs.costs(alpha, k)
+    c1_sd, c2_sd = np.ravel(c1_sd), np.ravel(c2_sd)
+    draws = _speedup_draws(costs.c1_dense[:, None], costs.c2_dense[:, None],
+                           c1_sd[:, None], c2_sd[:, None], rps[None, :])
+    points = [{"rps": float(r), "speedup": uncertain(draws[:, j], prob),
+               "p_slower": float(np.mean(draws[:, j] < 1.0))}
+              for j, r in enumerate(rps)]
+    return {"setup": costs.label, "alpha": float(alpha), "k": int(k), "points": points,
+            "C1R": uncertain(c1_sd / costs.c1_dense, prob),
+            "C2R": uncertain(c2_sd / costs.c2_dense, prob)}
+
+
+def crossover(costs: SpeculativeCosts, alpha: float, k: int, *,
+              prob: float = DEFAULT_PROB) -> dict:
+    """CONTRACT ``crossover``: the RPS* distribution over the draws that have one."""
+    c1_sd, c2_sd = costs.costs(alpha, k)
+    c1_sd, c2_sd = np.ravel(c1_sd), np.ravel(c2_sd)
+    star = crossover_rps(costs.c1_dense, costs.c2_dense, c1_sd, c2_sd)
+    has = np.isfinite(star)
+    # Which way it crosses: SD faster below RPS* (the common case) or only above it.
+    faster_below = c1_sd < costs.c1_dense
+    return {
+        "setup": costs.label, "alpha": float(alpha), "k": int(k),
+        "rps_star": uncertain(star[has], prob) if has.any() else None,
+        "p_crossover": float(has.mean()),
+        "p_sd_faster_below": float(np.mean(faster_below[has])) if has.any() else None,
+        "saturation_rps": uncertain(1.0 / c2_sd, prob),
+        "dense_saturation_rps": uncertain(1.0 / costs.c2_dense, prob),
+        "C1R": uncertain(c1_sd / costs.c1_dense, prob),
+        "C2R": uncertain(c2_sd / costs.c2_dense, prob),
+    }
+
+
+def _lower_quantile(values: np.ndarray, q: float) -> np.ndarray:
+    """Quantile along axis 0 by partial sort (several times faster than np.quantile)."""
+    index = int(np.floor(q * (values.shape[0] - 1)))
+    return np.partition(values, index, axis=0)[index]
+
+
+def kstar_table(costs: SpeculativeCosts, alphas, rps, *, ks=range(0, 11),
+                objective: str = "mean", prob: float = DEFAULT_PROB) -> dict:
+    """CONTRACT ``kstar``: the best k per (alpha, RPS), its probability of being best.
+
+    Candidates include k = 0 (do not speculate; speedup 1 by definition). ``objective``
+    ``mean`` maximises the posterior expected speedup, ``q10`` its 10% quantile (the
+    risk-averse choice). ``loss_vs_batch1`` is the expected speedup given up by running
+    the k that is best at zero load instead.
+    """
+    if objective not in {"mean", "q10"}:
+        raise BadInput(f"objective must be mean or q10, got {objective!r}", column="--objective")
+    alphas = np.asarray(alphas, dtype=float)
+    rps = np.asarray(rps, dtype=float)
+    ks = np.asarray(list(ks), dtype=int)
+    if costs.coefficients is None:
+        raise BadInput("k* needs the speculative model (six cycle coefficients); "
+                       "fit with --model speculative")
+    sd_ks = ks[ks > 0]
+    table = []
+    c1d = costs.c1_dense[:, None, None]
+    c2d = costs.c2_dense[:, None, None]
+    for alpha in alphas:
+        c1_sd, c2_sd = costs.costs(alpha, sd_ks)                     # (S, K)
+        draws = _speedup_draws(c1d, c2d, c1_sd[:, :, None], c2_sd[:, :, None],
+                               rps[None, None, :])                    # (S, K, R)
+        if (ks == 0).any():
+            draws = np.concatenate([np.ones_like(draws[:, :1]), draws], axis=1)
+        capped = np.minimum(draws, SPEEDUP_CAP)
+        expected = capped.mean(axis=0)                                # (K, R)
+        score = expected if objective == "mean" else _lower_quantile(capped, 0.10)
+        best = np.argmax(score, axis=0)                               # (R,)
+        per_draw_best = np.argmax(capped, axis=1)                     # (S, R)
+        # Zero-load speedup is C1_dense/C1_sd: the k a batch-1 benchmark would pick.
+        zero_load = costs.c1_dense[:, None] / _c1_candidates(costs, alpha, ks)
+        batch1 = int(np.argmax(np.minimum(zero_load, SPEEDUP_CAP).mean(axis=0)))
+        for j, rate in enumerate(rps):
+            b = best[j]
+            table.append({
+                "alpha": float(alpha), "rps": float(rate), "k": int(ks[b]),
+                "p_best": float(np.mean(per_draw_best[:, j] == b)),
+                "speedup": uncertain(draws[:, b, j], prob),
+                "k_batch1": int(ks[batch1]),
+                "loss_vs_batch1": float(expected[b, j] - expected[batch1, j]),
+            })
+    return {"setup": costs.label, "objective": objective, "ks": ks.tolist(), "table": table}
+
+
+def _c1_candidates(costs: SpeculativeCosts, alpha: float, ks: np.ndarray) -> np.ndarray:
+    """C1 of every candidate k (k = 0 is the dense baseline), shape (S, K)."""
+    sd = ks[ks > 0]
+    c1_sd, _ = costs.costs(alpha, sd)
+    columns = []
+    j = 0
+    for k in ks:
+        if k == 0:
+            columns.append(costs.c1_dense)
+        else:
+            columns.append(c1_sd[:, j])
+            j += 1
+    return np.stack(columns, axis=1)

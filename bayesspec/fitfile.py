@@ -56,6 +56,8 @@ class Fit:
         data["group"] = row_group_labels(data, inputs.groups)
         tree["fit_data"] = xr.DataTree(frame_to_dataset(data.reset_index(drop=True), "row"))
         tree["groups"] = xr.DataTree(frame_to_dataset(inputs.groups, "group"))
+        if "setups" in inputs.extras:
+            tree["setups"] = xr.DataTree(frame_to_dataset(inputs.extras["setups"], "setup_row"))
         tree.attrs.update({
             "bayesspec_model": model.name,
             "bayesspec_model_version": model.version,
@@ -152,15 +154,25 @@ class Fit:
     def groups(self) -> pd.DataFrame:
         return dataset_to_frame(self.tree["groups"].to_dataset())
 
+    @cached_property
+    def setups(self) -> pd.DataFrame:
+        """SD setups (verifier, drafter, lengths) of a speculative fit; empty otherwise."""
+        if "setups" not in self.tree.children:
+            return pd.DataFrame()
+        return dataset_to_frame(self.tree["setups"].to_dataset())
+
     @property
     def posterior(self) -> xr.Dataset:
         return self.tree["posterior"].to_dataset()
 
-    def draws(self, name: str, group: int | None = None) -> np.ndarray:
+    def draws(self, name: str, group: int | None = None, *,
+              setup: int | None = None) -> np.ndarray:
         """Draws of a posterior variable, chains stacked first: shape (samples, ...)."""
         values = self.posterior[name]
         if group is not None:
             values = values.isel(group=group)
+        if setup is not None:
+            values = values.isel(setup=setup)
         values = values.stack(sample=("chain", "draw")).transpose("sample", ...)
         return np.asarray(values.values, dtype=float)
 
@@ -171,9 +183,15 @@ class Fit:
         return diagnostics(self.tree, variables)
 
     # ---------------------------------------------------------------- groups
-    def select_group(self, **criteria) -> int:
+    def select_setup(self, **criteria) -> int:
+        """Index of the single SD setup matching the criteria (k and alpha are ignored)."""
+        criteria = {k: v for k, v in criteria.items() if k not in {"k", "alpha"}}
+        return self.select_group(_table=self.setups, _label="setup", **criteria)
+
+    def select_group(self, _table: pd.DataFrame | None = None, _label: str = "label",
+                     **criteria) -> int:
         """Index of the single group matching the non-None criteria (CLI group options)."""
-        groups = self.groups
+        groups = self.groups if _table is None else _table
         mask = np.ones(len(groups), dtype=bool)
         for option, value in criteria.items():
             if value is None:
@@ -185,14 +203,14 @@ class Fit:
         matches = np.flatnonzero(mask)
         if len(matches) == 1:
             return int(matches[0])
-        labels = groups["label"].tolist()
+        labels = groups[_label].tolist()
         if len(matches) == 0:
             shown = "; ".join(labels[:8]) + (" ..." if len(labels) > 8 else "")
             raise BadInput(f"no fitted group matches the group options; groups: {shown}")
         varying = [option for option, column in SELECTORS.items()
                    if column in groups.columns
                    and groups.loc[mask, column].astype(str).nunique() > 1]
-        shown = "; ".join(groups.loc[mask, "label"].tolist()[:6])
+        shown = "; ".join(groups.loc[mask, _label].tolist()[:6])
         raise BadInput(f"{len(matches)} fitted groups match ({shown}{' ...' if len(matches) > 6 else ''});"
                        f" choose one with " + " ".join(f"--{o}" for o in varying))
 

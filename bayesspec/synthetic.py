@@ -118,3 +118,34 @@ def placeholder_truth() -> pd.DataFrame:
                              "prefill_tokens": prefill, "decode_tokens": decode,
                              "gpu": "H100", "C1": c1, "C2": c2})
     return pd.DataFrame(rows)
+
+
+# Six cycle coefficients with magnitudes from the public Llama-3.1-8B / H100 step fit
+# (BRIEF.md section 8) at 512/512 tokens: c1v ~ one verifier step, c1d ~ one draft step,
+# c2v ~ the marginal cost of a request in one verification (KV reads and k+1 tokens),
+# c2d ~ a drafter step's marginal cost, c1p/c2p ~ prefill.
+SPECULATIVE_TRUTH_8B = {"c1p": 0.011, "c1v": 7.1e-3, "c1d": 2.1e-3,
+                        "c2p": 0.011, "c2v": 1.5e-4, "c2d": 4.0e-6}
+DENSE_TRUTH_8B = {"C1": 3.65, "C2": 0.037}
+
+
+def speculative_truth(coefficients: dict | None = None, dense: dict | None = None, *,
+                      alphas=(0.5, 0.6, 0.7, 0.8, 0.9), ks=(1, 2, 4, 6, 8),
+                      decode_tokens: int = 512, prefill_tokens: int = 512,
+                      verifier: str = "Llama-3.1-8B",
+                      drafter: str = "EAGLE3-LLaMA3.1-Instruct-8B") -> pd.DataFrame:
+    """Per-configuration (C1, C2): the dense baseline plus every (alpha, k) via eq. (3)."""
+    from .laws import effective_costs
+
+    coefficients = coefficients or SPECULATIVE_TRUTH_8B
+    dense = dense or DENSE_TRUTH_8B
+    base = {"verifier": verifier, "prefill_tokens": prefill_tokens,
+            "decode_tokens": decode_tokens}
+    rows = [{**base, "drafter": "", "k": 0, "alpha": np.nan, **dense}]
+    for alpha in alphas:
+        for k in ks:
+            c1, c2 = effective_costs(alpha, k, decode_tokens, *(coefficients[n] for n in
+                                     ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")))
+            rows.append({**base, "drafter": drafter, "k": k, "alpha": alpha,
+                         "C1": float(c1), "C2": float(c2)})
+    return pd.DataFrame(rows)

@@ -32,44 +32,55 @@ def _stacked(tree, name: str) -> np.ndarray:
     return np.asarray(values.values)
 
 
-def dense_replicate_coverage(truth: pd.DataFrame, *, replicates: int = 20, prob: float = 0.9,
-                             settings: SamplerSettings | None = None, seed: int = 0,
-                             generator_options: dict | None = None,
-                             progress: bool = False) -> pd.DataFrame:
-    """Fit the dense model to ``replicates`` noisy sweeps of ``truth`` (columns C1, C2).
+def replicate_coverage(truth: pd.DataFrame, true_values: dict[str, np.ndarray], *,
+                       model: str = "dense", replicates: int = 20, prob: float = 0.9,
+                       settings: SamplerSettings | None = None, seed: int = 0,
+                       generator_options: dict | None = None, config: dict | None = None,
+                       progress: bool = False) -> pd.DataFrame:
+    """Fit ``model`` to ``replicates`` noisy sweeps generated from ``truth``.
 
-    Returns one row per (replicate, group) with ``covers_C1``, ``covers_C2``, the
-    interval widths relative to the truth, and the replicate's diagnostics.
+    ``truth`` has one row per configuration (columns C1, C2 and the design columns);
+    ``true_values`` maps posterior variable names to their true values (one per entry
+    of the variable's last dimension). Returns one row per (replicate, parameter, entry)
+    with ``covers``, the interval width relative to the truth, and the diagnostics.
     """
     settings = settings or SamplerSettings(draws=500, tune=500, chains=4, progress=False)
     options = generator_options or {}
-    model = get_model_class("dense")()
+    latency_model = get_model_class(model)(config)
     first = prepare(generate_sweeps(truth, seed=seed, **options))
-    compiled = compile_model(model.build(first), replace(settings, progress=False))
-    labels = list(model.inputs.groups["label"])
+    compiled = compile_model(latency_model.build(first), replace(settings, progress=False))
+    labels = list(latency_model.inputs.groups["label"])
     records = []
     started = time.perf_counter()
+    tail = (1 - prob) / 2
     for r in range(replicates):
         data = first if r == 0 else prepare(generate_sweeps(truth, seed=seed + r, **options))
-        values = model.data_values(data)
-        if list(model.inputs.groups["label"]) != labels:
+        values = latency_model.data_values(data)
+        if list(latency_model.inputs.groups["label"]) != labels:
             raise ValueError("replicates must share one design (same groups)")
         tree = sample_compiled(compiled, replace(settings, seed=seed + 1000 + r,
                                                  progress=False), data=values)
-        diag = diagnostics(tree, ["C1", "C2"] + model.posterior_variables())
-        for name in ("C1", "C2"):
-            draws = _stacked(tree, name)
-            true_values = truth[name].to_numpy(float)
-            covers = interval_covers(draws, true_values, prob)
-            tail = (1 - prob) / 2
+        diag = diagnostics(tree, ["C1", "C2"] + latency_model.posterior_variables())
+        for name, true in true_values.items():
+            draws = _stacked(tree, name).reshape(-1, np.size(true))
+            true = np.ravel(np.asarray(true, dtype=float))
+            covers = interval_covers(draws, true, prob)
             lo, hi = np.quantile(draws, [tail, 1 - tail], axis=0)
-            for g in range(len(true_values)):
-                records.append({"replicate": r, "group": labels[g], "parameter": name,
+            for g in range(true.size):
+                records.append({"replicate": r, "parameter": name, "entry": g,
                                 "covers": bool(covers[g]),
-                                "relative_width": float((hi[g] - lo[g]) / true_values[g]),
+                                "relative_width": float((hi[g] - lo[g]) / abs(true[g])),
                                 "rhat_max": diag["rhat_max"],
                                 "divergences": diag["divergences"]})
         if progress:
-            print(f"replicate {r + 1}/{replicates} done ({time.perf_counter() - started:.0f} s)",
+            print(f"replicate {r + 1}/{replicates} done ({time.perf_counter() - started:.0f} s,"
+                  f" divergences {diag['divergences']}, R-hat max {diag['rhat_max']:.3f})",
                   file=sys.stderr, flush=True)
     return pd.DataFrame(records)
+
+
+def dense_replicate_coverage(truth: pd.DataFrame, **options) -> pd.DataFrame:
+    """Coverage of the dense model's C1 and C2 over replicate datasets of ``truth``."""
+    return replicate_coverage(truth, {"C1": truth["C1"].to_numpy(float),
+                                      "C2": truth["C2"].to_numpy(float)},
+                              model="dense", **options)

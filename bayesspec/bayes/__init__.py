@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from .base import LatencyModel, ModelInputs
 from .dense import DenseLatencyModel
+from .speculative import SpeculativeLatencyModel
 
 MODEL_CLASSES: dict[str, type[LatencyModel]] = {
     DenseLatencyModel.name: DenseLatencyModel,
+    SpeculativeLatencyModel.name: SpeculativeLatencyModel,
 }
 
 
@@ -23,5 +25,5 @@ def get_model_class(name: str) -> type[LatencyModel]:
                        column="--model") from None
 
 
-__all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "MODEL_CLASSES",
+__all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "SpeculativeLatencyModel", "MODEL_CLASSES",
            "get_model_class"]

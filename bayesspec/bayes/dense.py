@@ -29,6 +29,7 @@ from ..data import assign_groups, included
 from ..errors import BadInput
 from ..laws import latency_expr, load_amplification_expr
 from .base import LatencyModel, ModelInputs
+from .priors import pooled_normal
 
 
 def measurement_log_se(rows: pd.DataFrame) -> np.ndarray:
@@ -97,17 +98,14 @@ class DenseLatencyModel(LatencyModel):
 
             # Centred: every group's data pin C1 down and C1 differs a lot between groups,
             # the case where the centred form samples better than the non-centred one.
-            log_c1_mean = pm.Normal("log_C1_mean", log_c1_center, cfg["log_c1_scale"])
-            log_c1_sd = pm.HalfNormal("log_C1_sd", cfg["log_c1_scale"])
-            log_c1 = pm.Normal("log_C1", log_c1_mean, log_c1_sd, dims="group")
-
-            util_mean = pm.Normal("utilisation_logit_mean", cfg["utilisation_logit_mean"],
-                                  cfg["utilisation_logit_scale"])
-            util_sd = pm.HalfNormal("utilisation_logit_sd", 1.0)
-            # Non-centred: sweeps reach similar utilisations, so this spread is small and a
+            n_groups = len(groups)
+            log_c1 = pooled_normal("log_C1", log_c1_center, cfg["log_c1_scale"], "group",
+                                   n_groups, centred=True)
+            # Non-centred: sweeps reach similar utilisations, so the spread is small and a
             # centred form would make a funnel.
-            util_z = pm.Normal("utilisation_z", 0.0, 1.0, dims="group")
-            utilisation = pm.math.sigmoid(util_mean + util_sd * util_z)
+            utilisation = pm.math.sigmoid(pooled_normal(
+                "utilisation_logit", cfg["utilisation_logit_mean"],
+                cfg["utilisation_logit_scale"], "group", n_groups, spread_scale=1.0))
 
             c1 = pm.Deterministic("C1", pt.exp(log_c1), dims="group")
             c2 = pm.Deterministic("C2", utilisation / rps_max, dims="group")
