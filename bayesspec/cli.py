@@ -105,21 +105,44 @@ def _g(value, digits=4) -> str:
     return f"{value:.{digits}g}"
 
 
-def _add_group_options(parser: argparse.ArgumentParser) -> None:
+def _add_group_options(parser: argparse.ArgumentParser, *, design: bool = True) -> None:
     group = parser.add_argument_group("group options (needed when the fit holds several groups)")
     group.add_argument("--verifier")
     group.add_argument("--drafter")
     group.add_argument("--prefill", type=int)
     group.add_argument("--decode", type=int)
-    group.add_argument("--k", type=int, dest="group_k", help="draft length of the group")
-    group.add_argument("--alpha", type=float, dest="group_alpha", help="acceptance of the group")
+    if design:
+        group.add_argument("--k", type=int, dest="group_k", help="draft length of the group")
+        group.add_argument("--alpha", type=float, dest="group_alpha",
+                           help="acceptance of the group")
     group.add_argument("--gpu")
 
 
 def _group_criteria(args) -> dict:
     return {"verifier": args.verifier, "drafter": args.drafter, "prefill": args.prefill,
-            "decode": args.decode, "k": args.group_k, "alpha": args.group_alpha,
-            "gpu": args.gpu}
+            "decode": args.decode, "k": getattr(args, "group_k", None),
+            "alpha": getattr(args, "group_alpha", None), "gpu": args.gpu}
+
+
+def _check_alpha_k(alpha: float, k: int) -> None:
+    if not 0.0 <= alpha <= 1.0:
+        raise BadInput(f"must be within [0, 1], got {alpha:g}", column="--alpha")
+    if k < 1:
+        raise BadInput(f"must be an integer >= 1, got {k}", column="--k")
+
+
+def _rates(text: str) -> np.ndarray:
+    rps = parse_list(text)
+    if np.any(rps < 0):
+        raise BadInput("rates must be >= 0", column="--rps")
+    return rps
+
+
+def _finish(document: dict, fit, args) -> dict:
+    warning = _convergence_warning(fit.diagnostics)
+    if warning:
+        document["warning"] = warning
+    return document
 
 
 def _add_common(parser: argparse.ArgumentParser, *, prob: bool = True) -> None:
@@ -191,11 +214,13 @@ def _check_output_path(path: str) -> None:
 # --------------------------------------------------------------------------- verbs
 
 def cmd_fit(args) -> int:
+    _check_output_path(args.output)
+    settings = _settings(args)
+    data = _read_data(args.data, args)
+    # Imported after the data are read: loading PyMC takes seconds, a bad file should not.
     from .workflow import fit
 
-    _check_output_path(args.output)
-    data = _read_data(args.data, args)
-    result = fit(data, args.model, settings=_settings(args))
+    result = fit(data, args.model, settings=settings)
     diag = result.diagnostics
     result.save(args.output)
     warning = _convergence_warning(diag)
@@ -259,15 +284,10 @@ def cmd_predict(args) -> int:
     from .decisions import predict_group
 
     _check_prob(args)
-    rps = parse_list(args.rps)
-    if np.any(rps < 0):
-        raise BadInput("rates must be >= 0", column="--rps")
+    rps = _rates(args.rps)
     fit = _load_fit(args.fit)
     group = fit.select_group(**_group_criteria(args))
-    document = predict_group(fit, group, rps, prob=args.prob)
-    warning = _convergence_warning(fit.diagnostics)
-    if warning:
-        document["warning"] = warning
+    document = _finish(predict_group(fit, group, rps, prob=args.prob), fit, args)
     if args.json:
         emit_json(document)
         return 0
@@ -277,6 +297,98 @@ def cmd_predict(args) -> int:
     for point in document["points"]:
         print(f"{point['rps']:>10.4g}  {_fmt(point['latency_s']):>34}  "
               f"{_fmt(point['predictive_s']):>34}  {point['p_saturated']:>12.3f}")
+    return 0
+
+
+def cmd_speedup(args) -> int:
+    from .decisions import speculative_costs, speedup_curve
+
+    _check_prob(args)
+    _check_alpha_k(args.alpha, args.k)
+    rps = _rates(args.rps)
+    fit = _load_fit(args.fit)
+    costs = speculative_costs(fit, _group_criteria(args))
+    document = _finish(speedup_curve(costs, args.alpha, args.k, rps, prob=args.prob), fit, args)
+    if args.plot:
+        from .plots import save_figure, speedup_bands_plot
+
+        _check_output_path(args.plot)
+        save_figure(speedup_bands_plot(costs, args.alpha, sorted({args.k, 1, 2, 4, 8}),
+                                       rps_max=float(rps.max()), prob=args.prob), args.plot)
+        document["plot"] = args.plot
+    if args.json:
+        emit_json(document)
+        return 0
+    print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}   "
+          f"({args.prob:.0%} intervals)")
+    print(f"C1R (zero-load cost ratio) {_fmt(document['C1R'])}   C2R (load cost ratio) "
+          f"{_fmt(document['C2R'])}")
+    print(f"{'RPS':>10}  {'speedup [interval]':>30}  {'P(SD slower)':>12}")
+    for point in document["points"]:
+        print(f"{point['rps']:>10.4g}  {_fmt(point['speedup']):>30}  {point['p_slower']:>12.3f}")
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return 0
+
+
+def cmd_crossover(args) -> int:
+    from .decisions import crossover, speculative_costs
+
+    _check_prob(args)
+    _check_alpha_k(args.alpha, args.k)
+    fit = _load_fit(args.fit)
+    costs = speculative_costs(fit, _group_criteria(args))
+    document = _finish(crossover(costs, args.alpha, args.k, prob=args.prob), fit, args)
+    if args.json:
+        emit_json(document)
+        return 0
+    print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}")
+    if document["rps_star"] is None:
+        print(f"no crossover below saturation in any draw (P = {document['p_crossover']:.3f}): "
+              f"the sign of the gain does not change with load")
+    else:
+        direction = ("SD is faster below RPS* and slower above it"
+                     if document["p_sd_faster_below"] >= 0.5 else
+                     "SD is slower below RPS* and faster above it")
+        print(f"RPS* = {_fmt(document['rps_star'])} in {document['p_crossover']:.1%} of "
+              f"draws; {direction}")
+    print(f"SD saturation RPS {_fmt(document['saturation_rps'])}; dense saturation RPS "
+          f"{_fmt(document['dense_saturation_rps'])}")
+    print(f"C1R {_fmt(document['C1R'])}   C2R {_fmt(document['C2R'])}")
+    return 0
+
+
+def cmd_kstar(args) -> int:
+    from .decisions import kstar_table, speculative_costs
+
+    _check_prob(args)
+    alphas = parse_list(args.alpha, option="--alpha")
+    if np.any((alphas < 0) | (alphas > 1)):
+        raise BadInput("values must be within [0, 1]", column="--alpha")
+    rps = _rates(args.rps)
+    if not 1 <= args.kmax <= 64:
+        raise BadInput(f"must be within 1..64, got {args.kmax}", column="--kmax")
+    fit = _load_fit(args.fit)
+    costs = speculative_costs(fit, _group_criteria(args))
+    document = kstar_table(costs, alphas, rps, ks=range(0, args.kmax + 1),
+                           objective=args.objective, prob=args.prob)
+    document = _finish(document, fit, args)
+    if args.plot:
+        from .plots import kstar_map_plot, save_figure
+
+        _check_output_path(args.plot)
+        save_figure(kstar_map_plot(document), args.plot)
+        document["plot"] = args.plot
+    if args.json:
+        emit_json(document)
+        return 0
+    print(f"setup: {document['setup']}   objective: {args.objective}   k = 0 means "
+          f"'do not speculate'")
+    print(f"{'alpha':>6} {'RPS':>9} {'k*':>4} {'P(best)':>8} {'speedup [interval]':>28} "
+          f"{'batch-1 k':>9} {'loss vs batch-1 k':>17}")
+    for row in document["table"]:
+        print(f"{row['alpha']:>6.3g} {row['rps']:>9.4g} {row['k']:>4} {row['p_best']:>8.2f} "
+              f"{_fmt(row['speedup']):>28} {row['k_batch1']:>9} {row['loss_vs_batch1']:>17.3f}")
     return 0
 
 
@@ -308,7 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("data", help="tidy CSV or Parquet file")
     fit.add_argument("-o", "--output", required=True, help="fit file to write (NetCDF)")
     fit.add_argument("--model", default="dense",
-                     help="dense (more models: speculative, moe, hierarchical as they land)")
+                     help="dense (one C1, C2 per group) or speculative (six cycle "
+                          "coefficients shared by every alpha and k)")
     fit.add_argument("--max-rps", type=float, default=None,
                      help="treat points above this rate as saturated")
     fit.add_argument("--catalog", action="append", default=None,
@@ -328,6 +441,36 @@ def build_parser() -> argparse.ArgumentParser:
     _add_group_options(predict)
     _add_common(predict)
     predict.set_defaults(handler=cmd_predict)
+
+    speedup = verbs.add_parser("speedup", help="speedup curve of SD vs dense with intervals")
+    speedup.add_argument("fit", help="fit file")
+    speedup.add_argument("--alpha", type=float, required=True, help="acceptance rate")
+    speedup.add_argument("--k", type=int, required=True, help="draft length")
+    speedup.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
+    speedup.add_argument("--plot", help="write speedup bands for several k to this PNG")
+    _add_group_options(speedup, design=False)
+    _add_common(speedup)
+    speedup.set_defaults(handler=cmd_speedup)
+
+    cross = verbs.add_parser("crossover", help="RPS* above which SD stops paying")
+    cross.add_argument("fit", help="fit file")
+    cross.add_argument("--alpha", type=float, required=True, help="acceptance rate")
+    cross.add_argument("--k", type=int, required=True, help="draft length")
+    _add_group_options(cross, design=False)
+    _add_common(cross)
+    cross.set_defaults(handler=cmd_crossover)
+
+    kstar = verbs.add_parser("kstar", help="best draft length per (alpha, RPS)")
+    kstar.add_argument("fit", help="fit file")
+    kstar.add_argument("--alpha", required=True, help="LIST of acceptance rates")
+    kstar.add_argument("--rps", required=True, help="LIST of rates")
+    kstar.add_argument("--kmax", type=int, default=10, help="largest k considered (default 10)")
+    kstar.add_argument("--objective", choices=("mean", "q10"), default="mean",
+                       help="maximise expected speedup (mean) or its 10%% quantile (q10)")
+    kstar.add_argument("--plot", help="write the k* map to this PNG")
+    _add_group_options(kstar, design=False)
+    _add_common(kstar)
+    kstar.set_defaults(handler=cmd_kstar)
 
     try:
         from .simulate import cli as simulate_cli

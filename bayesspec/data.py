@@ -237,8 +237,11 @@ def _read_raw(path: Path) -> pd.DataFrame:
         # first column as the index and shifted the others onto the wrong names.
         raise _ragged_csv(path, None)
     # pandas renames a repeated header name ('rps', 'rps.1'); the raw header tells.
-    names = _csv_records(path, 1)
-    names = [name.strip() for name in names[0][1]] if names else []
+    try:
+        header = _csv_records(path, 1)
+    except (UnicodeDecodeError, csv.Error):  # pandas read it; leave the rest to prepare()
+        header = []
+    names = [name.strip() for name in header[0][1]] if header else []
     repeated = [name for i, name in enumerate(names) if name in names[:i]]
     if repeated:
         raise BadInput("column appears twice", file=str(path), column=repeated[0])
@@ -251,7 +254,7 @@ def _csv_records(path: Path, limit: int | None = None) -> list[tuple[int, list[s
     with open(path, newline="", encoding="utf-8-sig") as stream:
         reader = csv.reader(stream, skipinitialspace=True)
         for record in reader:
-            if record and any(field.strip() for field in record) or len(record) > 1:
+            if len(record) > 1 or (record and record[0].strip()):  # pandas skips blank lines
                 records.append((reader.line_num, record))
                 if limit is not None and len(records) >= limit:
                     break

@@ -151,38 +151,76 @@ def expert_coverage(tokens, m, M):
     tokens, m, M = _as_float(tokens, m, M)
     if np.any((m < 0) | (m > M) | (M <= 0)):
         raise ValueError("expert counts need 0 <= m <= M and M > 0")
-    return expert_coverage_expr(np.maximum(tokens, 0.0), m, M)[()]
+    tokens = np.maximum(tokens, 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = expert_coverage_expr(tokens, m, M)
+    # No tokens (or no routed experts) cover nothing, also where the expression is
+    # 0 * log(0) = nan (m = M with zero tokens, m = 0 with infinitely many).
+    return np.where((tokens == 0.0) | (m == 0.0), 0.0, value)[()]
 
 
 def moe_latency(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request=1.0, *,
                 rtol: float = 1e-13, max_iter: int = 200):
-    """Mean latency of a sparse MoE model, eq. (4), solved for its fixed point in L.
+    """Mean latency of a sparse MoE model, eq. (4), solved for its least fixed point in L.
 
     The routed tokens per step T = rps*L*tokens_per_request depend on L, so L solves
-    L = (C1u + phi(T)*C1s)/(1 - rps*(C2u + phi(T)*C2s)). Because 0 <= phi < 1, the
-    root is bracketed by the phi = 0 and phi = 1 latencies; a vectorised bisection on
-    that bracket converges for every input below saturation. Saturation is
+    L = (C1u + phi(T)*C1s)/(1 - rps*(C2u + phi(T)*C2s)). Saturation is
     rps*(C2u + C2s) >= 1 (at high load every expert is touched, phi -> 1): ``inf``.
+
+    Below saturation the fixed points are the roots of
+    F(L) = C1u + phi(L)*(C1s + rps*C2s*L) - L*(1 - rps*C2u), phi(L) = 1 - exp(-beta*L),
+    beta = -rps*tokens_per_request*log(1 - m/M). F >= 0 at the phi = 0 latency and
+    F <= 0 at the phi = 1 latency, but eq. (4) can have three fixed points in that
+    bracket. The served latency is the least one: the one that the load reaches when it
+    rises from zero, and the limit of the iteration L <- rhs(L) from the phi = 0 latency.
+    F is convex below L_i = 2/beta - C1s/(rps*C2s) and concave above, so with x the
+    minimiser of F over the convex part of the bracket, the least root is the only root
+    in [phi=0 latency, x] when F(x) <= 0, and the only root in [x, phi=1 latency]
+    otherwise; a vectorised bisection finds it.
     """
     rps, c1u, c1s, c2u, c2s, m, M, tpr = np.broadcast_arrays(
         *_as_float(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request))
     saturated = rps * (c2u + c2s) >= 1.0
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         low = np.where(saturated, 1.0, latency_expr(rps, c1u, c2u))
         high = np.where(saturated, 1.0, latency_expr(rps, c1u + c1s, c2u + c2s))
-    log_keep = np.log1p(-m / M)
+        # beta = inf where every expert is routed (phi = 1 at any load), also when
+        # rps*tokens_per_request underflows to 0
+        routed = (rps > 0.0) & (tpr > 0.0) & (m > 0.0)
+        beta = np.where(routed, np.where(m >= M, np.inf, -rps * tpr * np.log1p(-m / M)), 0.0)
+        kappa = rps * c2s
+        free = 1.0 - rps * c2u
+        inflection = 2.0 / beta - c1s / kappa
+        # no convex part where F is concave or linear (kappa = 0 or beta = 0), or where
+        # the terms over/underflow (inf - inf): phi is then flat to double precision
+        inflection = np.where((kappa > 0.0) & (beta > 0.0) & ~np.isnan(inflection),
+                              inflection, -np.inf)
+        convex_end = np.clip(inflection, low, high)
 
-    def excess(candidate):
-        phi = -np.expm1(rps * candidate * tpr * log_keep)
-        c1, c2 = moe_costs_expr(phi, c1u, c1s, c2u, c2s)
-        return latency_expr(rps, c1, c2) - candidate
+        def coverage(candidate):
+            # phi(0) = 0 also where beta is inf (m = M)
+            return -np.expm1(-np.where(candidate > 0.0, beta * candidate, 0.0))
 
-    for _ in range(max_iter):
-        mid = 0.5 * (low + high)
-        go_up = excess(mid) > 0.0
-        low = np.where(go_up, mid, low)
-        high = np.where(go_up, high, mid)
-        if np.all((high - low) <= rtol * np.abs(high)):
-            break
-    result = 0.5 * (low + high)
+        def excess(candidate):  # rhs(L) - L = F(L)/(1 - rps*C2(phi)): the sign of F
+            c1, c2 = moe_costs_expr(coverage(candidate), c1u, c1s, c2u, c2s)
+            return latency_expr(rps, c1, c2) - candidate
+
+        def slope(candidate):  # F'(L), increasing on the convex part
+            phi = coverage(candidate)
+            return beta * (1.0 - phi) * (c1s + kappa * candidate) + phi * kappa - free
+
+        def bisect(lo, hi, go_up):
+            for _ in range(max_iter):
+                mid = 0.5 * (lo + hi)
+                up = go_up(mid)
+                lo = np.where(up, mid, lo)
+                hi = np.where(up, hi, mid)
+                if np.all((hi - lo) <= rtol * np.abs(hi)):
+                    break
+            return 0.5 * (lo + hi)
+
+        lowest = bisect(low, convex_end, lambda x: slope(x) < 0.0)
+        dips = excess(lowest) <= 0.0
+        result = bisect(np.where(dips, low, lowest), np.where(dips, lowest, high),
+                        lambda x: excess(x) > 0.0)
     return np.where(saturated, np.inf, result)[()]

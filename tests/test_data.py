@@ -1,0 +1,398 @@
+"""Tidy data: ``read_tidy`` on good files, and every kind of bad file, directly and
+through the command line (CONTRACT.md, "Tidy data" and "Command line")."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bayesspec import catalog as cat_mod
+from bayesspec.catalog import default_catalog, load_catalog
+from bayesspec.data import SaturationRule, read_tidy
+from bayesspec.errors import BadInput
+
+BAYESSPEC = Path(sys.executable).with_name("bayesspec")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_catalog(monkeypatch, tmp_path_factory):
+    """Only the bundled catalog: no $BAYESSPEC_CATALOG, an empty home."""
+    monkeypatch.delenv(cat_mod.ENV_VAR, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+    default_catalog.cache_clear()
+    yield
+    default_catalog.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog(include_user=False)
+
+
+GOOD_CSV = """\
+verifier,drafter,k,alpha,prefill_tokens,decode_tokens,rps,latency_mean_s,rps_target,n_requests,latency_p95_s,strategy,gpu
+Qwen3-8B,EAGLE3-Qwen3-8B,3,0.8,512,256,0.5,2.0,0.5,100,2.5,constant,H100
+Qwen3-8B,EAGLE3-Qwen3-8B,3,0.8,512,256,1.5,2.4,1.5,100,3.1,constant,H100
+Qwen3-8B,,0,0.7,512,256,1.0,2.2,1.0,100,2.9,constant,H100
+gpt-oss-20b,,0,,512,256,2.0,2.5,,100,3.3,throughput,H100
+gpt-oss-20b,,0,,512,256,3.0,2.9,4.0,100,3.8,constant,H100
+"""
+
+
+def write(tmp_path: Path, name: str, content: str | bytes) -> Path:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------------ good files
+
+def test_good_csv_reads(tmp_path, catalog):
+    data = read_tidy(write(tmp_path, "good.csv", GOOD_CSV), catalog=catalog)
+    assert len(data) == 5
+    assert data["rps"].tolist() == [0.5, 1.5, 1.0, 2.0, 3.0]
+    assert data["latency_mean_s"].dtype == float
+    assert data["k"].tolist() == [3, 3, 0, 0, 0]
+    assert data["prefill_tokens"].tolist() == [512] * 5
+    assert data["verifier"].tolist()[0] == "Qwen3-8B"
+    assert data["drafter"].tolist() == ["EAGLE3-Qwen3-8B"] * 2 + [""] * 3
+    assert data.attrs["source_file"].endswith("good.csv")
+    assert {"excluded", "exclusion_reason"} <= set(data.columns)
+
+
+def test_csv_and_parquet_give_the_same_frame(tmp_path, catalog):
+    csv_path = write(tmp_path, "good.csv", GOOD_CSV)
+    parquet_path = tmp_path / "good.parquet"
+    pd.read_csv(csv_path).to_parquet(parquet_path)
+    from_csv = read_tidy(csv_path, catalog=catalog)
+    from_parquet = read_tidy(parquet_path, catalog=catalog)
+    pd.testing.assert_frame_equal(from_csv, from_parquet)
+
+
+def test_parquet_with_a_filtered_index_reads_like_csv(tmp_path, catalog):
+    frame = pd.read_csv(write(tmp_path, "good.csv", GOOD_CSV))
+    frame.index = [10, 20, 30, 40, 50]
+    frame.to_parquet(tmp_path / "indexed.parquet")
+    got = read_tidy(tmp_path / "indexed.parquet", catalog=catalog)
+    pd.testing.assert_frame_equal(got, read_tidy(tmp_path / "good.csv", catalog=catalog))
+
+
+def test_defaults_when_design_columns_absent(tmp_path, catalog):
+    data = read_tidy(write(tmp_path, "min.csv", "rps,latency_mean_s\n1,2\n2,2.5\n"),
+                     catalog=catalog)
+    assert data["verifier"].tolist() == ["model", "model"]
+    assert data["drafter"].tolist() == ["", ""]
+    assert data["k"].tolist() == [0, 0]
+    assert data["k"].dtype == np.int64
+    assert data["alpha"].isna().all() and data["alpha"].dtype == float
+    assert data["prefill_tokens"].isna().all() and data["decode_tokens"].isna().all()
+    assert not data["excluded"].any()
+    assert data["exclusion_reason"].tolist() == ["", ""]
+
+
+def test_blank_design_values_take_defaults(tmp_path, catalog):
+    text = "verifier,drafter,k,alpha,rps,latency_mean_s\nQwen3-8B,,,,1,2\n"
+    data = read_tidy(write(tmp_path, "blank.csv", text), catalog=catalog)
+    assert data["drafter"].tolist() == [""]
+    assert data["k"].tolist() == [0]
+    assert math.isnan(data["alpha"].iloc[0])
+
+
+def test_alpha_blanked_where_k_is_zero(tmp_path, catalog):
+    text = "k,alpha,rps,latency_mean_s\n0,0.7,1,2\n2,0.7,1,2\n3,,1,2\n0,1.0,1,2\n"
+    data = read_tidy(write(tmp_path, "alpha.csv", text), catalog=catalog)
+    assert math.isnan(data["alpha"].iloc[0])
+    assert data["alpha"].iloc[1] == 0.7
+    assert math.isnan(data["alpha"].iloc[2])  # unknown acceptance stays unknown
+    assert math.isnan(data["alpha"].iloc[3])
+
+
+def test_catalog_covariates_attached(tmp_path, catalog):
+    data = read_tidy(write(tmp_path, "good.csv", GOOD_CSV), catalog=catalog)
+    qwen = data[data["verifier"] == "Qwen3-8B"]
+    card = catalog.find_model("Qwen3-8B")
+    assert qwen["verifier_params_b"].tolist() == [card.params_total_b] * 3
+    assert 7.0 < card.params_total_b < 9.0
+    assert qwen["experts_active"].isna().all() and qwen["experts_total"].isna().all()
+    drafter = catalog.find_model("EAGLE3-Qwen3-8B")
+    assert qwen["drafter_params_b"].iloc[0] == drafter.params_total_b
+    assert math.isnan(qwen["drafter_params_b"].iloc[2])  # dense: no drafter
+    oss = data[data["verifier"] == "gpt-oss-20b"]
+    assert oss["experts_active"].tolist() == [4, 4]
+    assert oss["experts_total"].tolist() == [32, 32]
+    assert oss["verifier_params_b"].iloc[0] == pytest.approx(20.91)
+
+
+def test_catalog_covariates_from_the_default_catalog(tmp_path):
+    data = read_tidy(write(tmp_path, "good.csv", GOOD_CSV))
+    assert data.loc[data["verifier"] == "gpt-oss-20b", "experts_total"].tolist() == [32, 32]
+
+
+def test_data_covariates_win_over_the_catalog(tmp_path, catalog):
+    text = ("verifier,rps,latency_mean_s,verifier_params_b,experts_active,experts_total\n"
+            "gpt-oss-20b,1,2,21.5,,\n"
+            "gpt-oss-20b,2,3,,2,16\n")
+    data = read_tidy(write(tmp_path, "cov.csv", text), catalog=catalog)
+    assert data["verifier_params_b"].tolist() == [21.5, pytest.approx(20.91)]
+    assert data["experts_active"].tolist() == [4, 2]
+    assert data["experts_total"].tolist() == [32, 16]
+
+
+def test_unknown_verifier_has_no_covariates(tmp_path, catalog):
+    data = read_tidy(write(tmp_path, "u.csv", "verifier,rps,latency_mean_s\nMy-Model,1,2\n"),
+                     catalog=catalog)
+    assert math.isnan(data["verifier_params_b"].iloc[0])
+    assert pd.isna(data["experts_total"].iloc[0])
+
+
+# ---------------------------------------------------------------------------- saturation
+
+def test_saturation_marking_by_every_rule(tmp_path, catalog):
+    text = ("rps,latency_mean_s,saturated,strategy,rps_target\n"
+            "1.0,2.0,false,constant,1.0\n"      # 1 kept
+            "2.0,2.2,true,constant,2.0\n"       # 2 marked saturated
+            "3.0,2.5,no,throughput,\n"          # 3 throughput run
+            "3.5,2.9,0,constant,4.0\n"          # 4 3.5 < 0.9 * 4.0
+            "3.7,3.1,,constant,4.0\n"           # 5 3.7 >= 3.6: kept
+            "6.0,9.0,false,constant,6.0\n")     # 6 kept unless --max-rps
+    data = read_tidy(write(tmp_path, "sat.csv", text), catalog=catalog)
+    assert data["saturated"].tolist() == [False, True, False, False, False, False]
+    assert data["excluded"].tolist() == [False, True, True, True, False, False]
+    assert data["exclusion_reason"].tolist() == [
+        "", "marked saturated", "throughput run", "achieved rate < 90% of target", "", ""]
+
+    ruled = read_tidy(tmp_path / "sat.csv", catalog=catalog,
+                      saturation=SaturationRule(max_rps=5.0))
+    assert ruled["excluded"].tolist() == [False, True, True, True, False, True]
+    assert ruled["exclusion_reason"].iloc[5] == "rps above --max-rps 5"
+    assert ruled["exclusion_reason"].iloc[1] == "marked saturated"  # first rule wins
+
+
+def test_shortfall_fraction_is_settable(tmp_path, catalog):
+    text = "rps,latency_mean_s,rps_target\n3.7,3.1,4.0\n"
+    path = write(tmp_path, "short.csv", text)
+    assert not read_tidy(path, catalog=catalog)["excluded"].iloc[0]
+    strict = read_tidy(path, catalog=catalog, saturation=SaturationRule(shortfall=0.95))
+    assert strict["excluded"].iloc[0]
+    assert strict["exclusion_reason"].iloc[0] == "achieved rate < 95% of target"
+
+
+@pytest.mark.parametrize("word", ["true", "True", "1", "yes", "t", "Y"])
+def test_saturated_truthy_spellings(tmp_path, catalog, word):
+    data = read_tidy(write(tmp_path, "s.csv", f"rps,latency_mean_s,saturated\n1,2,{word}\n"),
+                     catalog=catalog)
+    assert data["excluded"].iloc[0]
+
+
+# ----------------------------------------------------------------------------- bad files
+
+HEAD = "verifier,k,alpha,rps,latency_mean_s\n"
+OK_ROW = "Qwen3-8B,2,0.8,1.0,2.0\n"
+
+
+def rows(*lines: str) -> str:
+    return HEAD + "".join(line + "\n" for line in lines)
+
+
+# (id, file name, content, expected row or None, expected column or None, text in reason)
+BAD_CASES = [
+    ("missing-rps", "bad.csv", "verifier,latency_mean_s\nQwen3-8B,2.0\n", None, "rps",
+     "missing"),
+    ("missing-latency", "bad.csv", "verifier,rps\nQwen3-8B,1.0\n", None, "latency_mean_s",
+     "missing"),
+    ("non-numeric", "bad.csv", rows("Qwen3-8B,2,0.8,1.0,2.0", "Qwen3-8B,2,0.8,2.0,2.1",
+                                    "Qwen3-8B,2,0.8,abc,2.2"), 3, "rps", "abc"),
+    ("non-numeric-latency", "bad.csv", rows("Qwen3-8B,2,0.8,1.0,2.0", "Qwen3-8B,2,0.8,2.0,x1"),
+     2, "latency_mean_s", "not a number"),
+    ("nan-rps", "bad.csv", rows("Qwen3-8B,2,0.8,1.0,2.0", "Qwen3-8B,2,0.8,NaN,2.0"), 2, "rps",
+     "missing"),
+    ("empty-latency", "bad.csv", rows("Qwen3-8B,2,0.8,1.0,2.0", "Qwen3-8B,2,0.8,1.0,"), 2,
+     "latency_mean_s", "missing"),
+    ("negative-rps", "bad.csv", rows("Qwen3-8B,2,0.8,1.0,2.0", "Qwen3-8B,2,0.8,-1.0,2.0"), 2,
+     "rps", "> 0"),
+    ("zero-rps", "bad.csv", rows("Qwen3-8B,2,0.8,0,2.0"), 1, "rps", "> 0"),
+    ("zero-latency", "bad.csv", rows("Qwen3-8B,2,0.8,1.0,2.0", "Qwen3-8B,2,0.8,1.5,2.1",
+                                     "Qwen3-8B,2,0.8,2.0,0"), 3, "latency_mean_s", "> 0"),
+    ("negative-latency", "bad.csv", rows("Qwen3-8B,2,0.8,1.0,-2.0"), 1, "latency_mean_s",
+     "> 0"),
+    ("infinite-latency", "bad.csv", rows("Qwen3-8B,2,0.8,1.0,inf"), 1, "latency_mean_s",
+     "infinite"),
+    ("alpha-above-1", "bad.csv", rows(OK_ROW.strip(), "Qwen3-8B,2,1.2,1.0,2.0"), 2, "alpha",
+     "[0, 1]"),
+    ("alpha-below-0", "bad.csv", rows("Qwen3-8B,2,-0.1,1.0,2.0"), 1, "alpha", "[0, 1]"),
+    ("negative-k", "bad.csv", rows(OK_ROW.strip(), OK_ROW.strip(), "Qwen3-8B,-1,0.8,1.0,2.0"),
+     3, "k", ">= 0"),
+    ("fractional-k", "bad.csv", rows(OK_ROW.strip(), "Qwen3-8B,2.5,0.8,1.0,2.0"), 2, "k",
+     "whole number"),
+    ("non-numeric-k", "bad.csv", rows("Qwen3-8B,three,0.8,1.0,2.0"), 1, "k", "not a number"),
+    ("zero-prefill", "bad.csv", "prefill_tokens,rps,latency_mean_s\n512,1,2\n0,1,2\n", 2,
+     "prefill_tokens", ">= 1"),
+    ("negative-p95", "bad.csv", "rps,latency_mean_s,latency_p95_s\n1,2,-3\n", 1,
+     "latency_p95_s", ">= 0"),
+    ("saturated-not-boolean", "bad.csv", "rps,latency_mean_s,saturated\n1,2,maybe\n", 1,
+     "saturated", "true/false"),
+    ("more-accepted-than-drafted", "bad.csv",
+     "rps,latency_mean_s,draft_tokens,accepted_tokens\n1,2,300,200\n2,3,300,301\n", 2,
+     "accepted_tokens", "accepted"),
+    ("experts-active-above-total", "bad.csv",
+     "verifier,rps,latency_mean_s,experts_active,experts_total\n"
+     "gpt-oss-20b,1,2,4,32\ngpt-oss-20b,2,3,40,32\n", 2, "experts_active", "experts"),
+    ("duplicate-column", "bad.csv", "rps,latency_mean_s,rps\n1,2,3\n", None, "rps", "twice"),
+    ("ragged-row", "bad.csv", rows(OK_ROW.strip(), "Qwen3-8B,2,0.8,1.0,2.0,7"), 2, None,
+     "fields"),
+    ("ragged-after-blank-line", "bad.csv", HEAD + OK_ROW + "\n" + OK_ROW + "Qwen3-8B,2,0.8,1,2,7\n",
+     3, None, "fields"),
+    ("every-row-one-field-too-many", "bad.csv", "rps,latency_mean_s\n1,2,3\n4,5,6\n", 1, None,
+     "fields"),
+    ("empty-file", "empty.csv", b"", None, None, "empty"),
+    ("header-only", "header.csv", HEAD, None, None, "no data rows"),
+    ("whitespace-only", "blank.csv", "  \n\t\n   \n", None, None, "empty"),
+    ("binary", "binary.csv", bytes(np.random.default_rng(5).integers(0, 256, 2048,
+                                                                    dtype=np.uint8))
+     + b"\x00\x00", None, None, "binary"),
+    ("not-utf8", "latin1.csv", (HEAD + "Caf\xe9-7B,2,0.8,1.0,2.0\n" + OK_ROW * 3)
+     .encode("latin-1"), None, None, "UTF-8"),
+    ("not-utf8-at-end", "latin1end.csv", (HEAD + OK_ROW * 3 + "Caf\xe9,2,0.8,1.0,2.0\n")
+     .encode("latin-1"), None, None, "UTF-8"),
+    ("damaged-parquet", "damaged.parquet", b"PAR1" + bytes(range(200)) + b"garbage", None,
+     None, "Parquet"),
+    ("damaged-parquet-named-csv", "damaged.csv", b"PAR1" + b"\x13\x37" * 100, None, None,
+     "Parquet"),
+]
+
+
+@pytest.mark.parametrize("name, content, row, column, reason",
+                         [case[1:] for case in BAD_CASES], ids=[case[0] for case in BAD_CASES])
+def test_bad_input_is_refused(tmp_path, catalog, name, content, row, column, reason):
+    path = write(tmp_path, name, content)
+    with pytest.raises(BadInput) as caught:
+        read_tidy(path, catalog=catalog)
+    error = caught.value
+    message = str(error)
+    assert "\n" not in message
+    assert str(path) in message
+    assert reason in message
+    assert error.file == str(path)
+    assert error.row == row
+    if row is not None:
+        assert f"row {row}" in message
+    if column is not None:
+        assert error.column == column
+        assert f"column '{column}'" in message
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nowhere.csv"
+    with pytest.raises(BadInput, match="no such file") as caught:
+        read_tidy(path)
+    assert str(path) in str(caught.value)
+
+
+def test_directory(tmp_path):
+    folder = tmp_path / "sweep.csv"
+    folder.mkdir()
+    with pytest.raises(BadInput, match="directory") as caught:
+        read_tidy(folder)
+    assert str(folder) in str(caught.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_unreadable_file(tmp_path):
+    path = write(tmp_path, "secret.csv", "rps,latency_mean_s\n1,2\n")
+    path.chmod(0)
+    try:
+        with pytest.raises(BadInput, match="cannot read"):
+            read_tidy(path)
+    finally:
+        path.chmod(0o644)
+
+
+def test_bad_value_in_parquet_names_row_and_column(tmp_path, catalog):
+    frame = pd.DataFrame({"rps": [1.0, 2.0, -3.0], "latency_mean_s": [1.0, 1.1, 1.2]})
+    frame.to_parquet(tmp_path / "neg.parquet")
+    with pytest.raises(BadInput) as caught:
+        read_tidy(tmp_path / "neg.parquet", catalog=catalog)
+    assert (caught.value.row, caught.value.column) == (3, "rps")
+
+
+def test_missing_value_in_parquet(tmp_path, catalog):
+    frame = pd.DataFrame({"rps": [1.0, None], "latency_mean_s": [1.0, 1.1]})
+    frame.to_parquet(tmp_path / "nan.parquet")
+    with pytest.raises(BadInput, match="missing") as caught:
+        read_tidy(tmp_path / "nan.parquet", catalog=catalog)
+    assert (caught.value.row, caught.value.column) == (2, "rps")
+
+
+# ----------------------------------------------------------------- the same through the CLI
+
+CLI_CASES = ["missing-rps", "non-numeric", "nan-rps", "negative-rps", "alpha-above-1",
+             "negative-k", "empty-file", "binary"]
+MISSING_FILE = "no_such_sweep.csv"
+
+
+def run_fit(folder: Path, data_name: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != cat_mod.ENV_VAR}
+    env["HOME"] = str(folder)
+    return subprocess.run(
+        [str(BAYESSPEC), "fit", data_name, "-o", "OUT.nc", "--draws", "10", "--tune", "10",
+         "--chains", "1", "--quiet"],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory):
+    """Every CLI case, run side by side: each process pays ~2 s of imports."""
+    jobs = {}
+    for case_id in CLI_CASES:
+        _, name, content, *_ = next(c for c in BAD_CASES if c[0] == case_id)
+        folder = tmp_path_factory.mktemp(f"cli-{case_id}")
+        write(folder, name, content)
+        jobs[case_id] = (folder, name)
+    jobs["missing-file"] = (tmp_path_factory.mktemp("cli-missing-file"), MISSING_FILE)
+    workers = min(len(jobs), max(2, os.cpu_count() or 2))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {case_id: pool.submit(run_fit, folder, name)
+                   for case_id, (folder, name) in jobs.items()}
+        return {case_id: (jobs[case_id][0], future.result())
+                for case_id, future in futures.items()}
+
+
+def assert_one_line_error(result, folder, needles):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("bayesspec: error: ")
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in lines[0]
+    assert result.stdout == ""
+    assert not (folder / "OUT.nc").exists()
+    assert not list(folder.glob("*OUT.nc*"))
+
+
+@pytest.mark.parametrize("case_id", CLI_CASES)
+def test_cli_fit_refuses_bad_data(cli_runs, case_id):
+    _, name, _, row, column, reason = next(c for c in BAD_CASES if c[0] == case_id)
+    folder, result = cli_runs[case_id]
+    needles = [name, reason]
+    if row is not None:
+        needles.append(f"row {row}")
+    if column is not None:
+        needles.append(f"column '{column}'")
+    assert_one_line_error(result, folder, needles)
+
+
+def test_cli_fit_missing_file(cli_runs):
+    folder, result = cli_runs["missing-file"]
+    assert_one_line_error(result, folder, [MISSING_FILE, "no such file"])
