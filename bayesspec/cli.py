@@ -166,8 +166,9 @@ def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--seed", type=int, default=None, help="random seed")
     group.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie",
                        help="NUTS implementation (default nutpie)")
-    group.add_argument("--target-accept", type=float, default=0.9,
-                       help="NUTS target acceptance (default 0.9); raise it if divergences appear")
+    group.add_argument("--target-accept", type=float, default=None,
+                       help="NUTS target acceptance (default: the model's, 0.9 or 0.95); "
+                            "raise it if divergences appear")
     group.add_argument("--quiet", action="store_true", help="no progress output on stderr")
 
 
@@ -178,7 +179,7 @@ def _settings(args):
         value = getattr(args, name)
         if value < (2 if name == "draws" else 1 if name == "chains" else 0):
             raise BadInput(f"must be a positive number, got {value}", column=f"--{name}")
-    if not 0.5 <= args.target_accept < 1.0:
+    if args.target_accept is not None and not 0.5 <= args.target_accept < 1.0:
         raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
                        column="--target-accept")
     return SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
@@ -498,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and closed early
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

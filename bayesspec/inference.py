@@ -30,8 +30,8 @@ class SamplerSettings:
     seed: int | None = None
     progress: bool = True
     sampler: str = "nutpie"   # "nutpie" or "pymc"
-    # 0.9 rather than 0.8: the steep top-load points otherwise give a rare divergence.
-    target_accept: float = 0.9
+    # None: the model's own default (its ``target_accept``), chosen by measurement.
+    target_accept: float | None = None
 
 
 def _log(message: str, enabled: bool) -> None:
@@ -63,7 +63,8 @@ def sample_compiled(compiled, settings: SamplerSettings,
     tree = nutpie.sample(compiled, draws=settings.draws, tune=settings.tune,
                          chains=settings.chains, seed=settings.seed,
                          progress_bar=settings.progress and sys.stderr.isatty(),
-                         cores=min(settings.chains, 2), target_accept=settings.target_accept)
+                         cores=min(settings.chains, 2),
+                         target_accept=settings.target_accept or 0.9)
     _log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
     return tree
 
@@ -80,7 +81,7 @@ def sample_model(pm_model, settings: SamplerSettings) -> xr.DataTree:
             tree = pm.sample(draws=settings.draws, tune=settings.tune, chains=settings.chains,
                              random_seed=settings.seed, progressbar=settings.progress,
                              nuts_sampler="pymc", cores=min(settings.chains, 2),
-                             target_accept=settings.target_accept)
+                             target_accept=settings.target_accept or 0.9)
         _log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
         return tree
     raise ValueError(f"unknown sampler {settings.sampler!r}")

@@ -151,3 +151,139 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
         figure.tight_layout()
         figures.append(figure)
     return figures
+
+
+# --------------------------------------------------------------------------------------
+# Speculative decoding
+# --------------------------------------------------------------------------------------
+
+def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
+                       prob: float = BAND_PROB, points: int = 120):
+    """Speedup vs RPS for several k at one alpha, with bands and the crossovers marked."""
+    from .decisions import _speedup_draws
+    from .laws import crossover_rps
+
+    dense_saturation = float(np.median(1.0 / costs.c2_dense))
+    top = min(rps_max * 1.05, dense_saturation) if rps_max else dense_saturation
+    grid = np.linspace(0.0, top * 0.995, points)
+    figure, axis = plt.subplots(figsize=(7.5, 4.8))
+    colours = plt.cm.viridis(np.linspace(0.05, 0.9, len(ks)))
+    for colour, k in zip(colours, ks):
+        c1_sd, c2_sd = costs.costs(alpha, k)
+        c1_sd, c2_sd = np.ravel(c1_sd), np.ravel(c2_sd)
+        draws = _speedup_draws(costs.c1_dense[:, None], costs.c2_dense[:, None],
+                               c1_sd[:, None], c2_sd[:, None], grid[None, :])
+        lo, median, hi = _quantiles(np.minimum(draws, 50.0), prob)
+        axis.fill_between(grid, lo, hi, color=colour, alpha=0.25, lw=0)
+        axis.plot(grid, median, color=colour, lw=1.6, label=f"k = {k}")
+        star = crossover_rps(costs.c1_dense, costs.c2_dense, c1_sd, c2_sd)
+        share = np.mean(np.isfinite(star))
+        if share >= 0.5:
+            s_lo, s_med, s_hi = np.quantile(star[np.isfinite(star)],
+                                            [(1 - prob) / 2, 0.5, (1 + prob) / 2])
+            if s_med <= grid[-1]:
+                axis.axvspan(s_lo, s_hi, color=colour, alpha=0.12, lw=0)
+                axis.plot([s_med], [1.0], marker="o", color=colour, ms=6, zorder=4)
+    axis.axhline(1.0, color="black", lw=1, ls="--")
+    axis.set_xlabel("RPS (requests/s)")
+    axis.set_ylabel("speedup = L_dense / L_SD")
+    axis.set_title(f"{costs.label}: speedup at alpha = {alpha:g} "
+                   f"(median, {prob:.0%} band; dots: crossover RPS*)", fontsize=9)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    return figure
+
+
+def cost_ratio_plot(costs, alphas, ks, *, prob: float = BAND_PROB):
+    """C1R and C2R vs k for each alpha: the zero-load and the load cost of speculating."""
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
+    ks = np.asarray(list(ks))
+    colours = plt.cm.plasma(np.linspace(0.05, 0.85, len(alphas)))
+    for colour, alpha in zip(colours, alphas):
+        c1_sd, c2_sd = costs.costs(alpha, ks)
+        for axis, ratio in zip(axes, (c1_sd / costs.c1_dense[:, None],
+                                      c2_sd / costs.c2_dense[:, None])):
+            lo, median, hi = _quantiles(ratio, prob)
+            axis.fill_between(ks, lo, hi, color=colour, alpha=0.25, lw=0)
+            axis.plot(ks, median, color=colour, marker="o", ms=3, label=f"alpha {alpha:g}")
+    for axis, name in zip(axes, ("C1R = C1_SD / C1_dense (zero load)",
+                                 "C2R = C2_SD / C2_dense (load)")):
+        axis.axhline(1.0, color="black", lw=1, ls="--")
+        axis.set_xlabel("draft length k")
+        axis.set_title(name, fontsize=9)
+        axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    figure.suptitle(f"{costs.label}: the k that minimises C1R is not the one that minimises "
+                    "C2R", fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
+def kstar_map_plot(document: dict):
+    """Best k over (alpha, RPS), colour = k, opacity = posterior probability it is best."""
+    table = document["table"]
+    alphas = sorted({row["alpha"] for row in table})
+    rates = sorted({row["rps"] for row in table})
+    best = np.zeros((len(alphas), len(rates)))
+    confidence = np.zeros_like(best)
+    a_index = {a: i for i, a in enumerate(alphas)}
+    r_index = {r: j for j, r in enumerate(rates)}
+    for row in table:
+        best[a_index[row["alpha"]], r_index[row["rps"]]] = row["k"]
+        confidence[a_index[row["alpha"]], r_index[row["rps"]]] = row["p_best"]
+    kmax = max(document.get("ks", [int(best.max())]))
+    colours = plt.cm.viridis(best / max(kmax, 1))
+    colours[..., 3] = 0.25 + 0.75 * confidence
+    figure, axis = plt.subplots(figsize=(8, 4.8))
+
+    def edges(values):
+        values = np.asarray(values, dtype=float)
+        if len(values) == 1:
+            return np.array([values[0] - 0.5, values[0] + 0.5])
+        middle = (values[1:] + values[:-1]) / 2
+        return np.concatenate([[2 * values[0] - middle[0]], middle, [2 * values[-1] - middle[-1]]])
+
+    x_edges, y_edges = edges(rates), edges(alphas)
+    axis.imshow(colours, origin="lower", aspect="auto", interpolation="nearest",
+                extent=(x_edges[0], x_edges[-1], y_edges[0], y_edges[-1]))
+    if len(rates) > 1 and len(alphas) > 1:
+        axis.contour(rates, alphas, best, levels=np.arange(0.5, kmax + 1), colors="white",
+                     linewidths=0.6)
+    for i, alpha in enumerate(alphas):
+        for j in range(0, len(rates), max(1, len(rates) // 10)):
+            axis.text(rates[j], alpha, f"{int(best[i, j])}", ha="center", va="center",
+                      fontsize=6, color="white" if best[i, j] < kmax * 0.6 else "black")
+    mappable = plt.cm.ScalarMappable(cmap="viridis", norm=plt.Normalize(0, kmax))
+    figure.colorbar(mappable, ax=axis, label="k* (0 = do not speculate)")
+    axis.set_xlabel("RPS (requests/s)")
+    axis.set_ylabel("acceptance alpha")
+    axis.set_title(f"{document.get('setup', '')}: best k ({document.get('objective', 'mean')}"
+                   " objective); faded = less sure it is best", fontsize=9)
+    return figure
+
+
+def joint_vs_per_config_plot(joint: dict, separate: dict):
+    """C1 and C2 of each (alpha, k) from the joint six-coefficient fit vs separate fits.
+
+    ``joint`` and ``separate`` map a group label to (C1 draws, C2 draws).
+    """
+    labels = [label for label in joint if label in separate]
+    figure, axes = plt.subplots(1, 2, figsize=(10, 4.4))
+    for axis, index, name in zip(axes, (0, 1), ("C1_eff (s)", "C2_eff (s/request)")):
+        x = np.array([np.median(separate[label][index]) for label in labels])
+        y = np.array([np.median(joint[label][index]) for label in labels])
+        x_err = np.array([np.quantile(separate[label][index], [0.05, 0.95]) for label in labels])
+        y_err = np.array([np.quantile(joint[label][index], [0.05, 0.95]) for label in labels])
+        axis.errorbar(x, y, xerr=np.abs(x_err.T - x), yerr=np.abs(y_err.T - y), fmt="o", ms=3,
+                      lw=0.8, alpha=0.8)
+        low, high = min(x.min(), y.min()), max(x.max(), y.max())
+        axis.plot([low, high], [low, high], color="black", lw=1, ls="--")
+        r = np.corrcoef(x, y)[0, 1] if len(x) > 1 else float("nan")
+        axis.set_title(f"{name}: correlation {r:.4f}", fontsize=9)
+        axis.set_xlabel("separate fit per (alpha, k)")
+        axis.set_ylabel("joint fit, eq. (3)")
+        axis.grid(alpha=0.3)
+    figure.suptitle("One set of six cycle coefficients reproduces every configuration's costs",
+                    fontsize=9)
+    figure.tight_layout()
+    return figure

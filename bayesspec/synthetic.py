@@ -149,3 +149,36 @@ def speculative_truth(coefficients: dict | None = None, dense: dict | None = Non
             rows.append({**base, "drafter": drafter, "k": k, "alpha": alpha,
                          "C1": float(c1), "C2": float(c2)})
     return pd.DataFrame(rows)
+
+
+def add_acceptance_counters(data: pd.DataFrame, *, drafts_per_row: int = 20000,
+                            seed: int | None = 0, drop_alpha: bool = True) -> pd.DataFrame:
+    """Add vLLM-like counters (num_drafts, draft_tokens, accepted_tokens) to SD rows.
+
+    Acceptance is i.i.d. with the row's alpha: the number of drafts whose first i tokens
+    were all accepted is a chain of binomial thinnings, and accepted tokens are their
+    sum over positions. With ``drop_alpha`` the alpha column is blanked, as when alpha
+    is only known through the counters.
+    """
+    rng = np.random.default_rng(seed)
+    out = data.copy()
+    drafts = np.zeros(len(out), dtype=np.int64)
+    accepted = np.zeros(len(out), dtype=np.int64)
+    for i, (k, alpha) in enumerate(zip(out["k"].to_numpy(int), out["alpha"].to_numpy(float))):
+        if k <= 0:
+            continue
+        surviving = drafts_per_row
+        total = 0
+        for _ in range(k):
+            surviving = rng.binomial(surviving, alpha)
+            total += surviving
+        drafts[i] = drafts_per_row
+        accepted[i] = total
+    is_sd = out["k"].to_numpy(int) > 0
+    out["num_drafts"] = np.where(is_sd, drafts, 0)
+    out["draft_tokens"] = np.where(is_sd, drafts * out["k"].to_numpy(int), 0)
+    out["accepted_tokens"] = np.where(is_sd, accepted, 0)
+    if drop_alpha:
+        out["alpha_true"] = out["alpha"]
+        out["alpha"] = np.nan
+    return out

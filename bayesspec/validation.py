@@ -47,6 +47,8 @@ def replicate_coverage(truth: pd.DataFrame, true_values: dict[str, np.ndarray], 
     settings = settings or SamplerSettings(draws=500, tune=500, chains=4, progress=False)
     options = generator_options or {}
     latency_model = get_model_class(model)(config)
+    if settings.target_accept is None:
+        settings = replace(settings, target_accept=latency_model.target_accept)
     first = prepare(generate_sweeps(truth, seed=seed, **options))
     compiled = compile_model(latency_model.build(first), replace(settings, progress=False))
     labels = list(latency_model.inputs.groups["label"])

@@ -17,6 +17,8 @@ def fit(data: pd.DataFrame, model: str = "dense", *, settings: SamplerSettings |
     """Build the named model on validated tidy ``data`` and sample its posterior."""
     settings = settings or SamplerSettings()
     latency_model = get_model_class(model)(config)
+    if settings.target_accept is None:
+        settings = dataclasses.replace(settings, target_accept=latency_model.target_accept)
     started = time.perf_counter()
     pm_model = latency_model.build(data)
     tree = sample_model(pm_model, settings)

@@ -32,6 +32,9 @@ class LatencyModel:
     name: str = "base"
     version: str = "0"
     default_config: dict = {}
+    # NUTS target acceptance: 0.9 rather than 0.8 because the steep top-load points of a
+    # sweep otherwise give a rare divergence; models with more curvature raise it.
+    target_accept: float = 0.9
 
     def __init__(self, config: dict | None = None):
         unknown = set(config or {}) - set(self.default_config)

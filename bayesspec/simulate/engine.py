@@ -48,15 +48,22 @@ __all__ = [
     "STRATEGIES",
 ]
 
+THROUGHPUT_STREAMS = 512
 STRATEGIES = ("synchronous", "throughput", "concurrent", "constant", "poisson")
 
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """Scheduler limits of the simulated server (vLLM V1 names and defaults)."""
+    """Scheduler limits of the simulated server.
+
+    Names follow vLLM; the defaults are vLLM V1's for the OpenAI server on a GPU with at
+    least 70 GiB (8192 tokens per step, 1024 sequences). ``kv_capacity_tokens`` normally
+    comes from :func:`~bayesspec.simulate.stepmodel.kv_capacity_tokens`.
+    ``step_jitter``: log-normal spread of each step's time (run-to-run noise).
+    """
 
     max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
+    max_num_seqs: int = 1024
     block_size: int = 16
     kv_capacity_tokens: int = 400_000
     step_jitter: float = 0.02
@@ -116,7 +123,7 @@ class Arrivals:
     """How requests reach the server (GuideLLM strategy names).
 
     ``synchronous``: one request at a time; ``throughput``: ``streams`` clients (default
-    twice the server's batch limit) sending back to back, to find the ceiling;
+    512, GuideLLM's default maximum concurrency) sending back to back, to find the ceiling;
     ``concurrent``: ``streams`` clients; ``constant`` / ``poisson``: open loop at ``rate``.
     """
 
@@ -143,7 +150,7 @@ class Arrivals:
         if self.strategy == "synchronous":
             return 1
         if self.strategy == "throughput":
-            return self.streams or 2 * server.max_num_seqs
+            return self.streams or THROUGHPUT_STREAMS
         return int(self.streams or 0)
 
     def times(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -211,12 +218,14 @@ def _run(arrival, streams, prompt, output, acc_off, acc, k, vp, dp, sp, budget, 
         kv = 0
         n_draft = 0
         kv_draft = 0
+        n_sched = 0
         preempted = False
         i = 0
         while i < nrun:
             r = run[i]
             need = prompt[r] + generated[r] - computed[r]
-            if need <= 1:
+            decoding = generated[r] > 0 and need <= 1
+            if decoding:
                 s = 1 + k
             else:
                 s = need
@@ -245,10 +254,11 @@ def _run(arrival, streams, prompt, output, acc_off, acc, k, vp, dp, sp, budget, 
                 free -= nb
                 blocks[r] += nb
             sched[i] = s
+            n_sched += 1
             left -= s
             tokens += s
             kv += computed[r] + s
-            if need <= 1:
+            if decoding:
                 drafts[i] = s - 1
                 n_draft += 1
                 kv_draft += computed[r] + s
@@ -284,6 +294,7 @@ def _run(arrival, streams, prompt, output, acc_off, acc, k, vp, dp, sp, budget, 
                 sched[nrun] = s
                 drafts[nrun] = -1
                 nrun += 1
+                n_sched += 1
                 left -= s
                 tokens += s
                 kv += s
@@ -297,7 +308,7 @@ def _run(arrival, streams, prompt, output, acc_off, acc, k, vp, dp, sp, budget, 
                     cap_wait[wait_head] = True
         if tokens == 0:
             return -1, t, busy               # nothing can run: a request exceeds the cache
-        dt = sp[0] + sp[1] * nrun + _forward(vp, tokens, kv)
+        dt = sp[0] + sp[1] * n_sched + _forward(vp, tokens, kv)
         if k > 0:
             dt += _forward(dp, tokens, kv)
             if n_draft > 0:
@@ -380,12 +391,22 @@ class PointResult:
 def simulate_point(step_model: StepModel, server: ServerConfig, workload: Workload,
                    arrivals: Arrivals, spec: SpecConfig = SpecConfig(), *, n_requests: int = 1000,
                    seed=0, warmup: float = 0.1, cooldown: float = 0.1,
-                   saturation_tolerance: float = 0.01) -> PointResult:
+                   saturation_tolerance: float = 0.01, relaxation_times: float = 3.0,
+                   max_warmup_factor: float = 8.0, min_window_latencies: float = 5.0
+                   ) -> PointResult:
     """Simulate one load point and measure it over its steady-state window.
 
     ``seed`` is anything ``numpy.random.default_rng`` accepts (an int, a SeedSequence).
-    ``warmup``/``cooldown``: fractions of the requests left out at each end (see
-    :func:`_measure` for the window).
+    ``warmup``/``cooldown``: fractions of the ``n_requests`` left out at each end.
+
+    An open-loop point starts from an empty server, and near saturation the queue takes
+    long to fill: linearising dN/dt = rate - N/L(N) with L(N) = C1 + N*C2 gives a
+    relaxation time L^2/C1, which exceeds a 1000-request run at high load. A first run
+    estimates L; if its window opens before ``relaxation_times`` relaxation times,
+    warm-up requests (at most ``max_warmup_factor`` x ``n_requests``) are put in front of
+    the measured ones and the point is run again. A point that still cannot reach steady
+    state, or whose window holds fewer than ``min_window_latencies`` request lifetimes, is
+    marked saturated (see :func:`_measure`).
     """
     if int(n_requests) != n_requests or n_requests < 10:
         raise BadInput(f"need at least 10 requests per load point, got {n_requests}",
@@ -396,7 +417,46 @@ def simulate_point(step_model: StepModel, server: ServerConfig, workload: Worklo
         raise BadInput("speculative decoding (k > 0) needs a drafter", column="drafter")
     n = int(n_requests)
     seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    arrival_seq, length_seq, accept_seq, jitter_seq = seq.spawn(4)
+    w = int(math.floor(warmup * n))
+    c = int(math.floor(cooldown * n))
+    extra = 0
+    zero_load = None
+    for _ in range(3):
+        result = _simulate(step_model, server, workload, arrivals, spec, extra + n, seq)
+        _measure(result, warm=extra + w, cool=c, tolerance=saturation_tolerance,
+                 min_lifetimes=min_window_latencies)
+        if not arrivals.open_loop:
+            break
+        if zero_load is None:
+            from .spec import zero_load_latency
+
+            zero_load = zero_load_latency(step_model, workload.prefill, workload.decode, spec,
+                                          budget=server.max_num_batched_tokens)
+        latency = result.summary["latency_mean_s"]
+        needed = relaxation_times * latency * latency / zero_load
+        warmed = result.window[0] >= 0.9 * needed
+        result.summary["steady"] = bool(warmed and result.summary["steady"])
+        if warmed:
+            break
+        more = int(min(math.ceil(arrivals.rate * needed), max_warmup_factor * n))
+        if more <= extra:
+            break
+        extra = more
+    if not result.summary["steady"]:
+        result.summary["saturated"] = True
+    result.summary["warmup_requests"] = extra + w
+    return result
+
+
+def _simulate(step_model: StepModel, server: ServerConfig, workload: Workload,
+              arrivals: Arrivals, spec: SpecConfig, n: int,
+              seq: np.random.SeedSequence) -> PointResult:
+    """One run of ``n`` requests; the draws depend only on ``seq`` and ``n``."""
+    # Children built by hand: SeedSequence.spawn counts its calls, so a rerun would not
+    # see the same draws.
+    arrival_seq, length_seq, accept_seq, jitter_seq = (
+        np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, i),
+                               pool_size=seq.pool_size) for i in range(4))
     arrival = arrivals.times(np.random.default_rng(arrival_seq), n)
     prompt, output = workload.sample(np.random.default_rng(length_seq), n)
     longest = int((prompt + output).max()) + spec.k + server.block_size
@@ -427,28 +487,66 @@ def simulate_point(step_model: StepModel, server: ServerConfig, workload: Worklo
                              n_preempt, cap_wait, cycles, accepted, drafted)
     if steps < 0:
         raise BadInput("the simulated server stalled: a request does not fit in the KV cache")
-    result = PointResult(arrivals=arrivals, spec=spec, arrival=arrival, first_token=t_first,
-                         finish=t_finish, prompt=prompt, output=output, preemptions=n_preempt,
-                         capacity_wait=cap_wait, cycles=cycles, accepted=accepted,
-                         drafted=drafted, steps=int(steps), busy_s=float(busy),
-                         window=(0.0, 0.0), measured=np.zeros(n, bool))
-    _measure(result, warmup=warmup, cooldown=cooldown, tolerance=saturation_tolerance)
-    return result
+    return PointResult(arrivals=arrivals, spec=spec, arrival=arrival, first_token=t_first,
+                       finish=t_finish, prompt=prompt, output=output, preemptions=n_preempt,
+                       capacity_wait=cap_wait, cycles=cycles, accepted=accepted,
+                       drafted=drafted, steps=int(steps), busy_s=float(busy),
+                       window=(0.0, 0.0), measured=np.zeros(n, bool))
 
 
-def _measure(res: PointResult, *, warmup: float, cooldown: float, tolerance: float) -> None:
+def _matching_end(arrival: np.ndarray, finish: np.ndarray, t0: float, t1: float,
+                  slack: float = 0.25) -> tuple[float, int, int]:
+    """Move the window's end back (by at most ``slack`` of it) to where as many requests
+    are in the system as at its start.
+
+    Over a window, the time-average of N(t) and throughput x mean latency differ by what
+    the requests present at the two edges carry in and out. That difference is zero on
+    average in steady state, but near saturation N(t) wanders by tens of requests over
+    several latencies, which in a window of a few latencies is several percent. Equal
+    occupancy at both ends removes the leading term; completions in the window then equal
+    arrivals in it. Returns the new end and the occupancy at the start and at the end: if
+    no time near the end comes close to the starting occupancy, the queue is drifting.
+    """
+    times = np.concatenate([arrival, finish])
+    steps = np.concatenate([np.ones(arrival.size, np.int64), -np.ones(finish.size, np.int64)])
+    order = np.argsort(times, kind="stable")
+    times, level = times[order], np.cumsum(steps[order])   # N on [times[j], times[j+1])
+    start = np.searchsorted(times, t0, side="right") - 1
+    target = level[start] if start >= 0 else 0
+    lo = np.searchsorted(times, t1 - slack * (t1 - t0), side="left")
+    hi = np.searchsorted(times, t1, side="right") - 1
+    if hi < lo or hi + 1 >= times.size:
+        return t1, int(target), int(level[min(max(hi, 0), times.size - 1)])
+    gap = np.abs(level[lo:hi + 1] - target)
+    j = lo + int(np.flatnonzero(gap == gap.min())[-1])
+    return float(min(0.5 * (times[j] + times[j + 1]), t1)), int(target), int(level[j])
+
+
+def _measure(res: PointResult, *, warm: int, cool: int, tolerance: float,
+             min_lifetimes: float = 5.0) -> None:
     """Steady-state metrics over a window that leaves out the ramp-up and the drain.
 
-    The window opens at the later of the first measured arrival and the ``w``-th
-    completion (by then the load has built up for at least one request lifetime), and
-    closes while clients are still sending: at the arrival of the first cool-down request
-    (open loop) or at the last arrival (closed loop). Requests that complete inside it are
-    the measured ones; ``mean_concurrency`` is the time average of the number of requests
-    in the system over the window, counting every request, measured or not.
+    ``warm``/``cool``: requests left out at the start and at the end. The window opens at
+    the later of the first measured arrival and the ``warm``-th completion, and closes
+    while clients are still sending: near the arrival of the first cool-down request (open
+    loop; moved back to equal occupancy, see :func:`_matching_end`) or at the last arrival
+    (closed loop). The measured requests are those completing inside the window;
+    ``rps`` is their number over its length (a throughput run counts decode progress
+    instead); ``mean_concurrency`` is the time average of the number of requests in the
+    system, counting every request, measured or not.
+
+    ``saturated`` marks a point the latency law does not describe: the throughput run; a
+    preemption, or more than ``tolerance`` of the requests waiting for a batch slot or KV
+    blocks, among requests alive in the window; completions falling 10% short of the
+    window's arrivals; a queue that drifts (see :func:`_matching_end`); or, for an
+    open-loop point, a window shorter than ``min_lifetimes`` mean latencies: the requests
+    in flight at its two edges then weigh so much that the averages are not yet those of
+    the steady state (Little's law is off by more than 3% in about a fifth of such
+    windows; it stays within 3% beyond five lifetimes).
     """
     n = len(res.arrival)
-    w = int(math.floor(warmup * n))
-    c = int(math.floor(cooldown * n))
+    w, c = int(warm), int(cool)
+    drift = False
     done_sorted = np.sort(res.finish)
     arrival_sorted = np.sort(res.arrival)
     t0 = max(arrival_sorted[w], done_sorted[w])
@@ -462,6 +560,9 @@ def _measure(res: PointResult, *, warmup: float, cooldown: float, tolerance: flo
         # The load never reached steady state (too few requests for this much
         # concurrency): fall back to the completions between the two trimmed ends.
         t0, t1 = done_sorted[w], done_sorted[n - c - 1]
+    elif res.arrivals.open_loop:
+        t1, start_level, end_level = _matching_end(res.arrival, res.finish, t0, t1)
+        drift = abs(end_level - start_level) > max(3, 0.1 * start_level)
     measured = (res.finish > t0) & (res.finish <= t1)
     if measured.sum() < 2:
         measured = np.zeros(n, bool)
@@ -474,7 +575,16 @@ def _measure(res: PointResult, *, warmup: float, cooldown: float, tolerance: flo
     lat = res.latency[measured]
     in_system = np.clip(np.minimum(res.finish, t1) - np.maximum(res.arrival, t0), 0.0, None)
     concurrency = float(in_system.sum() / duration) if duration > 0 else float("nan")
-    rps = float(measured.sum() / duration) if duration > 0 else float("nan")
+    if res.arrivals.strategy == "throughput":
+        # A full server admits identical requests in cohorts that also finish together,
+        # so counting completions in a window of a few lifetimes over- or under-counts a
+        # cohort. Count decoding progress instead: each request contributes the share of
+        # its decode span (first token to last) that falls inside the window.
+        span = np.maximum(res.finish - res.first_token, 1e-12)
+        inside = np.clip(np.minimum(res.finish, t1) - np.maximum(res.first_token, t0), 0.0, None)
+        rps = float((inside / span).sum() / duration)
+    else:
+        rps = float(measured.sum() / duration) if duration > 0 else float("nan")
     ttft = res.first_token[measured] - res.arrival[measured]
     out = res.output[measured]
     multi = out > 1
@@ -485,9 +595,13 @@ def _measure(res: PointResult, *, warmup: float, cooldown: float, tolerance: flo
     preempted = int((res.preemptions[alive] > 0).sum())
     waited = float(res.capacity_wait[alive].mean()) if alive.any() else 0.0
     target = res.arrivals.rate if res.arrivals.open_loop else float("nan")
-    shortfall = bool(res.arrivals.open_loop and rps < 0.9 * target)
+    # Judged against the arrivals this window actually saw, not the nominal rate, so that
+    # a Poisson run is not flagged for a slow stretch of its own arrivals.
+    offered = float(((res.arrival >= t0) & (res.arrival < t1)).sum() / duration)
+    shortfall = bool(res.arrivals.open_loop and rps < 0.9 * offered)
+    short = bool(res.arrivals.open_loop and duration < min_lifetimes * float(lat.mean()))
     saturated = (res.arrivals.strategy == "throughput" or preempted > 0
-                 or waited > tolerance or shortfall)
+                 or waited > tolerance or shortfall or drift or short)
     spec_on = res.spec.k > 0
     res.summary = {
         "rps": rps,
@@ -509,4 +623,6 @@ def _measure(res: PointResult, *, warmup: float, cooldown: float, tolerance: flo
         "preempted_requests": preempted,
         "capacity_wait_share": waited,
         "duration_s": float(duration),
+        "steady": not drift,
+        "short_window": short,
     }

@@ -17,7 +17,7 @@ import numpy as np
 
 from bayesspec.errors import BadInput
 
-__all__ = ["SpecConfig", "expected_cycles"]
+__all__ = ["SpecConfig", "expected_cycles", "zero_load_latency"]
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,21 @@ class SpecConfig:
         return self.expected_accepted() / self.k if self.k else float("nan")
 
     def label(self) -> float:
-        """The ``alpha`` column: alpha itself, or the per-token acceptance rate."""
+        """The ``alpha`` column: alpha itself, or for per-position rates the i.i.d. alpha
+        with the same tokens per cycle E, the quantity the latency law depends on."""
         if self.k == 0:
             return float("nan")
-        return float(self.alpha) if self.rates is None else self.acceptance_rate()
+        if self.rates is None:
+            return float(self.alpha)
+        target = self.tokens_per_cycle()
+        lo, hi = 0.0, 1.0
+        for _ in range(60):   # E(alpha, k) increases with alpha: bisect
+            mid = 0.5 * (lo + hi)
+            if float(np.sum(mid ** np.arange(self.k + 1))) < target:
+                lo = mid
+            else:
+                hi = mid
+        return 0.5 * (lo + hi)
 
     def draw_accepted(self, rng: np.random.Generator, counts: np.ndarray) -> tuple[np.ndarray,
                                                                                    np.ndarray]:
@@ -132,3 +143,30 @@ def expected_cycles(tokens: int, spec: SpecConfig) -> float:
                 total += p * c[left]
         c[n] = total
     return float(c[tokens])
+
+
+def zero_load_latency(step_model, prefill: int, decode: int, spec: SpecConfig = SpecConfig(),
+                      *, budget: int = 8192) -> float:
+    """Expected latency of one request alone on the server, from the step model alone.
+
+    Prefill runs in chunks of at most ``budget`` tokens; it ends with the first token.
+    The other ``decode - 1`` tokens take :func:`expected_cycles` cycles (plain decode
+    steps when k = 0), each costed at the request's mean decode context.
+    """
+    prefill, decode = int(prefill), int(decode)
+    k = spec.k
+    total = 0.0
+    done = 0
+    while done < prefill:
+        chunk = min(budget, prefill - done)
+        last = done + chunk == prefill
+        total += float(step_model.step_time(tokens=chunk, kv_tokens=done + chunk, requests=1,
+                                            k=k, drafting=1 if last else 0,
+                                            drafting_kv=done + chunk))
+        done += chunk
+    if decode > 1:
+        context = prefill + 0.5 * decode + k
+        cycle = float(step_model.step_time(tokens=k + 1, kv_tokens=context, requests=1, k=k,
+                                           drafting=1, drafting_kv=context))
+        total += expected_cycles(decode - 1, spec) * cycle
+    return total

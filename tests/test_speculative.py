@@ -1,0 +1,232 @@
+"""The speculative model and its decisions: recovery, crossover, k*, latent alpha."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytest
+from pymc.testing import mock_sample
+
+from bayesspec import laws
+from bayesspec.bayes import SpeculativeLatencyModel
+from bayesspec.cli import main
+from bayesspec.data import prepare
+from bayesspec.decisions import crossover, kstar_table, speculative_costs, speedup_curve
+from bayesspec.errors import BadInput
+from bayesspec.fitfile import Fit
+from bayesspec.inference import SamplerSettings
+from bayesspec.synthetic import (DENSE_TRUTH_8B, SPECULATIVE_TRUTH_8B,
+                                 add_acceptance_counters, generate_sweeps, speculative_truth)
+from bayesspec.validation import interval_covers
+from bayesspec.workflow import fit
+
+NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
+SETTINGS = SamplerSettings(draws=1000, tune=1000, chains=4, seed=5, progress=False)
+
+
+@pytest.fixture(scope="session")
+def spec_data():
+    return prepare(generate_sweeps(speculative_truth(), seed=21))
+
+
+@pytest.fixture(scope="session")
+def spec_fit(spec_data):
+    return fit(spec_data, "speculative", settings=SETTINGS)
+
+
+@pytest.fixture(scope="session")
+def spec_fit_path(spec_fit, tmp_path_factory):
+    path = tmp_path_factory.mktemp("spec") / "spec.nc"
+    spec_fit.save(path)
+    return path
+
+
+def true_costs(alpha, k):
+    return laws.effective_costs(alpha, k, 512, *(SPECULATIVE_TRUTH_8B[n] for n in NAMES))
+
+
+def test_one_coefficient_set_per_setup_and_costs_per_configuration(spec_data):
+    model_obj = SpeculativeLatencyModel()
+    model = model_obj.build(spec_data)
+    assert len(model_obj.inputs.groups) == 26           # dense + 5 alpha x 5 k
+    assert len(model_obj.inputs.extras["setups"]) == 1
+    assert model.named_vars["c1v"].eval().shape == (1,)
+    assert model.named_vars["C1"].eval().shape == (26,)
+
+
+def test_prior_keeps_every_point_below_saturation(spec_data):
+    model_obj = SpeculativeLatencyModel()
+    model = model_obj.build(spec_data)
+    with model:
+        prior = pm.sample_prior_predictive(draws=300, random_seed=2)
+    c2 = prior["prior"]["C2"].values.reshape(-1, 26)
+    rows = model_obj.inputs.rows
+    assert np.all(rows["rps"].to_numpy()[None, :] * c2[:, model_obj.inputs.group_index] < 1)
+
+
+def test_recovers_the_six_coefficients_and_converges(spec_fit):
+    diag = spec_fit.diagnostics
+    assert diag["divergences"] == 0 and diag["rhat_max"] <= 1.01
+    covered = [bool(interval_covers(spec_fit.draws(n), np.array([SPECULATIVE_TRUTH_8B[n]]))[0])
+               for n in NAMES]
+    covered += [bool(interval_covers(spec_fit.draws("C1_dense"), np.array([DENSE_TRUTH_8B["C1"]]))[0]),
+                bool(interval_covers(spec_fit.draws("C2_dense"), np.array([DENSE_TRUTH_8B["C2"]]))[0])]
+    assert sum(covered) >= 6, covered   # 8 intervals at 90%: 6 or more with P > 0.96
+    # the well-identified ones are also precise
+    for name in ("c1v", "c1d", "c2v"):
+        draws = spec_fit.draws(name)
+        assert np.quantile(draws, 0.95) / np.quantile(draws, 0.05) < 1.15
+
+
+def test_crossover_interval_contains_the_true_crossover(spec_fit):
+    costs = speculative_costs(spec_fit, {})
+    for alpha, k in ((0.6, 3), (0.7, 2)):
+        true_star = laws.crossover_rps(DENSE_TRUTH_8B["C1"], DENSE_TRUTH_8B["C2"],
+                                       *true_costs(alpha, k))
+        document = crossover(costs, alpha, k, prob=0.99)
+        assert document["p_crossover"] > 0.99
+        assert document["rps_star"]["lo"] <= true_star <= document["rps_star"]["hi"]
+
+
+def test_speedup_curve_matches_truth_and_flags_slowdown(spec_fit):
+    costs = speculative_costs(spec_fit, {})
+    rps = np.array([0.0, 4.0, 12.0])
+    document = speedup_curve(costs, 0.6, 3, rps)
+    truth = laws.speedup(rps, DENSE_TRUTH_8B["C1"], DENSE_TRUTH_8B["C2"], *true_costs(0.6, 3))
+    for point, value in zip(document["points"], truth):
+        assert abs(point["speedup"]["median"] / value - 1) < 0.03
+    assert document["points"][0]["p_slower"] < 0.01     # faster at zero load
+    assert document["points"][2]["p_slower"] > 0.99     # slower at 12 RPS (truth: 0.8)
+    assert document["C1R"]["hi"] < 1 < document["C2R"]["lo"]
+
+
+def test_kstar_agrees_with_true_best_k_where_the_margin_is_clear(spec_fit):
+    costs = speculative_costs(spec_fit, {})
+    alphas = np.array([0.5, 0.7, 0.9])
+    rps = np.array([0.0, 5.0, 10.0])
+    ks = np.arange(0, 11)
+    document = kstar_table(costs, alphas, rps, ks=ks)
+    checked = 0
+    for row in document["table"]:
+        c1, c2 = true_costs(row["alpha"], ks[1:])
+        true_speedups = np.concatenate([[1.0], laws.speedup(row["rps"], DENSE_TRUTH_8B["C1"],
+                                                            DENSE_TRUTH_8B["C2"], c1, c2)])
+        order = np.argsort(true_speedups)[::-1]
+        if true_speedups[order[0]] > 1.03 * true_speedups[order[1]]:
+            assert row["k"] == ks[order[0]], row
+            checked += 1
+    assert checked >= 3
+
+
+def test_kstar_objectives_and_batch1_loss(spec_fit):
+    costs = speculative_costs(spec_fit, {})
+    mean = kstar_table(costs, [0.8], [0.0, 15.0], objective="mean")
+    risk = kstar_table(costs, [0.8], [0.0, 15.0], objective="q10")
+    for row in mean["table"] + risk["table"]:
+        assert 0.0 <= row["p_best"] <= 1.0 and row["loss_vs_batch1"] >= -1e-12
+    assert mean["table"][0]["loss_vs_batch1"] == pytest.approx(0.0, abs=1e-9)
+    with pytest.raises(BadInput):
+        kstar_table(costs, [0.8], [1.0], objective="median")
+
+
+def test_joint_and_per_configuration_costs_agree(spec_fit, spec_data):
+    """The paper's Fig. 4d: eq. (3) with one coefficient set vs a free (C1, C2) per config."""
+    separate = fit(spec_data, "dense", settings=SETTINGS)
+    joint_c1 = np.median(spec_fit.draws("C1"), axis=0)
+    joint_c2 = np.median(spec_fit.draws("C2"), axis=0)
+    order = [list(separate.groups["label"]).index(label) for label in spec_fit.groups["label"]]
+    free_c1 = np.median(separate.draws("C1"), axis=0)[order]
+    free_c2 = np.median(separate.draws("C2"), axis=0)[order]
+    assert np.corrcoef(joint_c1, free_c1)[0, 1] >= 0.99
+    assert np.corrcoef(joint_c2, free_c2)[0, 1] >= 0.99
+
+
+@pytest.fixture(scope="session")
+def latent_alpha_fit():
+    """alpha measured through counters: kept as a label, estimated from the counts."""
+    truth = speculative_truth(alphas=(0.6, 0.8), ks=(2, 5))
+    data = add_acceptance_counters(generate_sweeps(truth, seed=8), seed=9, drop_alpha=False)
+    return fit(prepare(data), "speculative", settings=SETTINGS,
+               config={"latent_alpha": "always"}), truth
+
+
+def test_alpha_from_counters_is_latent_and_covers_the_truth(latent_alpha_fit):
+    result, truth = latent_alpha_fit
+    assert result.groups["alpha_latent"].sum() == 4
+    draws = result.draws("alpha_latent")
+    true_alpha = truth.loc[truth["k"] > 0, "alpha"].to_numpy()
+    assert interval_covers(draws, true_alpha, prob=0.99).all()
+    # 20000 drafts per row pin alpha to about a percent
+    assert np.all(np.quantile(draws, 0.95, axis=0) - np.quantile(draws, 0.05, axis=0) < 0.02)
+    assert result.diagnostics["divergences"] == 0
+
+
+def test_alpha_unknown_but_counted_becomes_latent_automatically():
+    truth = speculative_truth(alphas=(0.7,), ks=(2, 5))
+    data = prepare(add_acceptance_counters(generate_sweeps(truth, seed=8), seed=9))
+    model_obj = SpeculativeLatencyModel()
+    model = model_obj.build(data)
+    assert model_obj.inputs.groups["alpha_latent"].sum() == 2
+    assert "alpha_latent" in model.named_vars
+
+
+def test_sd_rows_without_alpha_or_counters_are_refused(spec_data):
+    data = spec_data.copy()
+    data.loc[data["k"] > 0, "alpha"] = np.nan
+    with pytest.raises(BadInput, match="alpha is unknown"):
+        SpeculativeLatencyModel().build(data)
+
+
+def test_decision_verbs_json_shapes(capsys, spec_fit_path):
+    assert main(["speedup", str(spec_fit_path), "--alpha", "0.7", "--k", "3", "--rps",
+                 "0,5,10", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {"points", "C1R", "C2R"} <= set(document)
+    assert set(document["points"][0]) >= {"rps", "speedup", "p_slower"}
+    assert main(["crossover", str(spec_fit_path), "--alpha", "0.6", "--k", "3", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {"rps_star", "p_crossover", "saturation_rps"} <= set(document)
+    assert main(["kstar", str(spec_fit_path), "--alpha", "0.6,0.9", "--rps", "0:10:5",
+                 "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert len(document["table"]) == 6
+    assert set(document["table"][0]) >= {"alpha", "rps", "k", "p_best", "speedup"}
+    assert "warning" not in document
+
+
+def test_decision_plots_are_written(capsys, spec_fit_path, tmp_path):
+    speed = tmp_path / "speedup.png"
+    kmap = tmp_path / "kstar.png"
+    assert main(["speedup", str(spec_fit_path), "--alpha", "0.7", "--k", "3", "--rps",
+                 "0:20:1", "--plot", str(speed)]) == 0
+    assert main(["kstar", str(spec_fit_path), "--alpha", "0.5:1:0.1", "--rps", "0:20:2",
+                 "--plot", str(kmap)]) == 0
+    capsys.readouterr()
+    assert speed.stat().st_size > 10_000 and kmap.stat().st_size > 10_000
+
+
+def test_unconverged_fit_warns_in_every_decision_verb(capsys, spec_data, tmp_path):
+    model_obj = SpeculativeLatencyModel()
+    with model_obj.build(spec_data):
+        tree = mock_sample(draws=20, chains=2, random_seed=1)
+    path = tmp_path / "mock.nc"
+    Fit.from_sampling(model_obj, spec_data, tree).save(path)
+    for argv in (["speedup", str(path), "--alpha", "0.7", "--k", "3", "--rps", "1"],
+                 ["crossover", str(path), "--alpha", "0.7", "--k", "3"],
+                 ["kstar", str(path), "--alpha", "0.7", "--rps", "1"],
+                 ["predict", str(path), "--rps", "1", "--k", "0"],
+                 ["summary", str(path)]):
+        assert main(argv + ["--json"]) == 0, argv
+        captured = capsys.readouterr()
+        assert "warning" in json.loads(captured.out), argv
+        assert "did not converge" in captured.err
+
+
+def test_decisions_need_speculative_rows(capsys, real_fit_path):
+    code = main(["speedup", str(real_fit_path), "--alpha", "0.7", "--k", "3", "--rps", "1",
+                 "--prefill", "512", "--decode", "512"])
+    assert code == 2
+    assert "no group at alpha 0.7, k 3" in capsys.readouterr().err
