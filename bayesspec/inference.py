@@ -94,14 +94,17 @@ def diagnostics(tree: xr.DataTree, variables: list[str] | None = None) -> dict:
     posterior = tree["posterior"].to_dataset()
     names = variables or [v for v in posterior.data_vars]
     names = [n for n in names if n in posterior.data_vars]
+    # Deterministics that are NaN by construction (a setup without a dense baseline)
+    # carry no information about convergence.
+    names = [n for n in names if not np.isnan(posterior[n].values).all()]
     subset = posterior[names]
     n_chains = subset.sizes.get("chain", 1)
     rhat_max = float("nan")
     if n_chains > 1:
         rhat = az.rhat(subset)
-        rhat_max = float(max(np.nanmax(rhat[v].values) for v in rhat.data_vars))
+        rhat_max = float(max(_finite_extreme(rhat[v].values, np.max) for v in rhat.data_vars))
     ess = az.ess(subset, method="bulk")
-    ess_min = float(min(np.nanmin(ess[v].values) for v in ess.data_vars))
+    ess_min = float(min(_finite_extreme(ess[v].values, np.min) for v in ess.data_vars))
     divergences = 0
     if "sample_stats" in tree.children and "diverging" in tree["sample_stats"].data_vars:
         divergences = int(tree["sample_stats"]["diverging"].values.sum())
@@ -116,6 +119,12 @@ def diagnostics(tree: xr.DataTree, variables: list[str] | None = None) -> dict:
         problems.append("one chain: R-hat cannot be computed")
     return {"rhat_max": rhat_max, "ess_bulk_min": ess_min, "divergences": divergences,
             "converged": not problems, "problems": problems}
+
+
+def _finite_extreme(values: np.ndarray, reduce) -> float:
+    finite = np.asarray(values, dtype=float)
+    finite = finite[~np.isnan(finite)]
+    return float(reduce(finite)) if finite.size else float("nan")
 
 
 def warn_if_unconverged(diag: dict) -> str | None:

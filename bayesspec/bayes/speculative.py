@@ -124,7 +124,9 @@ class SpeculativeLatencyModel(LatencyModel):
         records = groups.to_dict("records")
         # A baseline (verifier, lengths, ...) holds the dense costs; a setup (a baseline
         # with one drafter) holds the six cycle coefficients of that drafter.
-        groups["baseline"] = [_setup_label({**r, "drafter": ""}, columns) for r in records]
+        # The drafting method belongs to the drafter, not to the baseline.
+        groups["baseline"] = [_setup_label({**r, "drafter": "", "method": ""}, columns)
+                              for r in records]
         groups["setup"] = [_setup_label(r, columns) for r in records]
         is_sd = groups["k"].to_numpy(int) > 0
         groups["is_sd"] = is_sd
