@@ -158,14 +158,19 @@ def test_fit_to_missing_folder_fails_before_sampling(capsys, tmp_path, truth_16)
     assert code == 2 and "output folder does not exist" in err
 
 
-def test_demo_quick_writes_fit_summary_and_figures(tmp_path):
+def test_demo_quick_writes_fits_decisions_and_figures(tmp_path):
     out = tmp_path / "demo"
     result = subprocess.run([sys.executable, "-m", "bayesspec", "demo", "--quick", "--out",
-                             str(out), "--json"], capture_output=True, text=True, timeout=600)
+                             str(out), "--json"], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert Path(document["fit"]).exists() and Path(document["summary"]).exists()
-    assert len(document["figures"]) >= 2
+    assert Path(document["dense"]["fit"]).exists()
+    assert Path(document["speculative"]["fit"]).exists()
+    assert document["dense"]["groups"] == 64 and document["speculative"]["setups"] == 2
+    assert len(document["figures"]) >= 6
     assert all(Path(f).stat().st_size > 10_000 for f in document["figures"])
-    summary = json.loads(Path(document["summary"]).read_text())
-    assert len(summary["groups"]) >= 16
+    decisions = document["speculative"]["decisions"]
+    assert decisions and all({"alpha", "rps", "k", "p_best", "speedup"} <= set(d)
+                             for d in decisions)
+    deployment = json.loads((out / "deployment.json").read_text())
+    assert any("run k =" in line for line in deployment["lines"])

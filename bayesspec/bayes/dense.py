@@ -6,8 +6,7 @@ Parameterisation (why it looks like this):
   ``rps_max`` is the highest unsaturated rate observed in the group. Every observed point
   then satisfies RPS*C2 < 1 by construction, so the sampler never meets the pole of the
   law (that is where divergences come from). ``u`` is the utilisation reached by the
-  group's highest rate; sweeps are designed to approach the ceiling, so ``logit u`` is
-  pooled across groups.
+  group's highest rate, with a weak logit-normal prior per group.
 - ``log C1`` is pooled across groups with a learned spread (wide hyperpriors centred on
   the median latency at the groups' lowest rates). Anchoring each C1 to its own lowest
   observed latency instead would tie it to that one noisy point and make it overconfident.
@@ -101,11 +100,12 @@ class DenseLatencyModel(LatencyModel):
             n_groups = len(groups)
             log_c1 = pooled_normal("log_C1", log_c1_center, cfg["log_c1_scale"], "group",
                                    n_groups, centred=True)
-            # Non-centred: sweeps reach similar utilisations, so the spread is small and a
-            # centred form would make a funnel.
-            utilisation = pm.math.sigmoid(pooled_normal(
+            # Not pooled: how close a sweep came to its ceiling is a property of the test
+            # design, not of the system, and pooling it is a funnel one way or the other
+            # (non-centred when every sweep pins u down, centred when they all agree).
+            utilisation = pm.math.sigmoid(pm.Normal(
                 "utilisation_logit", cfg["utilisation_logit_mean"],
-                cfg["utilisation_logit_scale"], "group", n_groups, spread_scale=1.0))
+                cfg["utilisation_logit_scale"], dims="group"))
 
             c1 = pm.Deterministic("C1", pt.exp(log_c1), dims="group")
             c2 = pm.Deterministic("C2", utilisation / rps_max, dims="group")
@@ -140,5 +140,4 @@ class DenseLatencyModel(LatencyModel):
         }
 
     def posterior_variables(self) -> list[str]:
-        return ["noise_base", "noise_load", "log_C1_mean", "log_C1_sd",
-                "utilisation_logit_mean", "utilisation_logit_sd"]
+        return ["noise_base", "noise_load", "log_C1_mean", "log_C1_sd"]

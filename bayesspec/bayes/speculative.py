@@ -85,10 +85,11 @@ def _counter_totals(rows: pd.DataFrame, group_index: np.ndarray, groups: pd.Data
     return drafts, accepted
 
 
-def pooled_utilisation(cfg: dict, size: int):
-    """logit of the utilisation reached by each curve's highest rate, pooled."""
-    return pooled_normal("utilisation_logit", cfg["utilisation_logit_mean"],
-                         cfg["utilisation_logit_scale"], "curve", size, spread_scale=1.0)
+def curve_utilisation(cfg: dict):
+    """logit of the utilisation reached by each curve's highest rate (not pooled: it is
+    a property of the test design, see bayesspec.bayes.dense)."""
+    return pm.Normal("utilisation_logit", cfg["utilisation_logit_mean"],
+                     cfg["utilisation_logit_scale"], dims="curve")
 
 
 class SpeculativeLatencyModel(LatencyModel):
@@ -216,7 +217,7 @@ class SpeculativeLatencyModel(LatencyModel):
             c1 = pt.zeros(n_groups)
             c2 = pt.zeros(n_groups)
 
-            utilisation_logit = pooled_utilisation(cfg, len(dense_idx) + n_setups)
+            utilisation_logit = curve_utilisation(cfg)
             if len(dense_idx):
                 c1, c2 = self._dense_part(cfg, groups, dense_idx, n_setups, rps_max,
                                           utilisation_logit[:len(dense_idx)], c1, c2)

@@ -9,7 +9,9 @@ import pandas as pd
 _HERE = Path(__file__).resolve().parent
 
 BUNDLED = {
-    "dense": "dense_placeholder.csv",
+    "dense": "sim_dense.csv",
+    "speculative": "sim_speculative.csv",
+    "moe": "sim_moe.csv",
 }
 
 
