@@ -245,7 +245,6 @@ def case_simulator(quick: bool) -> dict:
         sweep(config, 9, n_requests=1000, seed=repeat)
         timings.append(time.perf_counter() - started)
     bayes_s = float(np.median(timings))
-    return {"name": "simulator", "error": f"simulator API mismatch: {error}"}
     return {"name": "simulator", "bayes_s": bayes_s, "baseline_s": 10.0,
             "ratio": 10.0 / bayes_s, "note": "baseline is the 10 s budget of the issue"}
 
