@@ -27,7 +27,6 @@ import platform
 import sys
 import time
 import warnings
-from dataclasses import replace
 
 import numpy as np
 
@@ -106,7 +105,7 @@ def case_dense_fit_vs_bootstrap(quick: bool) -> dict:
     from bayesspec.data import prepare
     from bayesspec.inference import SamplerSettings
     from bayesspec.synthetic import generate_sweeps, placeholder_truth
-    from bayesspec.validation import dense_replicate_coverage, interval_covers
+    from bayesspec.validation import dense_replicate_coverage
     from bayesspec.workflow import fit
 
     truth = placeholder_truth()
@@ -251,7 +250,6 @@ def case_simulator(quick: bool) -> dict:
 
 def case_sampler_choice(quick: bool) -> dict:
     import arviz as az
-    import pymc as pm
 
     from bayesspec.bayes import SpeculativeLatencyModel
     from bayesspec.data import prepare

@@ -13,7 +13,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 
 from bayesspec.synthetic import generate_sweeps, placeholder_truth
 

@@ -26,9 +26,8 @@ import pytensor.tensor as pt
 
 from ..data import assign_groups, included
 from ..errors import BadInput
-from ..laws import latency_expr, load_amplification_expr
 from .base import LatencyModel, ModelInputs
-from .priors import pooled_normal
+from .priors import latency_likelihood, pooled_normal
 
 
 def measurement_log_se(rows: pd.DataFrame) -> np.ndarray:
@@ -107,20 +106,9 @@ class DenseLatencyModel(LatencyModel):
                 "utilisation_logit", cfg["utilisation_logit_mean"],
                 cfg["utilisation_logit_scale"], dims="group"))
 
-            c1 = pm.Deterministic("C1", pt.exp(log_c1), dims="group")
-            c2 = pm.Deterministic("C2", utilisation / rps_max, dims="group")
-            pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
-
-            noise_base = pm.HalfNormal("noise_base", cfg["noise_base_scale"])
-            noise_load = pm.HalfNormal("noise_load", cfg["noise_load_scale"])
-
-            c1_point = c1[group_index]
-            c2_point = c2[group_index]
-            mean_log_latency = pt.log(latency_expr(rps_data, c1_point, c2_point))
-            amplification = load_amplification_expr(rps_data, c2_point)
-            sigma = pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + log_se**2)
-            pm.Normal("log_latency", mean_log_latency, sigma, observed=observed,
-                      dims="point")
+            latency_likelihood(pt.exp(log_c1), utilisation / rps_max, cfg,
+                               group_index=group_index, rps=rps_data, log_se=log_se,
+                               observed=observed)
         return model
 
     def data_values(self, data: pd.DataFrame) -> dict[str, np.ndarray]:

@@ -1,8 +1,11 @@
-"""Prior building blocks shared by the latency models."""
+"""Building blocks shared by the latency models: pooled priors and the likelihood."""
 
 from __future__ import annotations
 
 import pymc as pm
+import pytensor.tensor as pt
+
+from ..laws import latency_expr, load_amplification_expr
 
 
 def pooled_normal(name: str, mean: float, scale: float, dim: str, size: int, *,
@@ -22,3 +25,24 @@ def pooled_normal(name: str, mean: float, scale: float, dim: str, size: int, *,
         return pm.Normal(name, mu, tau, dims=dim)
     z = pm.Normal(f"{name}_z", 0.0, 1.0, dims=dim)
     return mu + tau * z
+
+
+def latency_likelihood(c1, c2, cfg: dict, *, group_index, rps, log_se, observed):
+    """Record C1, C2 and the saturation rate per group, and add the latency likelihood.
+
+    log L ~ Normal(log(C1/(1 - RPS*C2)), sigma) with
+    sigma^2 = noise_base^2 + (noise_load * x/(1-x))^2 + se^2, x = RPS*C2: a relative
+    error in the rate is amplified by x/(1-x) near saturation, where finite runs are also
+    noisiest; se is the standard error of each measured mean (0 when unknown).
+    """
+    c1 = pm.Deterministic("C1", c1, dims="group")
+    c2 = pm.Deterministic("C2", c2, dims="group")
+    pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
+    noise_base = pm.HalfNormal("noise_base", cfg["noise_base_scale"])
+    noise_load = pm.HalfNormal("noise_load", cfg["noise_load_scale"])
+    c1_point = c1[group_index]
+    c2_point = c2[group_index]
+    mean_log_latency = pt.log(latency_expr(rps, c1_point, c2_point))
+    amplification = load_amplification_expr(rps, c2_point)
+    sigma = pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + log_se**2)
+    return pm.Normal("log_latency", mean_log_latency, sigma, observed=observed, dims="point")

@@ -36,10 +36,9 @@ import pytensor.tensor as pt
 
 from ..data import EXTRA_GROUP_COLUMNS, assign_groups, group_label, included
 from ..errors import BadInput
-from ..laws import (effective_costs_expr, expected_accepted, expected_accepted_expr,
-                    latency_expr, load_amplification_expr)
+from ..laws import effective_costs_expr, expected_accepted, expected_accepted_expr
 from .base import LatencyModel, ModelInputs
-from .priors import pooled_normal
+from .priors import latency_likelihood, pooled_normal
 from .dense import group_scales, measurement_log_se
 
 SETUP_COLUMNS = ("verifier", "drafter", "prefill_tokens", "decode_tokens")
@@ -227,18 +226,8 @@ class SpeculativeLatencyModel(LatencyModel):
                                                 decode, k, alpha, rps_max,
                                                 utilisation_logit[len(dense_idx):], c1, c2)
 
-            c1 = pm.Deterministic("C1", c1, dims="group")
-            c2 = pm.Deterministic("C2", c2, dims="group")
-            pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
-
-            noise_base = pm.HalfNormal("noise_base", cfg["noise_base_scale"])
-            noise_load = pm.HalfNormal("noise_load", cfg["noise_load_scale"])
-            c1_point = c1[group_index]
-            c2_point = c2[group_index]
-            mean_log_latency = pt.log(latency_expr(rps_data, c1_point, c2_point))
-            amplification = load_amplification_expr(rps_data, c2_point)
-            sigma = pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + log_se**2)
-            pm.Normal("log_latency", mean_log_latency, sigma, observed=observed, dims="point")
+            latency_likelihood(c1, c2, cfg, group_index=group_index, rps=rps_data,
+                               log_se=log_se, observed=observed)
         return model
 
     def _dense_part(self, cfg, groups, dense_idx, n_setups, rps_max, utilisation_logit, c1, c2):
