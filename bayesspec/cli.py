@@ -481,6 +481,16 @@ def build_parser() -> argparse.ArgumentParser:
         simulate = verbs.add_parser("simulate", help="synthetic sweeps from the serving simulator")
         simulate_cli.add_arguments(simulate)
         simulate.set_defaults(handler=simulate_cli.run)
+
+    try:
+        from .ingest import cli as ingest_cli
+    except ImportError:
+        ingest_cli = None
+    if ingest_cli is not None:
+        ingest = verbs.add_parser("ingest", help="GuideLLM / vllm bench / metrics files to "
+                                                 "tidy rows")
+        ingest_cli.add_arguments(ingest)
+        ingest.set_defaults(handler=ingest_cli.run)
     return parser
 
 

@@ -51,9 +51,11 @@ def latency_draws(c1, c2, rps) -> np.ndarray:
     return latency(np.asarray(rps, dtype=float)[None, :], c1, c2)
 
 
-def predictive_latency_draws(c1, c2, rps, noise_base, noise_load, rng) -> np.ndarray:
+def predictive_latency_draws(c1, c2, rps, noise_base, noise_load, rng, *,
+                             curve=None) -> np.ndarray:
     """Draws of a new measured mean latency: the curve times the fitted log-noise."""
-    curve = latency_draws(c1, c2, rps)
+    if curve is None:
+        curve = latency_draws(c1, c2, rps)
     rps = np.asarray(rps, dtype=float)[None, :]
     c2 = np.asarray(c2, dtype=float)[:, None]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -64,14 +66,30 @@ def predictive_latency_draws(c1, c2, rps, noise_base, noise_load, rng) -> np.nda
         return np.where(np.isfinite(curve), curve * np.exp(noise), np.inf)
 
 
+def group_latency_draws(fit, group: int, rps) -> np.ndarray:
+    """Mean-latency draws (samples, rates) of one fitted group, by the fit's own law."""
+    if "C1u" in fit.posterior:
+        from .laws import moe_latency
+
+        row = fit.groups.iloc[group]
+        config = fit.model_config
+        parts = [fit.draws(name, group)[:, None] for name in ("C1u", "C1s", "C2u", "C2s")]
+        rps = np.asarray(rps, dtype=float)[None, :]
+        if float(config.get("token_offset", 0.0)) != 0.0:
+            raise BadInput("predictions for token_offset != 0 are not supported yet")
+        return moe_latency(rps, *parts, float(row["experts_active"]),
+                           float(row["experts_total"]), float(row["tokens_per_request"]))
+    return latency_draws(fit.draws("C1", group), fit.draws("C2", group), rps)
+
+
 def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int = 0) -> dict:
     """CONTRACT ``predict``: latency with intervals at each rate for one group."""
     c1 = fit.draws("C1", group)
     c2 = fit.draws("C2", group)
-    curve = latency_draws(c1, c2, rps)
+    curve = group_latency_draws(fit, group, rps)
     rng = np.random.default_rng(seed)
     observed = predictive_latency_draws(c1, c2, rps, fit.draws("noise_base"),
-                                        fit.draws("noise_load"), rng)
+                                        fit.draws("noise_load"), rng, curve=curve)
     points = []
     for j, rate in enumerate(np.asarray(rps, dtype=float)):
         points.append({

@@ -182,3 +182,17 @@ def dataset_to_frame(dataset: xr.Dataset) -> pd.DataFrame:
         elif kind == "str":
             frame[column] = frame[column].astype(str).astype(object)
     return frame
+
+
+def add_log_likelihood(fit):
+    """Add the pointwise log-likelihood group to a Fit (for PSIS-LOO and az.compare)."""
+    import pymc as pm
+
+    model = fit.model()
+    pm_model = model.build(fit.data)
+    if "log_likelihood" not in fit.tree.children:
+        tree = pm.compute_log_likelihood(fit.tree, model=pm_model, var_names=["log_latency"],
+                                         extend_inferencedata=False, progressbar=False)
+        fit.tree["log_likelihood"] = tree["log_likelihood"] if "log_likelihood" in \
+            getattr(tree, "children", {}) else tree
+    return fit

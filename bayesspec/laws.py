@@ -78,6 +78,43 @@ def moe_costs_expr(phi, c1u, c1s, c2u, c2s):
     return c1u + phi * c1s, c2u + phi * c2s
 
 
+def moe_latency_expr(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request=1.0, *,
+                     token_offset=0.0, start=None, xp: ModuleType = np,
+                     iterations: int = 0, newton_steps: int = 4):
+    """Eq. (4) solved inside a graph: the same fixed point as :func:`moe_latency`.
+
+    Differentiable and of fixed cost, for the PyMC models: ``iterations`` steps of
+    L <- rhs(L), then ``newton_steps`` Newton steps on L - rhs(L). From the phi = 0
+    latency (the default start) the iteration climbs to the least fixed point; a model
+    can start from a nearby latency instead (``start``, e.g. the measured one: only the
+    starting point, the result is the self-consistent L) so that a few Newton steps
+    reach machine precision and the graph stays small enough to compile quickly.
+    T = token_offset + rps*L*tokens_per_request. The caller keeps rps*(c2u + c2s) < 1.
+    """
+    log_keep = xp.log1p(-m / M)
+
+    def coverage(latency):
+        return expert_coverage_expr(token_offset + rps * latency * tokens_per_request,
+                                    m, M, xp=xp)
+
+    def rhs(latency):
+        c1, c2 = moe_costs_expr(coverage(latency), c1u, c1s, c2u, c2s)
+        return latency_expr(rps, c1, c2)
+
+    latency = latency_expr(rps, c1u, c2u) if start is None else start
+    for _ in range(iterations):
+        latency = rhs(latency)
+    for _ in range(newton_steps):
+        phi = coverage(latency)
+        dphi = -(1.0 - phi) * log_keep * rps * tokens_per_request
+        c1, c2 = moe_costs_expr(phi, c1u, c1s, c2u, c2s)
+        free = 1.0 - rps * c2
+        # d rhs / dL for rhs = c1/free: (c1' free + c1 rps c2') / free^2
+        slope = (dphi * c1s * free + c1 * rps * dphi * c2s) / free**2
+        latency = latency - (latency - c1 / free) / (1.0 - slope)
+    return latency
+
+
 # --------------------------------------------------------------------------------------
 # Public numpy API (CONTRACT.md)
 # --------------------------------------------------------------------------------------

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from .base import LatencyModel, ModelInputs
 from .dense import DenseLatencyModel
+from .moe import MoELatencyModel
 from .speculative import SpeculativeLatencyModel
 
 MODEL_CLASSES: dict[str, type[LatencyModel]] = {
     DenseLatencyModel.name: DenseLatencyModel,
     SpeculativeLatencyModel.name: SpeculativeLatencyModel,
+    MoELatencyModel.name: MoELatencyModel,
 }
 
 
@@ -25,5 +27,5 @@ def get_model_class(name: str) -> type[LatencyModel]:
                        column="--model") from None
 
 
-__all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "SpeculativeLatencyModel", "MODEL_CLASSES",
+__all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "SpeculativeLatencyModel", "MoELatencyModel", "MODEL_CLASSES",
            "get_model_class"]

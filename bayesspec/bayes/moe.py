@@ -1,0 +1,153 @@
+"""Sparse mixture-of-experts verifiers: the covered/saturated split of eq. (4).
+
+Per group (configuration) the costs split into an uncovered part and an increment that
+grows with expert coverage phi(T) = 1 - (1 - m/M)^T:
+
+    L = (C1u + phi*C1s) / (1 - RPS*(C2u + phi*C2s)),   T = offset + RPS*L*tokens
+
+where ``tokens`` is 1 for plain decoding and, for an SD verifier, k (the paper) or k + 1
+(every verification also carries the verifier's own token). phi depends on L, so the
+likelihood uses the self-consistent L solved inside the graph
+(:func:`bayesspec.laws.moe_latency_expr`, the same equation as
+:func:`bayesspec.laws.moe_latency` used for predictions), never the observed L.
+
+Parameterisation: totals and shares. ``C2u + C2s = u / rps_max`` with u in (0, 1), so
+the fully covered (highest-cost) law is still below saturation at every observed point;
+``C1s/(C1u + C1s)`` and ``C2s/(C2u + C2s)`` are shares in (0, 1).
+
+Reported per group: ``C1`` = the zero-load latency (C1u + phi(offset)*C1s) and
+``C2`` = C2u + C2s (1/C2 is the saturation rate, where every expert is touched).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytensor.tensor as pt
+
+from ..data import assign_groups, included
+from ..errors import BadInput
+from ..laws import expert_coverage_expr, moe_latency_expr
+from .base import LatencyModel, ModelInputs
+from .dense import group_scales, measurement_log_se
+from .priors import latency_likelihood, pooled_normal
+
+
+def tokens_per_request(k: np.ndarray, verify_tokens: str) -> np.ndarray:
+    """Routed tokens per request per step: 1 when dense, k or k + 1 per verification."""
+    k = np.asarray(k, dtype=float)
+    if verify_tokens == "k":
+        return np.where(k > 0, k, 1.0)
+    if verify_tokens == "k+1":
+        return k + 1.0
+    raise BadInput(f"verify_tokens must be 'k' or 'k+1', got {verify_tokens!r}")
+
+
+class MoELatencyModel(LatencyModel):
+    name = "moe"
+    version = "1"
+    target_accept = 0.95
+    default_config = {
+        "noise_base_scale": 0.1,
+        "noise_load_scale": 0.05,
+        "log_c1_scale": 2.0,
+        "utilisation_logit_mean": 1.0,
+        "utilisation_logit_scale": 1.5,
+        "share_logit_scale": 1.5,
+        # Variants compared by PSIS-LOO (README): T = offset + RPS*L*tokens.
+        "token_offset": 0.0,        # 0: the paper's T = RPS*L; 1: the request counts itself
+        "verify_tokens": "k",       # "k" (paper) or "k+1" tokens per verification
+        "newton_steps": 5,
+    }
+
+    def prepare(self, data: pd.DataFrame) -> ModelInputs:
+        rows = included(data).reset_index(drop=True)
+        source = data.attrs.get("source_file")
+        if rows.empty:
+            raise BadInput("every row is saturated or excluded; nothing left to fit",
+                           file=source)
+        for column in ("experts_active", "experts_total"):
+            if column not in rows.columns or rows[column].isna().any():
+                raise BadInput("the moe model needs expert counts for every row (from the "
+                               "data or the verifier's catalog card)", file=source,
+                               column=column)
+        groups, group_index = assign_groups(rows)
+        rps_max, latency_low = group_scales(rows, group_index, len(groups))
+        groups["rps_max"] = rps_max
+        groups["latency_low"] = latency_low
+        groups["n_points"] = np.bincount(group_index, minlength=len(groups))
+        first = [int(np.flatnonzero(group_index == g)[0]) for g in range(len(groups))]
+        groups["experts_active"] = rows["experts_active"].to_numpy(float)[first]
+        groups["experts_total"] = rows["experts_total"].to_numpy(float)[first]
+        groups["tokens_per_request"] = tokens_per_request(groups["k"].to_numpy(),
+                                                          self.config["verify_tokens"])
+        self.inputs = ModelInputs(rows=rows, groups=groups, group_index=group_index,
+                                  extras={"log_se": measurement_log_se(rows)})
+        return self.inputs
+
+    def build(self, data: pd.DataFrame) -> pm.Model:
+        inputs = self.prepare(data)
+        cfg = self.config
+        groups = inputs.groups
+        n_groups = len(groups)
+        coords = {"group": groups["label"].tolist(), "point": np.arange(len(inputs.rows))}
+        with pm.Model(coords=coords) as model:
+            group_index = pm.Data("group_index", inputs.group_index, dims="point")
+            rps_data = pm.Data("rps", inputs.rows["rps"].to_numpy(float), dims="point")
+            log_se = pm.Data("log_se", inputs.extras["log_se"], dims="point")
+            rps_max = pm.Data("rps_max", groups["rps_max"].to_numpy(float), dims="group")
+            observed = pm.Data("observed_log_latency",
+                               np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
+                               dims="point")
+            center = float(np.log(np.median(groups["latency_low"])))
+            log_c1_total = pooled_normal("log_C1_total", center, cfg["log_c1_scale"], "group",
+                                         n_groups, centred=True)
+            share_scale = cfg["share_logit_scale"]
+            share_c1 = pm.math.sigmoid(pm.Normal("logit_share_C1s", 0.0, share_scale,
+                                                 dims="group"))
+            share_c2 = pm.math.sigmoid(pm.Normal("logit_share_C2s", 0.0, share_scale,
+                                                 dims="group"))
+            utilisation = pm.math.sigmoid(pm.Normal(
+                "utilisation_logit", cfg["utilisation_logit_mean"],
+                cfg["utilisation_logit_scale"], dims="group"))
+            c1_total = pt.exp(log_c1_total)
+            c2_total = utilisation / rps_max
+            c1u = pm.Deterministic("C1u", c1_total * (1 - share_c1), dims="group")
+            c1s = pm.Deterministic("C1s", c1_total * share_c1, dims="group")
+            c2u = pm.Deterministic("C2u", c2_total * (1 - share_c2), dims="group")
+            c2s = pm.Deterministic("C2s", c2_total * share_c2, dims="group")
+
+            m = pt.as_tensor_variable(groups["experts_active"].to_numpy(float))
+            M = pt.as_tensor_variable(groups["experts_total"].to_numpy(float))
+            tpr = pt.as_tensor_variable(groups["tokens_per_request"].to_numpy(float))
+            offset = float(cfg["token_offset"])
+            g = group_index
+            # Newton from the measured latency: a starting point only; the result is the
+            # self-consistent L (checked against the numpy solver in the tests).
+            mean_latency = moe_latency_expr(rps_data, c1u[g], c1s[g], c2u[g], c2s[g], m[g],
+                                            M[g], tpr[g], token_offset=offset,
+                                            start=pt.exp(observed), xp=pt,
+                                            newton_steps=cfg["newton_steps"])
+            phi = expert_coverage_expr(offset + rps_data * mean_latency * tpr[g], m[g], M[g],
+                                       xp=pt)
+            c2_effective = c2u[g] + phi * c2s[g]
+            zero_load_c1 = c1u + expert_coverage_expr(offset, m, M, xp=pt) * c1s
+            latency_likelihood(zero_load_c1, c2_total, cfg, group_index=group_index,
+                               rps=rps_data, log_se=log_se, observed=observed,
+                               mean_latency=mean_latency, c2_point=c2_effective)
+        return model
+
+    def data_values(self, data: pd.DataFrame) -> dict[str, np.ndarray]:
+        inputs = self.prepare(data)
+        return {
+            "group_index": inputs.group_index,
+            "rps": inputs.rows["rps"].to_numpy(float),
+            "log_se": inputs.extras["log_se"],
+            "rps_max": inputs.groups["rps_max"].to_numpy(float),
+            "observed_log_latency": np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
+        }
+
+    def posterior_variables(self) -> list[str]:
+        return ["noise_base", "noise_load", "C1u", "C1s", "C2u", "C2s", "log_C1_total_mean",
+                "log_C1_total_sd"]

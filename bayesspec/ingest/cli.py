@@ -1,0 +1,146 @@
+"""``bayesspec ingest FILE... -o DATA.csv``: load-test files to tidy rows.
+
+The main command line registers this verb with :func:`add_arguments` and :func:`run`.
+Bad input raises :class:`bayesspec.errors.BadInput` (one line on stderr, exit 2, nothing
+written); the output is written through a temporary file and ``os.replace``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from ..errors import BadInput
+
+__all__ = ["add_arguments", "run", "write_rows"]
+
+_NUMERIC_FLAGS = {"k": ("--k", int), "alpha": ("--alpha", float),
+                  "prefill": ("--prefill", int), "decode": ("--decode", int)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``bayesspec ingest``."""
+    parser.description = (
+        "Read GuideLLM reports (JSON/YAML, schema v1 and v2), vllm bench serve results "
+        "(JSON/JSONL) and vLLM /metrics scrapes into tidy rows, checked and fit-ready.")
+    parser.epilog = (
+        "Design values the files do not record come from the flags below or a sidecar "
+        "(FILE.meta.toml / FILE.meta.json next to FILE, or --sidecar): keys verifier, "
+        "drafter, k, alpha, prefill_tokens, decode_tokens, gpu, engine, engine_version, "
+        "method, and [[metrics]] entries {before, after[, point][, file]} pairing "
+        "Prometheus scrapes with load points. A value that contradicts the file is an error.")
+    parser.add_argument("files", nargs="+", metavar="FILE", help="load-test result files")
+    parser.add_argument("-o", "--output", required=True, metavar="DATA.csv",
+                        help="tidy rows to write (.csv or .parquet)")
+    design = parser.add_argument_group("design values the files do not hold")
+    design.add_argument("--verifier", help="verifier (served) model name")
+    design.add_argument("--drafter", help="drafter name ('' = dense)")
+    design.add_argument("--k", metavar="K", help="draft length (0 = dense)")
+    design.add_argument("--alpha", metavar="A", help="per-token acceptance (when forced)")
+    design.add_argument("--prefill", metavar="N", help="prompt tokens per request")
+    design.add_argument("--decode", metavar="N", help="output tokens per request")
+    design.add_argument("--gpu", help="GPU name")
+    design.add_argument("--engine", help="serving engine (e.g. vllm)")
+    design.add_argument("--engine-version", help="serving engine version")
+    design.add_argument("--method", help="drafting method (eagle3, draft_model, ngram, ...)")
+    design.add_argument("--sidecar", metavar="PATH",
+                        help="a sidecar (TOML or JSON) for every FILE")
+    design.add_argument("--metrics", nargs=2, action="append", metavar=("BEFORE", "AFTER"),
+                        help="Prometheus scrapes taken before and after a load point; repeat "
+                             "once per load point of all FILEs, in order")
+    parser.add_argument("--quiet", action="store_true", help="no summary line")
+    if "--json" not in parser._option_string_actions:
+        parser.add_argument("--json", action="store_true",
+                            help="print one JSON summary on stdout")
+
+
+def _flags(args) -> dict:
+    flags = {}
+    for name in ("verifier", "drafter", "gpu", "engine", "engine_version", "method"):
+        flags[name] = getattr(args, name, None)
+    for name, (option, kind) in _NUMERIC_FLAGS.items():
+        text = getattr(args, name, None)
+        if text is None:
+            continue
+        try:
+            value = kind(str(text).strip())
+        except ValueError:
+            what = "a whole number" if kind is int else "a number"
+            raise BadInput(f"expected {what}, got {text!r}", column=option) from None
+        flags[{"prefill": "prefill_tokens", "decode": "decode_tokens"}.get(name, name)] = value
+    return flags
+
+
+def _check_output(path: str, inputs: list[str]) -> None:
+    out = Path(path)
+    if out.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        raise BadInput("output must end in .csv or .parquet", file=path)
+    if str(out.parent) and not out.parent.is_dir():
+        raise BadInput("output folder does not exist", file=path)
+    if out.exists() and any(out.resolve() == Path(p).resolve() for p in inputs
+                            if Path(p).exists()):
+        raise BadInput("output would overwrite an input file", file=path)
+
+
+def _default_mode(path: str) -> None:
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(path, 0o666 & ~mask)
+
+
+def write_rows(path: str | os.PathLike, rows) -> None:
+    """CSV (full float precision) or Parquet, through a temporary file and os.replace."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        if path.suffix.lower() in (".parquet", ".pq"):
+            os.close(fd)
+            rows.to_parquet(tmp, index=False)
+        else:
+            buffer = io.StringIO()
+            rows.to_csv(buffer, index=False, lineterminator="\n")
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+                handle.write(buffer.getvalue())
+        _default_mode(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``bayesspec ingest``; returns the exit status (0)."""
+    from .core import ingest_files
+
+    _check_output(args.output, args.files)
+    flags = _flags(args)
+    result = ingest_files(args.files, flags=flags, sidecar=args.sidecar,
+                          metrics=[tuple(pair) for pair in args.metrics or []])
+    rows = result.rows
+    write_rows(args.output, rows)
+    saturated = int(rows["saturated"].sum()) if "saturated" in rows.columns else 0
+    reconstructed = int(rows["latency_reconstructed"].sum()) \
+        if "latency_reconstructed" in rows.columns else 0
+    from ..data import GROUP_COLUMNS
+
+    groups = int(rows[list(GROUP_COLUMNS)].astype(str).drop_duplicates().shape[0])
+    if getattr(args, "json", False):
+        document = {"output": str(args.output), "rows": int(len(rows)), "groups": groups,
+                    "saturated_rows": saturated, "latency_reconstructed_rows": reconstructed,
+                    "columns": [str(c) for c in rows.columns], "files": result.files}
+        sys.stdout.write(json.dumps(document) + "\n")
+    elif not args.quiet:
+        kinds = ", ".join(f"{Path(f['file']).name} ({f['kind']}, {f['rows']})"
+                          for f in result.files)
+        print(f"wrote {len(rows)} rows in {groups} group{'s' if groups != 1 else ''} to "
+              f"{args.output} from {kinds}")
+        if reconstructed:
+            print(f"note: {reconstructed} rows have latency reconstructed from TTFT and TPOT "
+                  f"(no e2el in the file)", file=sys.stderr)
+    return 0
