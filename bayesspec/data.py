@@ -41,7 +41,7 @@ NONNEGATIVE_FLOAT_COLUMNS = ("rps_target", "latency_std_s", "latency_p50_s",
                              "latency_p95_s", "latency_p99_s", "ttft_mean_s",
                              "itl_mean_s", "verifier_params_b", "drafter_params_b",
                              "mean_concurrency")
-BOOLEAN_COLUMNS = ("saturated",)
+BOOLEAN_COLUMNS = ("saturated", "latency_reconstructed")
 
 # Columns that, when present, split the data into separately fitted groups.
 GROUP_COLUMNS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens")
