@@ -393,6 +393,36 @@ def cmd_kstar(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from .decisions import compare_fits
+
+    _check_prob(args)
+    fit_a = _load_fit(args.a)
+    fit_b = _load_fit(args.b)
+    document = compare_fits(fit_a, fit_b, rope=args.rope, prob=args.prob)
+    warnings_found = [w for w in (_convergence_warning(fit_a.diagnostics),
+                                  _convergence_warning(fit_b.diagnostics)) if w]
+    if warnings_found:
+        document["warning"] = "; ".join(warnings_found)
+    if args.plot:
+        from .plots import compare_forest_plot, save_figure
+
+        _check_output_path(args.plot)
+        save_figure(compare_forest_plot(document), args.plot)
+        document["plot"] = args.plot
+    if args.json:
+        emit_json(document)
+        return 0
+    print(f"B = {args.b} relative to A = {args.a}; region of practical equivalence "
+          f"+-{args.rope:.0%}; {args.prob:.0%} intervals")
+    width = max(len(name) for name in document["parameters"])
+    for name, entry in document["parameters"].items():
+        print(f"{name:<{width}}  ratio {_fmt(entry['ratio']):>28}  P(increase) "
+              f"{entry['p_increase']:.3f}  {entry['verdict']}")
+    print(f"verdict: {document['verdict']}")
+    return 0
+
+
 def cmd_demo(args) -> int:
     from .demo import run_demo
 
@@ -472,6 +502,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_group_options(kstar, design=False)
     _add_common(kstar)
     kstar.set_defaults(handler=cmd_kstar)
+
+    compare = verbs.add_parser("compare", help="two fits (e.g. engine versions) compared: "
+                                               "ratios B/A with probabilities")
+    compare.add_argument("a", help="fit file A (the reference)")
+    compare.add_argument("b", help="fit file B")
+    compare.add_argument("--rope", type=float, default=0.02,
+                         help="region of practical equivalence, relative (default 0.02)")
+    compare.add_argument("--plot", help="write a forest plot of the ratios to this PNG")
+    _add_common(compare)
+    compare.set_defaults(handler=cmd_compare)
 
     try:
         from .simulate import cli as simulate_cli

@@ -296,3 +296,70 @@ def _c1_candidates(costs: SpeculativeCosts, alpha: float, ks: np.ndarray) -> np.
             columns.append(c1_sd[:, j])
             j += 1
     return np.stack(columns, axis=1)
+
+
+# --------------------------------------------------------------------------------------
+# Comparing two fits (e.g. two engine versions)
+# --------------------------------------------------------------------------------------
+
+def _ratio_entry(ratio: np.ndarray, rope: float, prob: float) -> dict:
+    return {"ratio": uncertain(ratio, prob),
+            "p_increase": float(np.mean(ratio > 1.0)),
+            "p_practically_higher": float(np.mean(ratio > 1.0 + rope)),
+            "p_practically_lower": float(np.mean(ratio < 1.0 - rope)),
+            "p_equivalent": float(np.mean(np.abs(ratio - 1.0) <= rope)),
+            "verdict": _verdict(ratio, rope)}
+
+
+def _verdict(ratio: np.ndarray, rope: float, level: float = 0.95) -> str:
+    if np.mean(ratio > 1.0 + rope) >= level:
+        return f"higher in B (by more than {rope:.0%})"
+    if np.mean(ratio < 1.0 - rope) >= level:
+        return f"lower in B (by more than {rope:.0%})"
+    if np.mean(np.abs(ratio - 1.0) <= rope) >= level:
+        return f"equivalent (within +-{rope:.0%})"
+    return "uncertain: collect more data"
+
+
+def compare_fits(fit_a, fit_b, *, rope: float = 0.02, prob: float = DEFAULT_PROB,
+                 seed: int = 0) -> dict:
+    """CONTRACT ``compare``: B relative to A for C1 and C2 of every shared group.
+
+    The two posteriors are independent, so ratio draws pair each draw of B with a random
+    draw of A. ``pooled`` parameters are the geometric mean ratio over shared groups.
+    Speculative fits also compare the six cycle coefficients of shared setups.
+    """
+    if not 0.0 <= rope < 1.0:
+        raise BadInput(f"must be within [0, 1), got {rope}", column="--rope")
+    labels_a = list(fit_a.groups["label"])
+    labels_b = list(fit_b.groups["label"])
+    shared = [label for label in labels_a if label in labels_b]
+    if not shared:
+        raise BadInput("the two fits share no group (compare fits of the same verifier, "
+                       "drafter, lengths and (alpha, k))")
+    rng = np.random.default_rng(seed)
+    parameters = {}
+    pooled_logs = {"C1": [], "C2": []}
+    for label in shared:
+        a, b = labels_a.index(label), labels_b.index(label)
+        for name in ("C1", "C2"):
+            draws_b = fit_b.draws(name, b)
+            draws_a = rng.choice(fit_a.draws(name, a), size=draws_b.size, replace=True)
+            ratio = draws_b / draws_a
+            parameters[f"{name}[{label}]"] = _ratio_entry(ratio, rope, prob)
+            pooled_logs[name].append(np.log(ratio))
+    for name, logs in pooled_logs.items():
+        parameters[name] = _ratio_entry(np.exp(np.mean(logs, axis=0)), rope, prob)
+    if not fit_a.setups.empty and not fit_b.setups.empty:
+        setups_a = list(fit_a.setups["setup"])
+        setups_b = list(fit_b.setups["setup"])
+        for setup in (s for s in setups_a if s in setups_b):
+            for name in COEFFICIENT_NAMES:
+                draws_b = fit_b.draws(name, setup=setups_b.index(setup))
+                draws_a = rng.choice(fit_a.draws(name, setup=setups_a.index(setup)),
+                                     size=draws_b.size, replace=True)
+                parameters[f"{name}[{setup}]"] = _ratio_entry(draws_b / draws_a, rope, prob)
+    verdict = (f"C1 {parameters['C1']['verdict']}; C2 {parameters['C2']['verdict']} "
+               f"(geometric mean over {len(shared)} shared groups)")
+    return {"parameters": parameters, "verdict": verdict, "shared_groups": len(shared),
+            "rope": rope, "prob": prob}

@@ -287,3 +287,26 @@ def joint_vs_per_config_plot(joint: dict, separate: dict):
                     fontsize=9)
     figure.tight_layout()
     return figure
+
+
+def compare_forest_plot(document: dict, *, max_rows: int = 40):
+    """Forest plot of B/A ratios with the region of practical equivalence shaded."""
+    items = list(document["parameters"].items())[:max_rows]
+    figure, axis = plt.subplots(figsize=(8, 0.28 * len(items) + 1.5))
+    rope = document["rope"]
+    axis.axvspan(1 - rope, 1 + rope, color="0.85", label=f"+-{rope:.0%} (equivalent)")
+    axis.axvline(1.0, color="black", lw=0.8)
+    for row, (name, entry) in enumerate(items):
+        ratio = entry["ratio"]
+        colour = ("tab:red" if entry["p_practically_higher"] >= 0.95 else
+                  "tab:blue" if entry["p_practically_lower"] >= 0.95 else "0.3")
+        axis.plot([ratio["lo"], ratio["hi"]], [row, row], color=colour, lw=2)
+        axis.plot([ratio["median"]], [row], "o", color=colour, ms=4)
+    axis.set_yticks(range(len(items)))
+    axis.set_yticklabels([name for name, _ in items], fontsize=7)
+    axis.invert_yaxis()
+    axis.set_xlabel("ratio B / A (median and interval)")
+    axis.set_title(document["verdict"], fontsize=8)
+    axis.legend(fontsize=7, loc="lower right")
+    figure.tight_layout()
+    return figure

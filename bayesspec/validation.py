@@ -86,3 +86,22 @@ def dense_replicate_coverage(truth: pd.DataFrame, **options) -> pd.DataFrame:
     return replicate_coverage(truth, {"C1": truth["C1"].to_numpy(float),
                                       "C2": truth["C2"].to_numpy(float)},
                               model="dense", **options)
+
+
+def fit_same_design(datasets: list, *, model: str = "dense", settings: SamplerSettings | None = None,
+                    config: dict | None = None) -> list:
+    """Fit several datasets of one design (same groups and row counts), compiling once."""
+    from .fitfile import Fit
+
+    settings = settings or SamplerSettings(progress=False)
+    latency_model = get_model_class(model)(config)
+    if settings.target_accept is None:
+        settings = replace(settings, target_accept=latency_model.target_accept)
+    compiled = compile_model(latency_model.build(datasets[0]), settings)
+    fits = []
+    for i, data in enumerate(datasets):
+        values = latency_model.data_values(data)
+        tree = sample_compiled(compiled, replace(settings, seed=(settings.seed or 0) + i),
+                               data=values)
+        fits.append(Fit.from_sampling(latency_model, data, tree))
+    return fits
