@@ -28,6 +28,10 @@ def curve(points):
 
 def direct_crossover(dense, sd):
     (xd, yd), (xs, ys) = curve(dense), curve(sd)
+    return crossing(xd, yd, xs, ys)
+
+
+def crossing(xd, yd, xs, ys):
     grid = np.linspace(max(xd.min(), xs.min()), min(xd.max(), xs.max()), 400)
     if len(grid) < 2 or grid[0] >= grid[-1]:
         return None
@@ -39,9 +43,42 @@ def direct_crossover(dense, sd):
     return float(grid[i] - gap[i] * (grid[i + 1] - grid[i]) / (gap[i + 1] - gap[i]))
 
 
+def predictive_direct_crossover(fit, dense, sd, draws=400, seed=0):
+    """Posterior predictive of the direct crossover: re-measure both sweeps at their rates
+    with the fitted noise, interpolate the same way; its 90% interval says where the
+    statistic computed from noisy sweeps should fall if the fit is right."""
+    rng = np.random.default_rng(seed)
+    labels = list(fit.groups["label"])
+    parts = []
+    for sweep in (dense, sd):
+        g = labels.index(sweep["group"].iloc[0])
+        sweep = sweep.sort_values("rps")
+        rps = sweep["rps"].to_numpy()
+        se = (sweep["latency_std_s"] / np.sqrt(sweep["n_requests"].astype(float))
+              / sweep["latency_mean_s"]).to_numpy(float)
+        parts.append((rps, fit.draws("C1", g)[:draws], fit.draws("C2", g)[:draws],
+                      np.nan_to_num(se)))
+    noise_base = fit.draws("noise_base")[:draws]
+    noise_load = fit.draws("noise_load")[:draws]
+    stats = []
+    for i in range(len(noise_base)):
+        curves = []
+        for rps, c1, c2, se in parts:
+            x = rps * c2[i]
+            sigma = np.sqrt(noise_base[i] ** 2 + (noise_load[i] * x / (1 - x)) ** 2 + se**2)
+            latency = c1[i] / (1 - x) * np.exp(rng.normal(0.0, sigma))
+            curves += [rps, 1.0 / latency]
+        value = crossing(*curves)
+        if value is not None:
+            stats.append(value)
+    if len(stats) < 0.5 * len(noise_base):
+        return None
+    return np.quantile(stats, [0.05, 0.95])
+
+
 fit = Fit.load(sys.argv[1])
 data = included(fit.data)
-inside = outside = absent_agree = absent_disagree = 0
+inside = outside = absent_agree = absent_disagree = predictive_inside = 0
 for s, setup in fit.setups.iterrows():
     rows = data[(data["verifier"] == setup["verifier"])
                 & (data["prefill_tokens"] == setup["prefill_tokens"])
@@ -65,10 +102,16 @@ for s, setup in fit.setups.iterrows():
         ok = star is not None and star["lo"] <= seen <= star["hi"]
         inside += ok
         outside += not ok
+        band = predictive_direct_crossover(fit, dense, sd)
+        in_band = band is not None and band[0] <= seen <= band[1]
+        predictive_inside += in_band
         print(f"alpha {alpha:.1f} k {int(k)}: simulated crossover {seen:7.3f} rps; fitted RPS* "
               f"{star['median'] if star else float('nan'):7.3f} [{star['lo'] if star else float('nan'):.3f}, "
-              f"{star['hi'] if star else float('nan'):.3f}] {'ok' if ok else 'MISS'}")
-print(f"crossovers seen in range: {inside + outside}; inside the 90% interval: {inside}")
+              f"{star['hi'] if star else float('nan'):.3f}] {'ok' if ok else 'MISS'}; predictive "
+              f"band of the direct estimate {np.round(band, 3) if band is not None else None} "
+              f"{'ok' if in_band else 'MISS'}")
+print(f"crossovers seen in range: {inside + outside}; inside the 90% interval: {inside}; "
+      f"inside the 90% predictive band of the direct estimate: {predictive_inside}")
 print(f"no crossover seen in range: {absent_agree + absent_disagree}; fit agrees (no RPS* "
       f"below the sweeps' top rate): {absent_agree}")
 
