@@ -40,8 +40,22 @@ def summary_document(fit, *, prob: float = 0.9) -> dict:
             entry["n_points"] = _plain(row["n_points"])
         entries.append(entry)
     model = fit.model()
-    coefficients = {name: uncertain(fit.draws(name), prob)
-                    for name in model.posterior_variables() if name in fit.posterior}
+    coefficients = {}
+    for name in model.posterior_variables():
+        if name not in fit.posterior:
+            continue
+        variable = fit.posterior[name]
+        extra = [d for d in variable.dims if d not in ("chain", "draw")]
+        if not extra:
+            coefficients[name] = uncertain(fit.draws(name), prob)
+            continue
+        # One entry per setup or group: pooling their draws would mix different systems.
+        draws = fit.draws(name).reshape(-1, variable.shape[-1])
+        for j, label in enumerate(variable[extra[-1]].values):
+            if np.isnan(draws[:, j]).all():
+                continue
+            key = name if variable.shape[-1] == 1 else f"{name}[{label}]"
+            coefficients[key] = uncertain(draws[:, j], prob)
     diag = fit.diagnostics
     return {
         "model": fit.model_name,
@@ -75,8 +89,9 @@ def summary_text(fit, document: dict) -> str:
     if document["coefficients"]:
         lines.append("")
         lines.append("population and noise:")
+        name_width = max(26, *(len(name) for name in document["coefficients"]))
         for name, u in document["coefficients"].items():
-            lines.append(f"  {name:<26} {_cell(u)}")
+            lines.append(f"  {name:<{name_width}} {_cell(u)}")
     d = document["diagnostics"]
     diag = fit.diagnostics
     status = "OK" if diag["converged"] else "NOT CONVERGED: " + "; ".join(diag["problems"])

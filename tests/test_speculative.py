@@ -255,3 +255,13 @@ def test_coefficient_coverage_over_replicates(variant):
     checked = coverage.drop("c1p") if variant == "public-fit" else coverage
     assert ((checked >= 0.80) & (checked <= 0.975)).all(), coverage.to_dict()
     assert (result["divergences"] == 0).all()
+
+
+def test_summary_reports_the_coefficients_per_setup(capsys, spec_fit_path):
+    assert main(["summary", str(spec_fit_path), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    for name in ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d", "C1_dense", "C2_dense"):
+        entry = document["coefficients"][name]
+        assert entry["lo"] <= entry["median"] <= entry["hi"]
+    truth = SPECULATIVE_TRUTH_8B["c1v"]
+    assert abs(document["coefficients"]["c1v"]["median"] / truth - 1) < 0.05
