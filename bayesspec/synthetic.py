@@ -59,14 +59,32 @@ def generate_sweeps(truth: pd.DataFrame, *, n_rates: int = 9, n_requests: int = 
                     seed: int | None = 0) -> pd.DataFrame:
     """Sweeps for every row of ``truth`` (columns C1, C2 plus any design columns).
 
+    With columns C1u, C1s, C2u, C2s (and experts_active, experts_total,
+    tokens_per_request) the latency follows the MoE law, eq. (4), instead of eq. (1).
     Returns tidy rows (CONTRACT.md) with ``strategy`` and ``saturated`` set; the last
     rate of each sweep is the throughput run, at the ceiling, marked saturated.
     """
+    from .laws import moe_latency
+
     rng = np.random.default_rng(seed)
-    design = [c for c in truth.columns if c not in {"C1", "C2"}]
+    moe_columns = {"C1u", "C1s", "C2u", "C2s", "tokens_per_request"}
+    design = [c for c in truth.columns if c not in {"C1", "C2"} | moe_columns]
+    is_moe = {"C1u", "C1s", "C2u", "C2s"} <= set(truth.columns)
     rows = []
     for _, group in truth.iterrows():
-        c1, c2 = float(group["C1"]), float(group["C2"])
+        if is_moe:
+            parts = [float(group[n]) for n in ("C1u", "C1s", "C2u", "C2s")]
+            experts = (float(group["experts_active"]), float(group["experts_total"]),
+                       float(group.get("tokens_per_request", 1.0)))
+            c1, c2 = parts[0], parts[2] + parts[3]
+
+            def law(rate, parts=parts, experts=experts):
+                return float(moe_latency(rate, *parts, *experts))
+        else:
+            c1, c2 = float(group["C1"]), float(group["C2"])
+
+            def law(rate, c1=c1, c2=c2):
+                return c1 / (1 - rate * c2)
         rates = sweep_rates(c1, c2, n_rates)
         for i, rate in enumerate(rates):
             strategy = ("synchronous" if i == 0 else
@@ -84,7 +102,7 @@ def generate_sweeps(truth: pd.DataFrame, *, n_rates: int = 9, n_requests: int = 
                 # requests behaves like fewer independent ones near saturation.
                 cv = 0.15 + 0.6 * utilisation
                 effective_n = n_requests * (1 - utilisation)
-                true_mean = c1 / (1 - utilisation)
+                true_mean = law(min(effective, 0.995 / c2))
                 sampling = rng.normal(0.0, cv / np.sqrt(max(effective_n, 4.0)))
                 mean = true_mean * np.exp(sampling + rng.normal(0.0, drift))
             row = {name: group[name] for name in design}
