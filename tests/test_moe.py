@@ -91,7 +91,7 @@ def moe_truth():
 @pytest.mark.slow
 def test_split_costs_are_recovered_with_calibrated_intervals():
     """20 replicates of equation-generated MoE sweeps: 90% intervals cover C1u, C1s,
-    C2u, C2s in 75-100% of (replicate, group) cases, with no divergences."""
+    C2u, C2s in 80-97% of the 120 (replicate, group) cases, with no divergences."""
     from bayesspec.inference import SamplerSettings
     from bayesspec.validation import replicate_coverage
 
@@ -102,5 +102,5 @@ def test_split_costs_are_recovered_with_calibrated_intervals():
                                                          progress=False))
     coverage = result.groupby("parameter")["covers"].mean()
     print(coverage.to_dict())
-    assert ((coverage >= 0.75) & (coverage <= 1.0)).all(), coverage.to_dict()
+    assert ((coverage >= 0.80) & (coverage <= 0.97)).all(), coverage.to_dict()
     assert (result["divergences"] == 0).all()
