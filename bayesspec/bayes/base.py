@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..data import assign_groups, included
+from ..errors import BadInput
+
 
 @dataclass
 class ModelInputs:
@@ -24,6 +27,29 @@ class ModelInputs:
     groups: pd.DataFrame          # one row per group, with a ``label`` column
     group_index: np.ndarray       # group of each likelihood row
     extras: dict = field(default_factory=dict)
+
+
+def measurement_log_se(rows: pd.DataFrame) -> np.ndarray:
+    """Standard error of log(mean latency) from the per-request spread, 0 when unknown."""
+    if not {"latency_std_s", "n_requests"} <= set(rows.columns):
+        return np.zeros(len(rows))
+    std = pd.to_numeric(rows["latency_std_s"], errors="coerce").to_numpy(float)
+    count = pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
+    se = std / np.sqrt(count) / rows["latency_mean_s"].to_numpy(float)
+    return np.where(np.isfinite(se), se, 0.0)
+
+
+def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
+    """Per group: the highest observed rate and the latency at the lowest rate."""
+    rps = rows["rps"].to_numpy(float)
+    latency = rows["latency_mean_s"].to_numpy(float)
+    rps_max = np.zeros(n_groups)
+    latency_low = np.zeros(n_groups)
+    for g in range(n_groups):
+        members = np.flatnonzero(group_index == g)
+        rps_max[g] = rps[members].max()
+        latency_low[g] = latency[members[np.argmin(rps[members])]]
+    return rps_max, latency_low
 
 
 class LatencyModel:
@@ -49,6 +75,36 @@ class LatencyModel:
         blob = json.dumps({"name": self.name, "version": self.version, "config": self.config},
                           sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def prepare(self, data: pd.DataFrame) -> ModelInputs:
+        """The likelihood rows, the groups with their scales, and each row's group."""
+        rows = included(data).reset_index(drop=True)
+        if rows.empty:
+            raise BadInput("every row is saturated or excluded; nothing left to fit",
+                           file=data.attrs.get("source_file"))
+        groups, group_index = assign_groups(rows)
+        rps_max, latency_low = group_scales(rows, group_index, len(groups))
+        groups["rps_max"] = rps_max
+        groups["latency_low"] = latency_low
+        groups["n_points"] = np.bincount(group_index, minlength=len(groups))
+        self.inputs = ModelInputs(rows=rows, groups=groups, group_index=group_index,
+                                  extras={"log_se": measurement_log_se(rows)})
+        return self.inputs
+
+    def data_values(self, data: pd.DataFrame) -> dict[str, np.ndarray]:
+        """Values of every ``pm.Data`` of the model for new data of the same shape.
+
+        Lets a compiled model be re-sampled on replicate or held-out data without
+        recompiling (``bayesspec.inference.sample_compiled``).
+        """
+        inputs = self.prepare(data)
+        return {
+            "group_index": inputs.group_index,
+            "rps": inputs.rows["rps"].to_numpy(float),
+            "log_se": inputs.extras["log_se"],
+            "rps_max": inputs.groups["rps_max"].to_numpy(float),
+            "observed_log_latency": np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
+        }
 
     def build(self, data: pd.DataFrame):  # pragma: no cover - abstract
         raise NotImplementedError

@@ -24,33 +24,8 @@ import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 
-from ..data import assign_groups, included
-from ..errors import BadInput
-from .base import LatencyModel, ModelInputs
+from .base import LatencyModel
 from .priors import latency_likelihood, pooled_normal
-
-
-def measurement_log_se(rows: pd.DataFrame) -> np.ndarray:
-    """Standard error of log(mean latency) from the per-request spread, 0 when unknown."""
-    if not {"latency_std_s", "n_requests"} <= set(rows.columns):
-        return np.zeros(len(rows))
-    std = pd.to_numeric(rows["latency_std_s"], errors="coerce").to_numpy(float)
-    count = pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
-    se = std / np.sqrt(count) / rows["latency_mean_s"].to_numpy(float)
-    return np.where(np.isfinite(se), se, 0.0)
-
-
-def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
-    """Per group: the highest observed rate and the latency at the lowest rate."""
-    rps = rows["rps"].to_numpy(float)
-    latency = rows["latency_mean_s"].to_numpy(float)
-    rps_max = np.zeros(n_groups)
-    latency_low = np.zeros(n_groups)
-    for g in range(n_groups):
-        members = np.flatnonzero(group_index == g)
-        rps_max[g] = rps[members].max()
-        latency_low[g] = latency[members[np.argmin(rps[members])]]
-    return rps_max, latency_low
 
 
 class DenseLatencyModel(LatencyModel):
@@ -63,20 +38,6 @@ class DenseLatencyModel(LatencyModel):
         "utilisation_logit_mean": 1.0,
         "utilisation_logit_scale": 1.5,
     }
-
-    def prepare(self, data: pd.DataFrame) -> ModelInputs:
-        rows = included(data).reset_index(drop=True)
-        if rows.empty:
-            raise BadInput("every row is saturated or excluded; nothing left to fit",
-                           file=data.attrs.get("source_file"))
-        groups, group_index = assign_groups(rows)
-        rps_max, latency_low = group_scales(rows, group_index, len(groups))
-        groups["rps_max"] = rps_max
-        groups["latency_low"] = latency_low
-        groups["n_points"] = np.bincount(group_index, minlength=len(groups))
-        self.inputs = ModelInputs(rows=rows, groups=groups, group_index=group_index,
-                                  extras={"log_se": measurement_log_se(rows)})
-        return self.inputs
 
     def build(self, data: pd.DataFrame) -> pm.Model:
         inputs = self.prepare(data)
@@ -112,20 +73,10 @@ class DenseLatencyModel(LatencyModel):
         return model
 
     def data_values(self, data: pd.DataFrame) -> dict[str, np.ndarray]:
-        """Values of every ``pm.Data`` of the model for new data of the same shape.
-
-        Lets a compiled model be re-sampled on replicate or held-out data without
-        recompiling (``bayesspec.inference.sample_compiled``).
-        """
-        inputs = self.prepare(data)
-        return {
-            "group_index": inputs.group_index,
-            "rps": inputs.rows["rps"].to_numpy(float),
-            "log_se": inputs.extras["log_se"],
-            "rps_max": inputs.groups["rps_max"].to_numpy(float),
-            "log_C1_center": np.asarray(float(np.log(np.median(inputs.groups["latency_low"])))),
-            "observed_log_latency": np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
-        }
+        values = super().data_values(data)
+        values["log_C1_center"] = np.asarray(
+            float(np.log(np.median(self.inputs.groups["latency_low"]))))
+        return values
 
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "log_C1_mean", "log_C1_sd"]

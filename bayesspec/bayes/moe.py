@@ -26,11 +26,10 @@ import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 
-from ..data import assign_groups, included
+from ..data import included
 from ..errors import BadInput
 from ..laws import expert_coverage_expr, moe_latency_expr
 from .base import LatencyModel, ModelInputs
-from .dense import group_scales, measurement_log_se
 from .priors import latency_likelihood, pooled_normal
 
 
@@ -66,29 +65,20 @@ class MoELatencyModel(LatencyModel):
     }
 
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
-        rows = included(data).reset_index(drop=True)
-        source = data.attrs.get("source_file")
-        if rows.empty:
-            raise BadInput("every row is saturated or excluded; nothing left to fit",
-                           file=source)
+        rows = included(data)
         for column in ("experts_active", "experts_total"):
             if column not in rows.columns or rows[column].isna().any():
                 raise BadInput("the moe model needs expert counts for every row (from the "
-                               "data or the verifier's catalog card)", file=source,
-                               column=column)
-        groups, group_index = assign_groups(rows)
-        rps_max, latency_low = group_scales(rows, group_index, len(groups))
-        groups["rps_max"] = rps_max
-        groups["latency_low"] = latency_low
-        groups["n_points"] = np.bincount(group_index, minlength=len(groups))
+                               "data or the verifier's catalog card)",
+                               file=data.attrs.get("source_file"), column=column)
+        inputs = super().prepare(data)
+        groups, group_index, rows = inputs.groups, inputs.group_index, inputs.rows
         first = [int(np.flatnonzero(group_index == g)[0]) for g in range(len(groups))]
         groups["experts_active"] = rows["experts_active"].to_numpy(float)[first]
         groups["experts_total"] = rows["experts_total"].to_numpy(float)[first]
         groups["tokens_per_request"] = tokens_per_request(groups["k"].to_numpy(),
                                                           self.config["verify_tokens"])
-        self.inputs = ModelInputs(rows=rows, groups=groups, group_index=group_index,
-                                  extras={"log_se": measurement_log_se(rows)})
-        return self.inputs
+        return inputs
 
     def build(self, data: pd.DataFrame) -> pm.Model:
         inputs = self.prepare(data)
@@ -143,16 +133,6 @@ class MoELatencyModel(LatencyModel):
                                rps=rps_data, log_se=log_se, observed=observed,
                                mean_latency=mean_latency, c2_point=c2_effective)
         return model
-
-    def data_values(self, data: pd.DataFrame) -> dict[str, np.ndarray]:
-        inputs = self.prepare(data)
-        return {
-            "group_index": inputs.group_index,
-            "rps": inputs.rows["rps"].to_numpy(float),
-            "log_se": inputs.extras["log_se"],
-            "rps_max": inputs.groups["rps_max"].to_numpy(float),
-            "observed_log_latency": np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
-        }
 
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "C1u", "C1s", "C2u", "C2s", "log_C1_total_mean",

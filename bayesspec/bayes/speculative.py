@@ -34,12 +34,11 @@ import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 
-from ..data import EXTRA_GROUP_COLUMNS, assign_groups, group_label, included
+from ..data import EXTRA_GROUP_COLUMNS, group_label
 from ..errors import BadInput
 from ..laws import effective_costs_expr, expected_accepted, expected_accepted_expr
 from .base import LatencyModel, ModelInputs
 from .priors import latency_likelihood, pooled_normal
-from .dense import group_scales, measurement_log_se
 
 SETUP_COLUMNS = ("verifier", "drafter", "prefill_tokens", "decode_tokens")
 COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
@@ -109,16 +108,9 @@ class SpeculativeLatencyModel(LatencyModel):
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
-        rows = included(data).reset_index(drop=True)
         source = data.attrs.get("source_file")
-        if rows.empty:
-            raise BadInput("every row is saturated or excluded; nothing left to fit",
-                           file=source)
-        groups, group_index = assign_groups(rows)
-        rps_max, latency_low = group_scales(rows, group_index, len(groups))
-        groups["rps_max"] = rps_max
-        groups["latency_low"] = latency_low
-        groups["n_points"] = np.bincount(group_index, minlength=len(groups))
+        inputs = super().prepare(data)
+        rows, groups, group_index = inputs.rows, inputs.groups, inputs.group_index
 
         columns = setup_columns(groups)
         records = groups.to_dict("records")
@@ -169,10 +161,8 @@ class SpeculativeLatencyModel(LatencyModel):
         groups["accepted_total"] = accepted
 
         self.setups = setups
-        self.inputs = ModelInputs(rows=rows, groups=groups, group_index=group_index,
-                                  extras={"log_se": measurement_log_se(rows),
-                                          "setups": setups})
-        return self.inputs
+        inputs.extras["setups"] = setups
+        return inputs
 
     # ------------------------------------------------------------------ graph
     def build(self, data: pd.DataFrame) -> pm.Model:
@@ -355,16 +345,6 @@ class SpeculativeLatencyModel(LatencyModel):
         return c1, c2
 
     # ------------------------------------------------------------------ reuse
-    def data_values(self, data: pd.DataFrame) -> dict[str, np.ndarray]:
-        inputs = self.prepare(data)
-        return {
-            "group_index": inputs.group_index,
-            "rps": inputs.rows["rps"].to_numpy(float),
-            "log_se": inputs.extras["log_se"],
-            "rps_max": inputs.groups["rps_max"].to_numpy(float),
-            "observed_log_latency": np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
-        }
-
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "c1p", "c1v", "c1d", "c2p", "c2v", "c2d",
                 "C1_dense", "C2_dense", "alpha_latent"]
