@@ -310,3 +310,66 @@ def compare_forest_plot(document: dict, *, max_rows: int = 40):
     axis.legend(fontsize=7, loc="lower right")
     figure.tight_layout()
     return figure
+
+
+def moe_low_load_plot(dense_fit, moe_fit, *, per_figure: int = 8, prob: float = BAND_PROB):
+    """Low-load zoom: data vs the dense law and the MoE-aware law, one panel per sweep."""
+    from .decisions import group_latency_draws
+
+    labels = [label for label in moe_fit.groups["label"] if label in set(dense_fit.groups["label"])]
+    labels = labels[:per_figure]
+    columns = min(4, len(labels))
+    rows_n = math.ceil(len(labels) / columns)
+    figure, axes = plt.subplots(rows_n, columns, figsize=(3.6 * columns, 2.9 * rows_n),
+                                squeeze=False)
+    data = moe_fit.data
+    for panel, label in enumerate(labels):
+        axis = axes.flat[panel]
+        points = data.loc[(data["group"] == label) & ~data["excluded"]]
+        top = float(points["rps"].median()) * 1.05
+        grid = np.linspace(0.0, top, 80)
+        for fit, colour, name in ((dense_fit, "tab:orange", "dense law"),
+                                  (moe_fit, "tab:blue", "MoE-aware")):
+            g = list(fit.groups["label"]).index(label)
+            curve = group_latency_draws(fit, g, grid)
+            lo, median, hi = _quantiles(curve, prob)
+            axis.fill_between(grid, lo, hi, color=colour, alpha=0.25, lw=0)
+            axis.plot(grid, median, color=colour, lw=1.3, label=name)
+        low = points[points["rps"] <= top]
+        axis.scatter(low["rps"], low["latency_mean_s"], s=14, color="black", zorder=3)
+        axis.set_title(label, fontsize=7)
+        axis.tick_params(labelsize=7)
+        axis.grid(alpha=0.3)
+    for panel in range(len(labels), rows_n * columns):
+        axes.flat[panel].set_visible(False)
+    axes.flat[0].legend(fontsize=7)
+    figure.supxlabel("RPS (low-load half of each sweep)")
+    figure.supylabel("mean latency (s)")
+    figure.tight_layout()
+    return figure
+
+
+def expert_coverage_plot(moe_fit, *, rps_points: int = 80):
+    """phi (share of experts touched) vs RPS for each MoE sweep, at posterior medians."""
+    from .decisions import group_latency_draws
+    from .laws import expert_coverage
+
+    figure, axis = plt.subplots(figsize=(7, 4.2))
+    groups = moe_fit.groups
+    for g, row in groups.iterrows():
+        saturation = float(np.median(1.0 / moe_fit.draws("C2", g)))
+        grid = np.geomspace(0.01, min(0.95 * saturation, 1.2 * float(row["rps_max"])),
+                            rps_points)
+        latency = np.median(group_latency_draws(moe_fit, g, grid), axis=0)
+        tokens = grid * latency * float(row["tokens_per_request"])
+        phi = expert_coverage(tokens, float(row["experts_active"]), float(row["experts_total"]))
+        axis.plot(grid, phi, lw=1, label=row["label"] if g < 10 else None)
+    axis.set_xscale("log")
+    axis.set_xlabel("RPS (log scale, up to 1.2 x the highest measured rate)")
+    axis.set_ylabel("expert coverage phi(T), T = RPS*L*tokens")
+    axis.set_ylim(0, 1.02)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=6)
+    axis.set_title("Few experts are touched at low load: why MoE beats the dense law there",
+                   fontsize=9)
+    return figure

@@ -72,6 +72,12 @@ for name, config in variants.items():
 
 import arviz as az  # noqa: E402
 
+from bayesspec.plots import expert_coverage_plot, moe_low_load_plot, save_figure  # noqa: E402
+
+best = fits["k+1 tokens"]
+save_figure(moe_low_load_plot(dense, best), out / "moe_low_load.png")
+save_figure(expert_coverage_plot(best), out / "expert_coverage.png")
+
 comparison = az.compare({name: f.tree for name, f in fits.items()})
 print(comparison)
 report["loo_compare"] = comparison.reset_index().to_dict("records")
