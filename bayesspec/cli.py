@@ -394,14 +394,21 @@ def cmd_kstar(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .decisions import compare_fits
+    from .decisions import compare_fits, compare_versions
 
     _check_prob(args)
-    fit_a = _load_fit(args.a)
-    fit_b = _load_fit(args.b)
-    document = compare_fits(fit_a, fit_b, rope=args.rope, prob=args.prob)
-    warnings_found = [w for w in (_convergence_warning(fit_a.diagnostics),
-                                  _convergence_warning(fit_b.diagnostics)) if w]
+    if args.by:
+        if args.b is not None:
+            raise BadInput("with --by give one data file (or a two-version fit), not two",
+                           column="--by")
+        fits = [_versions_fit(args)]
+        document = compare_versions(fits[0], rope=args.rope, prob=args.prob)
+    else:
+        if args.b is None:
+            raise BadInput("give two fit files A B, or one data file with --by COLUMN")
+        fits = [_load_fit(args.a), _load_fit(args.b)]
+        document = compare_fits(*fits, rope=args.rope, prob=args.prob)
+    warnings_found = [w for w in (_convergence_warning(f.diagnostics) for f in fits) if w]
     if warnings_found:
         document["warning"] = "; ".join(warnings_found)
     if args.plot:
@@ -413,7 +420,8 @@ def cmd_compare(args) -> int:
     if args.json:
         emit_json(document)
         return 0
-    print(f"B = {args.b} relative to A = {args.a}; region of practical equivalence "
+    label_a, label_b = (document["a"], document["b"]) if args.by else (args.a, args.b)
+    print(f"B = {label_b} relative to A = {label_a}; region of practical equivalence "
           f"+-{args.rope:.0%}; {args.prob:.0%} intervals")
     width = max(len(name) for name in document["parameters"])
     for name, entry in document["parameters"].items():
@@ -421,6 +429,20 @@ def cmd_compare(args) -> int:
               f"{entry['p_increase']:.3f}  {entry['verdict']}")
     print(f"verdict: {document['verdict']}")
     return 0
+
+
+def _versions_fit(args):
+    """A two-version fit: loaded when A is a fit file, fitted when it is data."""
+    if str(args.a).endswith(".nc"):
+        return _load_fit(args.a)
+    settings = _settings(args)
+    data = _read_data(args.a, args)
+    from .workflow import fit
+
+    result = fit(data, "versions", settings=settings, config={"by": args.by})
+    if args.save_fit:
+        result.save(args.save_fit)
+    return result
 
 
 def cmd_demo(args) -> int:
@@ -505,8 +527,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare = verbs.add_parser("compare", help="two fits (e.g. engine versions) compared: "
                                                "ratios B/A with probabilities")
-    compare.add_argument("a", help="fit file A (the reference)")
-    compare.add_argument("b", help="fit file B")
+    compare.add_argument("a", help="fit file A (the reference), or with --by a data file")
+    compare.add_argument("b", nargs="?", help="fit file B")
+    compare.add_argument("--by", help="compare the two values of this column (e.g. "
+                                      "engine_version) in one joint model with partial pooling")
+    compare.add_argument("--save-fit", help="with --by: also save the joint fit here")
+    compare.add_argument("--max-rps", type=float, default=None, help=argparse.SUPPRESS)
+    compare.add_argument("--catalog", action="append", default=None, help=argparse.SUPPRESS)
+    _add_sampler_options(compare)
     compare.add_argument("--rope", type=float, default=0.02,
                          help="region of practical equivalence, relative (default 0.02)")
     compare.add_argument("--plot", help="write a forest plot of the ratios to this PNG")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from .errors import BadInput
 from .laws import crossover_rps, effective_costs, latency, load_amplification_expr
@@ -363,3 +364,28 @@ def compare_fits(fit_a, fit_b, *, rope: float = 0.02, prob: float = DEFAULT_PROB
                f"(geometric mean over {len(shared)} shared groups)")
     return {"parameters": parameters, "verdict": verdict, "shared_groups": len(shared),
             "rope": rope, "prob": prob}
+
+
+def compare_versions(fit, *, rope: float = 0.02, prob: float = DEFAULT_PROB) -> dict:
+    """CONTRACT ``compare`` from one joint fit of two versions (``--by COLUMN``).
+
+    Per base group, the ratio B/A is exp(version effect); ``C1``/``C2`` are the
+    population ratios (the mean effect across groups, partially pooled).
+    """
+    if fit.model_name != "versions":
+        raise BadInput("this fit is not a two-version fit; use compare A.nc B.nc or "
+                       "compare DATA --by COLUMN")
+    if not 0.0 <= rope < 1.0:
+        raise BadInput(f"must be within [0, 1), got {rope}", column="--rope")
+    bases = [str(b) for b in fit.posterior["base"].values]
+    parameters = {}
+    for name in ("C1", "C2"):
+        draws = fit.draws(f"ratio_{name}")
+        for j, base in enumerate(bases):
+            parameters[f"{name}[{base}]"] = _ratio_entry(draws[:, j], rope, prob)
+        parameters[name] = _ratio_entry(fit.draws(f"ratio_{name}_population"), rope, prob)
+    levels = sorted(pd.unique(fit.data[fit.model_config["by"]].astype(str)))
+    verdict = (f"{levels[1]} vs {levels[0]}: C1 {parameters['C1']['verdict']}; C2 "
+               f"{parameters['C2']['verdict']} (population effect over {len(bases)} groups)")
+    return {"parameters": parameters, "verdict": verdict, "shared_groups": len(bases),
+            "a": levels[0], "b": levels[1], "rope": rope, "prob": prob}

@@ -63,3 +63,48 @@ def test_compare_verb_json_and_plot(capsys, version_fits, tmp_path):
     assert {"ratio", "p_increase"} <= set(document["parameters"]["C1"])
     assert plot.stat().st_size > 10_000
     assert main(["compare", str(a), str(b), "--rope", "2"]) == 2
+
+
+@pytest.fixture(scope="session")
+def two_version_data(truth_16, tmp_path_factory):
+    import pandas as pd
+
+    truth = truth_16.iloc[::2].reset_index(drop=True)          # 8 groups
+    newer = truth.copy()
+    newer["C2"] = newer["C2"] * 1.10
+    old = generate_sweeps(truth, seed=41)
+    old["engine_version"] = "0.13.0"
+    new = generate_sweeps(newer, seed=42)
+    new["engine_version"] = "0.14.0"
+    path = tmp_path_factory.mktemp("versions") / "two_versions.csv"
+    pd.concat([old, new], ignore_index=True).to_csv(path, index=False)
+    return path
+
+
+def test_joint_version_model_flags_c2_not_c1(capsys, two_version_data, tmp_path):
+    fit_path = tmp_path / "versions.nc"
+    assert main(["compare", str(two_version_data), "--by", "engine_version", "--json",
+                 "--draws", "1000", "--tune", "1000", "--seed", "3", "--quiet",
+                 "--save-fit", str(fit_path)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert "warning" not in document
+    assert document["a"] == "0.13.0" and document["b"] == "0.14.0"
+    c2, c1 = document["parameters"]["C2"], document["parameters"]["C1"]
+    assert c2["p_increase"] >= 0.95 and c2["ratio"]["lo"] < 1.10 < c2["ratio"]["hi"]
+    assert c1["p_practically_higher"] < 0.95 and c1["p_practically_lower"] < 0.95
+    assert np.mean([e["p_increase"] >= 0.95 for e in per_group(document, "C2").values()]) >= 0.75
+    # the saved joint fit answers the same question without refitting
+    assert main(["compare", str(fit_path), "--by", "engine_version", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["parameters"]["C2"]["ratio"] == c2["ratio"]
+
+
+def test_compare_by_needs_exactly_two_values(capsys, tmp_path, truth_16):
+    data = generate_sweeps(truth_16.iloc[:2], seed=1)
+    data["engine_version"] = "only"
+    path = tmp_path / "one.csv"
+    data.to_csv(path, index=False)
+    assert main(["compare", str(path), "--by", "engine_version"]) == 2
+    assert "exactly two values" in capsys.readouterr().err
+    assert main(["compare", str(path), "--by", "gpu_model"]) == 2
+    assert "gpu_model" in capsys.readouterr().err

@@ -9,11 +9,13 @@ from .base import LatencyModel, ModelInputs
 from .dense import DenseLatencyModel
 from .moe import MoELatencyModel
 from .speculative import SpeculativeLatencyModel
+from .versions import VersionEffectModel
 
 MODEL_CLASSES: dict[str, type[LatencyModel]] = {
     DenseLatencyModel.name: DenseLatencyModel,
     SpeculativeLatencyModel.name: SpeculativeLatencyModel,
     MoELatencyModel.name: MoELatencyModel,
+    VersionEffectModel.name: VersionEffectModel,
 }
 
 
@@ -27,5 +29,5 @@ def get_model_class(name: str) -> type[LatencyModel]:
                        column="--model") from None
 
 
-__all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "SpeculativeLatencyModel", "MoELatencyModel", "MODEL_CLASSES",
+__all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "SpeculativeLatencyModel", "MoELatencyModel", "VersionEffectModel", "MODEL_CLASSES",
            "get_model_class"]

@@ -21,7 +21,9 @@ def pooled_normal(name: str, mean: float, scale: float, dim: str, size: int, *,
         return pm.Normal(name, mean, scale, dims=dim)
     mu = pm.Normal(f"{name}_mean", mean, scale)
     tau = pm.HalfNormal(f"{name}_sd", spread_scale if spread_scale is not None else scale)
-    if centred:
+    # Centred only with enough groups to learn the spread: with a handful, tau is
+    # weakly identified and the centred form is a funnel (divergences).
+    if centred and size >= 8:
         return pm.Normal(name, mu, tau, dims=dim)
     z = pm.Normal(f"{name}_z", 0.0, 1.0, dims=dim)
     return mu + tau * z
