@@ -52,6 +52,16 @@ def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
     return rps_max, latency_low
 
 
+# Prior scales every latency model shares (each model adds its own options).
+COMMON_CONFIG = {
+    "noise_base_scale": 0.1,      # prior scale of the load-independent log-noise
+    "noise_load_scale": 0.05,     # prior scale of the relative error in the rate
+    "log_c1_scale": 2.0,          # prior scale of log C1 across groups
+    "utilisation_logit_mean": 1.0,
+    "utilisation_logit_scale": 1.5,
+}
+
+
 class LatencyModel:
     """Base class: subclasses set ``name``/``version`` and implement ``build``."""
 

@@ -24,7 +24,7 @@ import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 
-from .base import LatencyModel
+from .base import COMMON_CONFIG, LatencyModel
 from .priors import latency_likelihood, pooled_normal
 
 
@@ -32,11 +32,7 @@ class DenseLatencyModel(LatencyModel):
     name = "dense"
     version = "1"
     default_config = {
-        "noise_base_scale": 0.1,      # prior scale of the load-independent log-noise
-        "noise_load_scale": 0.05,     # prior scale of the relative error in the rate
-        "log_c1_scale": 2.0,          # prior scale of log C1 across groups
-        "utilisation_logit_mean": 1.0,
-        "utilisation_logit_scale": 1.5,
+        **COMMON_CONFIG,
     }
 
     def build(self, data: pd.DataFrame) -> pm.Model:

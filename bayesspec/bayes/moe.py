@@ -29,7 +29,7 @@ import pytensor.tensor as pt
 from ..data import included
 from ..errors import BadInput
 from ..laws import expert_coverage_expr, moe_latency_expr
-from .base import LatencyModel, ModelInputs
+from .base import COMMON_CONFIG, LatencyModel, ModelInputs
 from .priors import latency_likelihood, pooled_normal
 
 
@@ -48,11 +48,7 @@ class MoELatencyModel(LatencyModel):
     version = "1"
     target_accept = 0.95
     default_config = {
-        "noise_base_scale": 0.1,
-        "noise_load_scale": 0.05,
-        "log_c1_scale": 2.0,
-        "utilisation_logit_mean": 1.0,
-        "utilisation_logit_scale": 1.5,
+        **COMMON_CONFIG,
         "share_logit_scale": 1.5,
         # Variants compared by PSIS-LOO (README): T = offset + RPS*L*tokens.
         "token_offset": 0.0,        # 0: the paper's T = RPS*L; 1: the request counts itself

@@ -37,7 +37,7 @@ import pytensor.tensor as pt
 from ..data import EXTRA_GROUP_COLUMNS, group_label
 from ..errors import BadInput
 from ..laws import effective_costs_expr, expected_accepted, expected_accepted_expr
-from .base import LatencyModel, ModelInputs
+from .base import COMMON_CONFIG, LatencyModel, ModelInputs
 from .priors import latency_likelihood, pooled_normal
 
 SETUP_COLUMNS = ("verifier", "drafter", "prefill_tokens", "decode_tokens")
@@ -97,11 +97,7 @@ class SpeculativeLatencyModel(LatencyModel):
     # utilisation; at 0.95 none in the replicate runs (benchmarks/README.md).
     target_accept = 0.95
     default_config = {
-        "noise_base_scale": 0.1,
-        "noise_load_scale": 0.05,
-        "log_c1_scale": 2.0,
-        "utilisation_logit_mean": 1.0,
-        "utilisation_logit_scale": 1.5,
+        **COMMON_CONFIG,
         "share_scale": 2.5,          # prior sd of the log shares between coefficients
         "latent_alpha": "auto",      # auto | always | never
     }

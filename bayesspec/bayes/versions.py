@@ -21,7 +21,7 @@ import pytensor.tensor as pt
 
 from ..data import EXTRA_GROUP_COLUMNS, GROUP_COLUMNS, group_label
 from ..errors import BadInput
-from .base import LatencyModel, ModelInputs
+from .base import COMMON_CONFIG, LatencyModel, ModelInputs
 from .priors import latency_likelihood, pooled_normal
 
 
@@ -30,11 +30,7 @@ class VersionEffectModel(LatencyModel):
     version = "1"
     target_accept = 0.95
     default_config = {
-        "noise_base_scale": 0.1,
-        "noise_load_scale": 0.05,
-        "log_c1_scale": 2.0,
-        "utilisation_logit_mean": 1.0,
-        "utilisation_logit_scale": 1.5,
+        **COMMON_CONFIG,
         "effect_scale": 0.2,          # prior sd of the population log effect
         "effect_spread_scale": 0.1,   # prior scale of its spread across groups
         "by": "engine_version",
