@@ -144,6 +144,10 @@ class SpeculativeCosts:
 
 def speculative_costs(fit, criteria: dict) -> SpeculativeCosts:
     """Collect the draws for the setup chosen by the CLI group options."""
+    if "C1u" in fit.posterior:
+        # Eq. (2) assumes the dense law; an MoE fit's latency follows eq. (4) instead.
+        raise BadInput("speedup, crossover and kstar are not available for MoE fits yet "
+                       "(their latency follows eq. 4, not eq. 1); use predict per group")
     if fit.model_name == "speculative" or "c1v" in fit.posterior:
         if fit.setups.empty:
             raise BadInput("this fit has no speculative rows (k > 0); nothing to compare")

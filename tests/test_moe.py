@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
@@ -107,3 +109,24 @@ def test_split_costs_are_recovered_with_calibrated_intervals():
     print(coverage.to_dict())
     assert ((coverage >= 0.80) & (coverage <= 0.97)).all(), coverage.to_dict()
     assert (result["divergences"] == 0).all()
+
+
+def test_decisions_refuse_moe_fits_instead_of_answering_with_the_dense_law(tmp_path, capsys):
+    from pymc.testing import mock_sample
+
+    from bayesspec.cli import main
+    from bayesspec.fitfile import Fit
+
+    data = read_tidy(datasets.path("moe"))
+    model_obj = MoELatencyModel()
+    with model_obj.build(data):
+        tree = mock_sample(draws=10, chains=2, random_seed=1)
+    path = tmp_path / "moe.nc"
+    Fit.from_sampling(model_obj, data, tree).save(path)
+    code = main(["speedup", str(path), "--alpha", "0.8", "--k", "1", "--rps", "1",
+                 "--verifier", "gpt-oss-20b", "--prefill", "512", "--decode", "512"])
+    assert code == 2 and "not available for MoE fits" in capsys.readouterr().err
+    assert main(["predict", str(path), "--rps", "1,2", "--verifier", "gpt-oss-20b",
+                 "--prefill", "512", "--decode", "512", "--k", "0", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert len(document["points"]) == 2
