@@ -148,7 +148,7 @@ def group_label(row: pd.Series | dict, columns: list[str]) -> str:
     if int(row.get("k", 0)) > 0:
         parts.append(f"k{int(row['k'])}")
         alpha = row.get("alpha")
-        if alpha is not None and not _isnan(alpha):
+        if not _isna(alpha):
             parts.append(f"a{float(alpha):g}")
     if not _isna(row.get("prefill_tokens")):
         parts.append(f"p{int(row['prefill_tokens'])}")
@@ -186,12 +186,21 @@ def row_group_labels(data: pd.DataFrame, groups: pd.DataFrame) -> list[str]:
     return [label if label in known else "" for label in labels]
 
 
+def plain_value(value):
+    """A table cell as a plain Python value: None for missing, int/float for numpy."""
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, (float, np.floating)) and math.isnan(value):
+        return None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
 def _isna(value) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
-
-
-def _isnan(value) -> bool:
-    return _isna(value)
 
 
 # ------------------------------------------------------------------------------------

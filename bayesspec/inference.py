@@ -191,8 +191,8 @@ def add_log_likelihood(fit):
     model = fit.model()
     pm_model = model.build(fit.data)
     if "log_likelihood" not in fit.tree.children:
-        tree = pm.compute_log_likelihood(fit.tree, model=pm_model, var_names=["log_latency"],
-                                         extend_inferencedata=False, progressbar=False)
-        fit.tree["log_likelihood"] = tree["log_likelihood"] if "log_likelihood" in \
-            getattr(tree, "children", {}) else tree
+        pointwise = pm.compute_log_likelihood(fit.tree, model=pm_model,
+                                              var_names=["log_latency"],
+                                              extend_inferencedata=False, progressbar=False)
+        fit.tree["log_likelihood"] = xr.DataTree(pointwise)
     return fit

@@ -3,24 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
+from .data import plain_value
 from .decisions import uncertain
 
 GROUP_FIELDS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens",
                 "gpu", "engine", "engine_version", "method")
-
-
-def _plain(value):
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, (float, np.floating)) and np.isnan(value):
-        return None
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    return value
 
 
 def summary_document(fit, *, prob: float = 0.9) -> dict:
@@ -32,12 +20,12 @@ def summary_document(fit, *, prob: float = 0.9) -> dict:
         entry = {"label": row["label"]}
         for field in GROUP_FIELDS:
             if field in groups.columns:
-                entry[field] = _plain(row[field])
+                entry[field] = plain_value(row[field])
         entry["C1"] = uncertain(c1[:, g], prob)
         entry["C2"] = uncertain(c2[:, g], prob)
         entry["saturation_rps"] = uncertain(1.0 / c2[:, g], prob)
         if "n_points" in groups.columns:
-            entry["n_points"] = _plain(row["n_points"])
+            entry["n_points"] = plain_value(row["n_points"])
         entries.append(entry)
     model = fit.model()
     coefficients = {}

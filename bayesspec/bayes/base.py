@@ -101,6 +101,24 @@ class LatencyModel:
                                   extras={"log_se": measurement_log_se(rows)})
         return self.inputs
 
+    def data_arrays(self, inputs: ModelInputs) -> dict[str, tuple[np.ndarray, str | None]]:
+        """Every ``pm.Data`` of the model: name -> (values, dim)."""
+        return {
+            "group_index": (inputs.group_index, "point"),
+            "rps": (inputs.rows["rps"].to_numpy(float), "point"),
+            "log_se": (inputs.extras["log_se"], "point"),
+            "rps_max": (inputs.groups["rps_max"].to_numpy(float), "group"),
+            "observed_log_latency": (np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
+                                     "point"),
+        }
+
+    def add_data(self, inputs: ModelInputs) -> dict:
+        """Register :meth:`data_arrays` in the current ``pm.Model`` and return them."""
+        import pymc as pm
+
+        return {name: pm.Data(name, values, dims=dim)
+                for name, (values, dim) in self.data_arrays(inputs).items()}
+
     def data_values(self, data: pd.DataFrame) -> dict[str, np.ndarray]:
         """Values of every ``pm.Data`` of the model for new data of the same shape.
 
@@ -108,13 +126,7 @@ class LatencyModel:
         recompiling (``bayesspec.inference.sample_compiled``).
         """
         inputs = self.prepare(data)
-        return {
-            "group_index": inputs.group_index,
-            "rps": inputs.rows["rps"].to_numpy(float),
-            "log_se": inputs.extras["log_se"],
-            "rps_max": inputs.groups["rps_max"].to_numpy(float),
-            "observed_log_latency": np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
-        }
+        return {name: values for name, (values, _) in self.data_arrays(inputs).items()}
 
     def build(self, data: pd.DataFrame):  # pragma: no cover - abstract
         raise NotImplementedError

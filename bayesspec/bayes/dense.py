@@ -40,16 +40,9 @@ class DenseLatencyModel(LatencyModel):
         cfg = self.config
         groups = inputs.groups
         coords = {"group": groups["label"].tolist(), "point": np.arange(len(inputs.rows))}
-        rps = inputs.rows["rps"].to_numpy(float)
-        log_latency = np.log(inputs.rows["latency_mean_s"].to_numpy(float))
         with pm.Model(coords=coords) as model:
-            group_index = pm.Data("group_index", inputs.group_index, dims="point")
-            rps_data = pm.Data("rps", rps, dims="point")
-            log_se = pm.Data("log_se", inputs.extras["log_se"], dims="point")
-            rps_max = pm.Data("rps_max", groups["rps_max"].to_numpy(float), dims="group")
-            log_c1_center = pm.Data("log_C1_center",
-                                    float(np.log(np.median(groups["latency_low"]))))
-            observed = pm.Data("observed_log_latency", log_latency, dims="point")
+            data = self.add_data(inputs)
+            rps_max, log_c1_center = data["rps_max"], data["log_C1_center"]
 
             # Centred: every group's data pin C1 down and C1 differs a lot between groups,
             # the case where the centred form samples better than the non-centred one.
@@ -63,16 +56,14 @@ class DenseLatencyModel(LatencyModel):
                 "utilisation_logit", cfg["utilisation_logit_mean"],
                 cfg["utilisation_logit_scale"], dims="group"))
 
-            latency_likelihood(pt.exp(log_c1), utilisation / rps_max, cfg,
-                               group_index=group_index, rps=rps_data, log_se=log_se,
-                               observed=observed)
+            latency_likelihood(pt.exp(log_c1), utilisation / rps_max, cfg, data)
         return model
 
-    def data_values(self, data: pd.DataFrame) -> dict[str, np.ndarray]:
-        values = super().data_values(data)
-        values["log_C1_center"] = np.asarray(
-            float(np.log(np.median(self.inputs.groups["latency_low"]))))
-        return values
+    def data_arrays(self, inputs):
+        arrays = super().data_arrays(inputs)
+        arrays["log_C1_center"] = (
+            np.asarray(float(np.log(np.median(inputs.groups["latency_low"])))), None)
+        return arrays
 
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "log_C1_mean", "log_C1_sd"]

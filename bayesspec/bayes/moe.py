@@ -83,13 +83,8 @@ class MoELatencyModel(LatencyModel):
         n_groups = len(groups)
         coords = {"group": groups["label"].tolist(), "point": np.arange(len(inputs.rows))}
         with pm.Model(coords=coords) as model:
-            group_index = pm.Data("group_index", inputs.group_index, dims="point")
-            rps_data = pm.Data("rps", inputs.rows["rps"].to_numpy(float), dims="point")
-            log_se = pm.Data("log_se", inputs.extras["log_se"], dims="point")
-            rps_max = pm.Data("rps_max", groups["rps_max"].to_numpy(float), dims="group")
-            observed = pm.Data("observed_log_latency",
-                               np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
-                               dims="point")
+            data = self.add_data(inputs)
+            rps_data, rps_max = data["rps"], data["rps_max"]
             center = float(np.log(np.median(groups["latency_low"])))
             log_c1_total = pooled_normal("log_C1_total", center, cfg["log_c1_scale"], "group",
                                          n_groups, centred=True)
@@ -112,7 +107,7 @@ class MoELatencyModel(LatencyModel):
             M = pt.as_tensor_variable(groups["experts_total"].to_numpy(float))
             tpr = pt.as_tensor_variable(groups["tokens_per_request"].to_numpy(float))
             offset = float(cfg["token_offset"])
-            g = group_index
+            g = data["group_index"]
             # From the phi = 0 latency: a few fixed-point steps climb towards the least
             # fixed point, Newton finishes (exact to 1e-13 on 100k random inputs below
             # saturation, tests/test_moe.py); independent of the data, so the prior and
@@ -125,9 +120,8 @@ class MoELatencyModel(LatencyModel):
                                        xp=pt)
             c2_effective = c2u[g] + phi * c2s[g]
             zero_load_c1 = c1u + expert_coverage_expr(offset, m, M, xp=pt) * c1s
-            latency_likelihood(zero_load_c1, c2_total, cfg, group_index=group_index,
-                               rps=rps_data, log_se=log_se, observed=observed,
-                               mean_latency=mean_latency, c2_point=c2_effective)
+            latency_likelihood(zero_load_c1, c2_total, cfg, data, mean_latency=mean_latency,
+                               c2_point=c2_effective)
         return model
 
     def posterior_variables(self) -> list[str]:

@@ -29,8 +29,7 @@ def pooled_normal(name: str, mean: float, scale: float, dim: str, size: int, *,
     return mu + tau * z
 
 
-def latency_likelihood(c1, c2, cfg: dict, *, group_index, rps, log_se, observed,
-                       mean_latency=None, c2_point=None):
+def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_point=None):
     """Record C1, C2 and the saturation rate per group, and add the latency likelihood.
 
     log L ~ Normal(log(C1/(1 - RPS*C2)), sigma) with
@@ -38,8 +37,10 @@ def latency_likelihood(c1, c2, cfg: dict, *, group_index, rps, log_se, observed,
     error in the rate is amplified by x/(1-x) near saturation, where finite runs are also
     noisiest; se is the standard error of each measured mean (0 when unknown).
     A model whose mean latency is not eq. (1) (MoE) passes ``mean_latency`` and the
-    effective per-point ``c2_point`` instead.
+    effective per-point ``c2_point`` instead. ``data`` holds the model's ``pm.Data``
+    (``LatencyModel.add_data``).
     """
+    group_index, rps = data["group_index"], data["rps"]
     c1 = pm.Deterministic("C1", c1, dims="group")
     c2 = pm.Deterministic("C2", c2, dims="group")
     pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
@@ -50,6 +51,6 @@ def latency_likelihood(c1, c2, cfg: dict, *, group_index, rps, log_se, observed,
     if mean_latency is None:
         mean_latency = latency_expr(rps, c1[group_index], c2_point)
     amplification = load_amplification_expr(rps, c2_point)
-    sigma = pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + log_se**2)
-    return pm.Normal("log_latency", pt.log(mean_latency), sigma, observed=observed,
-                     dims="point")
+    sigma = pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + data["log_se"] ** 2)
+    return pm.Normal("log_latency", pt.log(mean_latency), sigma,
+                     observed=data["observed_log_latency"], dims="point")

@@ -185,19 +185,14 @@ class SpeculativeLatencyModel(LatencyModel):
         if len(latent_idx):
             coords["latent_alpha_group"] = groups["label"].iloc[latent_idx].tolist()
 
-        rps = inputs.rows["rps"].to_numpy(float)
-        log_latency = np.log(inputs.rows["latency_mean_s"].to_numpy(float))
         decode = groups["decode_tokens"].astype("Float64").to_numpy(float, na_value=np.nan)
         k = groups["k"].to_numpy(float)
         known_alpha = np.where(np.isnan(groups["alpha"].to_numpy(float)), 0.5,
                                groups["alpha"].to_numpy(float))
 
         with pm.Model(coords=coords) as model:
-            group_index = pm.Data("group_index", inputs.group_index, dims="point")
-            rps_data = pm.Data("rps", rps, dims="point")
-            log_se = pm.Data("log_se", inputs.extras["log_se"], dims="point")
-            rps_max = pm.Data("rps_max", groups["rps_max"].to_numpy(float), dims="group")
-            observed = pm.Data("observed_log_latency", log_latency, dims="point")
+            data = self.add_data(inputs)
+            rps_max = data["rps_max"]
 
             c1 = pt.zeros(n_groups)
             c2 = pt.zeros(n_groups)
@@ -212,8 +207,7 @@ class SpeculativeLatencyModel(LatencyModel):
                                                 decode, k, alpha, rps_max,
                                                 utilisation_logit[len(dense_idx):], c1, c2)
 
-            latency_likelihood(c1, c2, cfg, group_index=group_index, rps=rps_data,
-                               log_se=log_se, observed=observed)
+            latency_likelihood(c1, c2, cfg, data)
         return model
 
     def _dense_part(self, cfg, groups, dense_idx, n_setups, rps_max, utilisation_logit, c1, c2):

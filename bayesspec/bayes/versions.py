@@ -73,15 +73,9 @@ class VersionEffectModel(LatencyModel):
         n_bases = len(bases)
         coords = {"group": groups["label"].tolist(), "point": np.arange(len(inputs.rows)),
                   "base": bases}
-        rps_max_values = groups["rps_max"].to_numpy(float)
         with pm.Model(coords=coords) as model:
-            group_index = pm.Data("group_index", inputs.group_index, dims="point")
-            rps_data = pm.Data("rps", inputs.rows["rps"].to_numpy(float), dims="point")
-            log_se = pm.Data("log_se", inputs.extras["log_se"], dims="point")
-            rps_max = pm.Data("rps_max", rps_max_values, dims="group")
-            observed = pm.Data("observed_log_latency",
-                               np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
-                               dims="point")
+            data = self.add_data(inputs)
+            rps_max = data["rps_max"]
             center = float(np.log(np.median(groups["latency_low"])))
             log_c1_a = pooled_normal("log_C1_A", center, cfg["log_c1_scale"], "base",
                                      n_bases, centred=True)
@@ -109,8 +103,7 @@ class VersionEffectModel(LatencyModel):
             c1 = pt.set_subtensor(c1[table[:, 1]], c1_a * pt.exp(effects["C1"]))
             c2 = pt.set_subtensor(c2[table[:, 0]], c2_a)
             c2 = pt.set_subtensor(c2[table[:, 1]], c2_a * pt.exp(effects["C2"]))
-            latency_likelihood(c1, c2, cfg, group_index=group_index, rps=rps_data,
-                               log_se=log_se, observed=observed)
+            latency_likelihood(c1, c2, cfg, data)
         return model
 
     def posterior_variables(self) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..data import plain_value
 from ..errors import BadInput
 from . import guidellm, vllm_bench
 from .design import (SIDECAR_SUFFIXES, MetricsPair, Sidecar, UserValue, find_sidecars,
@@ -344,8 +345,8 @@ def _check_duplicates(frames) -> None:
     for path, report, frame in frames:
         design = [c for c in ALWAYS if c in frame.columns]
         for i, record in enumerate(frame.to_dict("records")):
-            key = tuple(_hashable(record.get(c)) for c in design) + tuple(
-                _hashable(record.get(c)) for c in ("strategy", "rps", "latency_mean_s",
+            key = tuple(plain_value(record.get(c)) for c in design) + tuple(
+                plain_value(record.get(c)) for c in ("strategy", "rps", "latency_mean_s",
                                                    "n_requests"))
             point = report.points[i]
             where = _where(path, point)
@@ -359,15 +360,3 @@ def _where(name: str, point: Point, sep: str = " ") -> str:
     """'sweep.json#benchmarks[3]', 'runs.jsonl#line 4', or the file name alone."""
     inside = point.where or (f"line {point.line}" if point.line is not None else "")
     return f"{name}{sep}{inside}" if inside else name
-
-
-def _hashable(value):
-    if value is None or value is pd.NA:
-        return None
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    return value
