@@ -207,8 +207,13 @@ class SpeculativeLatencyModel(LatencyModel):
                                                 decode, k, alpha, rps_max,
                                                 utilisation_logit[len(dense_idx):], c1, c2)
 
-            latency_likelihood(c1, c2, cfg, data)
+            self.likelihood(c1, c2, cfg, data, inputs)
         return model
+
+    def likelihood(self, c1, c2, cfg, data, inputs):
+        """The latency likelihood given per-group costs (a hook: an MoE verifier
+        replaces eq. (1) by the covered/saturated split of eq. (4))."""
+        return latency_likelihood(c1, c2, cfg, data)
 
     def _dense_part(self, cfg, groups, dense_idx, n_setups, rps_max, utilisation_logit, c1, c2):
         center = float(np.log(np.median(groups["latency_low"].to_numpy()[dense_idx])))
