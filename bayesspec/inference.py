@@ -32,6 +32,19 @@ class SamplerSettings:
     sampler: str = "nutpie"   # "nutpie" or "pymc"
     # None: the model's own default (its ``target_accept``), chosen by measurement.
     target_accept: float | None = None
+    # nutpie mass-matrix adaptation: "diag" or "low_rank" (None: the model's default).
+    adaptation: str | None = None
+
+
+def settings_for(latency_model, settings: SamplerSettings) -> SamplerSettings:
+    """Fill the settings a user left to the model (target_accept, adaptation)."""
+    from dataclasses import replace
+
+    if settings.target_accept is None:
+        settings = replace(settings, target_accept=latency_model.target_accept)
+    if settings.adaptation is None:
+        settings = replace(settings, adaptation=latency_model.adaptation)
+    return settings
 
 
 def _log(message: str, enabled: bool) -> None:
@@ -64,7 +77,8 @@ def sample_compiled(compiled, settings: SamplerSettings,
                          chains=settings.chains, seed=settings.seed,
                          progress_bar=settings.progress and sys.stderr.isatty(),
                          cores=min(settings.chains, 2),
-                         target_accept=settings.target_accept or 0.9)
+                         target_accept=settings.target_accept or 0.9,
+                         adaptation=settings.adaptation or "diag")
     _log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
     return tree
 

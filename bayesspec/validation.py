@@ -16,7 +16,8 @@ import pandas as pd
 
 from .bayes import get_model_class
 from .data import prepare
-from .inference import SamplerSettings, compile_model, diagnostics, sample_compiled
+from .inference import (SamplerSettings, compile_model, diagnostics, sample_compiled,
+                        settings_for)
 from .synthetic import generate_sweeps
 
 
@@ -47,8 +48,7 @@ def replicate_coverage(truth: pd.DataFrame, true_values: dict[str, np.ndarray], 
     settings = settings or SamplerSettings(draws=500, tune=500, chains=4, progress=False)
     options = generator_options or {}
     latency_model = get_model_class(model)(config)
-    if settings.target_accept is None:
-        settings = replace(settings, target_accept=latency_model.target_accept)
+    settings = settings_for(latency_model, settings)
     first = prepare(generate_sweeps(truth, seed=seed, **options))
     compiled = compile_model(latency_model.build(first), replace(settings, progress=False))
     labels = list(latency_model.inputs.groups["label"])
@@ -95,8 +95,7 @@ def fit_same_design(datasets: list, *, model: str = "dense", settings: SamplerSe
 
     settings = settings or SamplerSettings(progress=False)
     latency_model = get_model_class(model)(config)
-    if settings.target_accept is None:
-        settings = replace(settings, target_accept=latency_model.target_accept)
+    settings = settings_for(latency_model, settings)
     compiled = compile_model(latency_model.build(datasets[0]), settings)
     fits = []
     for i, data in enumerate(datasets):

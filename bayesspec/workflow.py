@@ -9,7 +9,7 @@ import pandas as pd
 
 from .bayes import get_model_class
 from .fitfile import Fit
-from .inference import SamplerSettings, sample_model
+from .inference import SamplerSettings, sample_model, settings_for
 
 
 def fit(data: pd.DataFrame, model: str = "dense", *, settings: SamplerSettings | None = None,
@@ -17,8 +17,7 @@ def fit(data: pd.DataFrame, model: str = "dense", *, settings: SamplerSettings |
     """Build the named model on validated tidy ``data`` and sample its posterior."""
     settings = settings or SamplerSettings()
     latency_model = get_model_class(model)(config)
-    if settings.target_accept is None:
-        settings = dataclasses.replace(settings, target_accept=latency_model.target_accept)
+    settings = settings_for(latency_model, settings)
     started = time.perf_counter()
     pm_model = latency_model.build(data)
     tree = sample_model(pm_model, settings)

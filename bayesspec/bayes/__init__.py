@@ -7,15 +7,18 @@ from __future__ import annotations
 
 from .base import LatencyModel, ModelInputs
 from .dense import DenseLatencyModel
+from .hierarchical import HierarchicalLatencyModel
 from .moe import MoELatencyModel
 from .speculative import SpeculativeLatencyModel
-from .versions import VersionEffectModel
+from .versions import SpeculativeVersionEffectModel, VersionEffectModel
 
 MODEL_CLASSES: dict[str, type[LatencyModel]] = {
     DenseLatencyModel.name: DenseLatencyModel,
     SpeculativeLatencyModel.name: SpeculativeLatencyModel,
     MoELatencyModel.name: MoELatencyModel,
     VersionEffectModel.name: VersionEffectModel,
+    SpeculativeVersionEffectModel.name: SpeculativeVersionEffectModel,
+    HierarchicalLatencyModel.name: HierarchicalLatencyModel,
 }
 
 
@@ -29,5 +32,7 @@ def get_model_class(name: str) -> type[LatencyModel]:
                        column="--model") from None
 
 
-__all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "SpeculativeLatencyModel", "MoELatencyModel", "VersionEffectModel", "MODEL_CLASSES",
+__all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "SpeculativeLatencyModel", "MoELatencyModel", "VersionEffectModel",
+           "SpeculativeVersionEffectModel",
+           "HierarchicalLatencyModel", "MODEL_CLASSES",
            "get_model_class"]

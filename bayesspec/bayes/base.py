@@ -71,6 +71,8 @@ class LatencyModel:
     # NUTS target acceptance: 0.9 rather than 0.8 because the steep top-load points of a
     # sweep otherwise give a rare divergence; models with more curvature raise it.
     target_accept: float = 0.9
+    # nutpie mass-matrix adaptation ("diag" or "low_rank"), chosen by measurement.
+    adaptation: str = "diag"
 
     def __init__(self, config: dict | None = None):
         unknown = set(config or {}) - set(self.default_config)

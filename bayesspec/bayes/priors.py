@@ -29,7 +29,27 @@ def pooled_normal(name: str, mean: float, scale: float, dim: str, size: int, *,
     return mu + tau * z
 
 
-def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_point=None):
+def soft_utilisation_cap(rps, c2, margin: float = 1e-3):
+    """The per-point C2 with RPS*C2 smoothly capped below 1.
+
+    Models whose C2 comes from trends (the hierarchical model) cannot keep every observed
+    point below saturation by construction. Past ``1 - margin`` the remaining headroom
+    ``1 - x`` is replaced by ``margin / (1 + (x - 1 + margin)/margin)``: continuous with a
+    continuous slope, positive however far past the pole a draw goes (an exponential
+    form underflows to zero there, and prior draws then give infinite latencies), so
+    such a draw gets a finite, steeply worse likelihood instead of a non-finite one
+    (which NUTS reports as a divergence). Below the cap the law is untouched.
+    """
+    utilisation = rps * c2
+    edge = 1.0 - margin
+    excess = pt.maximum(utilisation - edge, 0.0)
+    capped = pt.where(utilisation < edge, utilisation,
+                      1.0 - margin / (1.0 + excess / margin))
+    return capped / rps
+
+
+def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_point=None,
+                       cap_utilisation: bool = False):
     """Record C1, C2 and the saturation rate per group, and add the latency likelihood.
 
     log L ~ Normal(log(C1/(1 - RPS*C2)), sigma) with
@@ -38,7 +58,10 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     noisiest; se is the standard error of each measured mean (0 when unknown).
     A model whose mean latency is not eq. (1) (MoE) passes ``mean_latency`` and the
     effective per-point ``c2_point`` instead. ``data`` holds the model's ``pm.Data``
-    (``LatencyModel.add_data``).
+    (``LatencyModel.add_data``). When ``data`` holds a ``fit_mask`` (1 = fit, 0 = held
+    out), the points with mask 0 leave the likelihood (a ``pm.Potential`` replaces the
+    observed variable): leave-n-out folds then refit one compiled model by changing the
+    mask only.
     """
     group_index, rps = data["group_index"], data["rps"]
     c1 = pm.Deterministic("C1", c1, dims="group")
@@ -48,9 +71,18 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     noise_load = pm.HalfNormal("noise_load", cfg["noise_load_scale"])
     if c2_point is None:
         c2_point = c2[group_index]
+    # A model can also ask for the cap through ``data`` (it passes through model hooks,
+    # e.g. the MoE split, that do not know about it).
+    if cap_utilisation or data.get("cap_utilisation", False):
+        c2_point = soft_utilisation_cap(rps, c2_point)
     if mean_latency is None:
         mean_latency = latency_expr(rps, c1[group_index], c2_point)
     amplification = load_amplification_expr(rps, c2_point)
     sigma = pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + data["log_se"] ** 2)
+    if "fit_mask" in data:
+        pointwise = pm.logp(pm.Normal.dist(pt.log(mean_latency), sigma),
+                            data["observed_log_latency"])
+        return pm.Potential("log_latency_fitted",
+                            pt.sum(pt.where(data["fit_mask"] > 0, pointwise, 0.0)))
     return pm.Normal("log_latency", pt.log(mean_latency), sigma,
                      observed=data["observed_log_latency"], dims="point")
