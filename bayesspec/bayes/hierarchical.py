@@ -160,9 +160,13 @@ def _member_deviation(name: str, spread, trend_at_typical, dims: tuple[str, str]
     The other rows (c1p, c2p, the drafter's) are weakly informed per member and
     non-centred: centred, they were a funnel (41 divergences, all at small spreads).
     """
-    log_trend = pt.log(trend_at_typical)
+    members = len(pm.modelcontext(None).coords[dims[1]])
     rows = len(centred)
-    out = pt.zeros((rows, pm.modelcontext(None).dim_lengths[dims[1]]))
+    if members < 2:
+        # One member: its deviation and the trend's level are the same thing.
+        return pt.zeros((rows, members))
+    log_trend = pt.log(trend_at_typical)
+    out = pt.zeros((rows, members))
     if centred.any():
         c = np.flatnonzero(centred)
         value = pm.Normal(f"log_{name}_value", log_trend[c], spread[c][:, None],
@@ -328,7 +332,8 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                   "system_coefficient": list(SYSTEM_COEFFICIENTS),
                   "cell": cells["cell"].tolist(), "cost": ["C1", "C2"],
                   "coefficient": list(COEFFICIENTS),
-                  "share_term": [n for n, first in zip(TERM_NAMES, _first_terms()) if not first]}
+                  "share_term": [n for n, free in zip(TERM_NAMES, self.free_shares(inputs))
+                                 if free]}
         if n_setups:
             coords["setup"] = setups["setup"].tolist()
             coords["pair"] = pairs
@@ -364,8 +369,9 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
             cell_coefficients = {}
             for i, name in enumerate(SYSTEM_COEFFICIENTS):
                 side = 0 if name.startswith("c1") else 1
-                cell_coefficients[name] = trends[name] * pt.exp(
-                    system_dev[i][system_of_cell] + cell_dev[side])
+                cell_coefficients[name] = pm.Deterministic(
+                    f"cell_{name}", trends[name] * pt.exp(system_dev[i][system_of_cell] +
+                                                          cell_dev[side]), dims="cell")
 
             zeros = pt.zeros(n_groups)
             coefficient = {n: cell_coefficients[n][cell_of_group]
@@ -425,6 +431,38 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         z = pm.Normal("cell_z", 0.0, 1.0, dims=("cost", "cell"))
         return pm.Deterministic("cell_deviation", cell_sd[:, None] * z, dims=("cost", "cell"))
 
+    def free_shares(self, inputs: ModelInputs) -> np.ndarray:
+        """Which terms get a free share: not the first of its coefficient, and not
+        proportional to an earlier term over the data (one verifier in the data: its
+        overhead and weight terms are the same column; sampling their split is a ridge
+        that only the prior bounds, measured R-hat up to 1.34)."""
+        systems, cells, setups = (inputs.extras[k] for k in ("systems", "cells", "setups"))
+        verifier_b = systems["verifier_b"].to_numpy(float)[cells["system_index"].to_numpy(int)]
+        on_cells = covariates(verifier_b, 0.0, cells["prefill_tokens"].to_numpy(float),
+                              cells["decode_tokens"].to_numpy(float))
+        if len(setups):
+            cell = setups["cell_index"].to_numpy(int)
+            on_setups = covariates(verifier_b[cell], setups["drafter_b"].to_numpy(float),
+                                   cells["prefill_tokens"].to_numpy(float)[cell],
+                                   cells["decode_tokens"].to_numpy(float)[cell])
+        free = ~np.array(_first_terms())
+        for coefficient in COEFFICIENTS:
+            terms = [i for i, (c, _, _) in enumerate(TREND_TERMS) if c == coefficient]
+            source = on_cells if coefficient in SYSTEM_COEFFICIENTS else (
+                on_setups if len(setups) else None)
+            if source is None:
+                continue
+            columns = []
+            for i in terms:
+                column = np.broadcast_to(np.asarray(source[TREND_TERMS[i][2]], float),
+                                         (len(cells) if coefficient in SYSTEM_COEFFICIENTS
+                                          else len(setups),)).astype(float)
+                unit = column / np.linalg.norm(column)
+                if any(abs(float(unit @ earlier)) > 1 - 1e-9 for earlier in columns):
+                    free[i] = False
+                columns.append(unit)
+        return free
+
     def typical_lengths(self, inputs: ModelInputs) -> tuple[float, float]:
         cells = inputs.extras["cells"]
         return (float(np.median(cells["prefill_tokens"].astype(float))),
@@ -460,10 +498,12 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         share_sd = cfg["overhead_log_sd"] if physics else cfg["vague_log_sd"]
         log_ratio_prior = np.log(prior_terms) - np.log(prior_terms[
             np.array([np.flatnonzero(owner == o)[0] for o in owner])])
-        share_logit = pm.Normal("share_logit", log_ratio_prior[~first], share_sd,
+        free = self.free_shares(self.inputs)
+        share_logit = pm.Normal("share_logit", log_ratio_prior[free], share_sd,
                                 dims="share_term")
-        logits = pt.set_subtensor(pt.zeros(len(TREND_TERMS))[np.flatnonzero(~first)],
-                                  share_logit)
+        # Terms the data cannot separate from an earlier one keep their prior ratio.
+        logits = pt.set_subtensor(pt.as_tensor_variable(
+            np.where(first, 0.0, log_ratio_prior))[np.flatnonzero(free)], share_logit)
         weights = pt.exp(logits)
         membership = (owner[None, :] == np.arange(6)[:, None]).astype(float)
         totals = pt.dot(membership, weights)

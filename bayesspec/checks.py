@@ -1,0 +1,306 @@
+"""Posterior predictive checks that a fitted model predicts what it was not shown.
+
+``leave_out_check`` (``bayesspec check DATA --leave-out N``): hold out N of the
+(prefill, decode) combinations (every single one for N = 1; seeded random subsets for
+N > 1), or whole verifiers (``--leave-out-model``), refit the hierarchical model on the
+rest and predict the held-out points. The model is compiled once with a ``fit_mask``
+data array; a fold changes the mask only (nutpie ``with_data``), so a fold costs one
+sampling run. Held-out groups keep their parameters in the model with no data, so their
+posterior is exactly the predictive distribution of an unmeasured configuration: trends
+plus the learned spreads.
+
+``prior_predictive_check``: the share of observed points inside the prior predictive
+intervals (do the physics-informed priors admit the data?).
+
+PSIS-LOO helpers (``loo_summary``, ``compare_models``) live here too: they are the
+in-sample counterpart of the leave-n-out check.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from .bayes import get_model_class
+from .errors import BadInput
+from .inference import (SamplerSettings, compile_model, diagnostics, sample_compiled,
+                        settings_for)
+from .laws import latency, load_amplification_expr
+
+CHECK_MODELS = ("hierarchical",)
+PARETO_K_LIMIT = 0.7
+
+
+def _stacked(tree, name: str) -> np.ndarray:
+    values = tree["posterior"][name].stack(sample=("chain", "draw")).transpose("sample", ...)
+    return np.asarray(values.values, dtype=float)
+
+
+def combination_folds(cells: pd.DataFrame, leave_out: int, folds: int | None,
+                      seed: int) -> list[list[tuple[int, int]]]:
+    """Held-out (prefill, decode) combinations per fold."""
+    combos = sorted({(int(p), int(g)) for p, g in zip(cells["prefill_tokens"],
+                                                      cells["decode_tokens"])})
+    if leave_out < 1:
+        raise BadInput(f"--leave-out must be >= 1, got {leave_out}", column="--leave-out")
+    if leave_out >= len(combos):
+        raise BadInput(f"--leave-out {leave_out} leaves nothing to fit: the data hold "
+                       f"{len(combos)} (prefill, decode) combinations", column="--leave-out")
+    if leave_out == 1 and folds is None:
+        return [[c] for c in combos]
+    rng = np.random.default_rng(seed)
+    count = folds or 10
+    return [[combos[i] for i in sorted(rng.choice(len(combos), leave_out, replace=False))]
+            for _ in range(count)]
+
+
+def predictive_draws(tree, groups_of_points: np.ndarray, rps: np.ndarray,
+                     log_se: np.ndarray, rng: np.random.Generator):
+    """Mean-latency draws (the law) and predictive log-latency draws at given points."""
+    c1 = _stacked(tree, "C1")[:, groups_of_points]
+    c2 = _stacked(tree, "C2")[:, groups_of_points]
+    mean = latency(rps[None, :], c1, c2)
+    noise_base = _stacked(tree, "noise_base")[:, None]
+    noise_load = _stacked(tree, "noise_load")[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        amplification = load_amplification_expr(rps[None, :], c2)
+    sigma = np.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + log_se[None, :] ** 2)
+    predictive = np.log(mean) + sigma * rng.standard_normal(mean.shape)
+    return mean, sigma, predictive
+
+
+def _lpd(observed_log: np.ndarray, mean: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+    """Log pointwise predictive density of log latency (saturated draws count as 0)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        z = (observed_log[None, :] - np.log(mean)) / sigma
+        logp = -0.5 * z**2 - np.log(sigma) - 0.5 * np.log(2 * np.pi)
+    logp = np.where(np.isfinite(logp), logp, -np.inf)
+    top = np.max(logp, axis=0)
+    return top + np.log(np.mean(np.exp(logp - top[None, :]), axis=0))
+
+
+def r_squared(observed: np.ndarray, predicted: np.ndarray) -> float:
+    observed, predicted = np.asarray(observed, float), np.asarray(predicted, float)
+    ok = np.isfinite(observed) & np.isfinite(predicted)
+    if ok.sum() < 2:
+        return float("nan")
+    residual = np.sum((observed[ok] - predicted[ok]) ** 2)
+    total = np.sum((observed[ok] - observed[ok].mean()) ** 2)
+    return float(1.0 - residual / total) if total > 0 else float("nan")
+
+
+def _log(message: str, enabled: bool) -> None:
+    if enabled:
+        print(message, file=sys.stderr, flush=True)
+
+
+def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_out: int = 1,
+                    folds: int | None = None, verifiers: list[str] | None = None,
+                    by_verifier: bool = False, seed: int = 0, prob: float = 0.9,
+                    settings: SamplerSettings | None = None, config: dict | None = None,
+                    progress: bool = True) -> dict:
+    """The CONTRACT ``check`` document (plus per-point predictions under ``points``)."""
+    if model not in CHECK_MODELS:
+        raise BadInput(f"check needs a model that predicts configurations it was not fitted "
+                       f"on ({', '.join(CHECK_MODELS)}), got '{model}'", column="--model")
+    settings = settings or SamplerSettings(draws=500, tune=500, chains=2, progress=False)
+    latency_model = get_model_class(model)({**(config or {}), "holdout_mask": True})
+    settings = settings_for(latency_model, settings)
+    pm_model = latency_model.build(data)
+    inputs = latency_model.inputs
+    rows, groups = inputs.rows, inputs.groups
+    cells = inputs.extras["cells"]
+    group_of_point = inputs.group_index
+    cell_of_point = groups["cell_index"].to_numpy(int)[group_of_point]
+
+    if by_verifier:
+        systems = inputs.extras["systems"]
+        names = verifiers or list(systems["verifier"].astype(str))
+        known = {v.lower(): i for i, v in enumerate(systems["verifier"].astype(str))}
+        fold_sets = []
+        for name in names:
+            if name.lower() not in known:
+                raise BadInput(f"no verifier '{name}' in the data; have "
+                               f"{', '.join(systems['verifier'].astype(str))}",
+                               column="--leave-out-model")
+            fold_sets.append(("verifier", name, np.flatnonzero(
+                cells["system_index"].to_numpy(int) == known[name.lower()])))
+        if len(systems) < 2:
+            raise BadInput("--leave-out-model needs data with at least two verifiers",
+                           column="--leave-out-model")
+    else:
+        fold_sets = []
+        for combos in combination_folds(cells, leave_out, folds, seed):
+            held = np.flatnonzero([(int(p), int(g)) in combos for p, g in
+                                   zip(cells["prefill_tokens"], cells["decode_tokens"])])
+            fold_sets.append(("combinations", [list(c) for c in combos], held))
+
+    started = time.perf_counter()
+    compiled = compile_model(pm_model, replace(settings, progress=progress))
+    quiet = replace(settings, progress=False)
+    rps = rows["rps"].to_numpy(float)
+    observed = rows["latency_mean_s"].to_numpy(float)
+    log_se = inputs.extras["log_se"]
+    rng = np.random.default_rng(seed)
+
+    _log(f"reference fit on all {len(rows)} points...", progress)
+    full_tree = sample_compiled(compiled, quiet, data={"fit_mask": np.ones(len(rows))})
+    full_c1 = _stacked(full_tree, "C1").mean(axis=0)
+    full_c2 = _stacked(full_tree, "C2").mean(axis=0)
+    full_cell = {n: _stacked(full_tree, f"cell_{n}").mean(axis=0) for n in ("c2p", "c2v")}
+
+    tail = (1 - prob) / 2
+    point_records, per_fold, trend_pairs = [], [], []
+    for number, (kind, what, held_cells) in enumerate(fold_sets):
+        held_points = np.isin(cell_of_point, held_cells)
+        if not held_points.any():
+            continue
+        fold_started = time.perf_counter()
+        tree = sample_compiled(compiled, quiet, data={"fit_mask": (~held_points).astype(float)})
+        diag = diagnostics(tree, latency_model.posterior_variables() + ["C1", "C2"])
+        index = np.flatnonzero(held_points)
+        mean, sigma, predictive = predictive_draws(tree, group_of_point[index], rps[index],
+                                                   log_se[index], rng)
+        finite = np.where(np.isfinite(mean), mean, np.nan)
+        predicted = np.nanmean(finite, axis=0)
+        lo, hi = np.exp(np.nanquantile(predictive, [tail, 1 - tail], axis=0))
+        inside = (lo <= observed[index]) & (observed[index] <= hi)
+        lpd = _lpd(np.log(observed[index]), mean, sigma)
+        held_groups = np.unique(group_of_point[index])
+        c1_fold = _stacked(tree, "C1").mean(axis=0)
+        c2_fold = _stacked(tree, "C2").mean(axis=0)
+        cell_fold = {n: _stacked(tree, f"cell_{n}").mean(axis=0) for n in ("c2p", "c2v")}
+        for g in held_groups:
+            trend_pairs.append(("C1", full_c1[g], c1_fold[g]))
+            trend_pairs.append(("C2", full_c2[g], c2_fold[g]))
+        for c in held_cells:
+            for n in ("c2p", "c2v"):
+                trend_pairs.append((n, full_cell[n][c], cell_fold[n][c]))
+        for j, i in enumerate(index):
+            point_records.append({"fold": number, "group": str(groups["label"].iloc[
+                group_of_point[i]]), "rps": float(rps[i]), "observed_s": float(observed[i]),
+                "predicted_s": float(predicted[j]), "lo": float(lo[j]), "hi": float(hi[j]),
+                "inside": bool(inside[j]), "lpd": float(lpd[j]),
+                "p_saturated": float(np.mean(~np.isfinite(mean[:, j])))})
+        per_fold.append({
+            "held_out": what, "kind": kind, "points": int(index.size),
+            "r2": r_squared(observed[index], predicted), "coverage": float(inside.mean()),
+            "elpd": float(lpd.sum()), "rhat_max": diag["rhat_max"],
+            "ess_bulk_min": diag["ess_bulk_min"], "divergences": diag["divergences"],
+            "converged": diag["converged"],
+            "seconds": round(time.perf_counter() - fold_started, 2)})
+        _log(f"fold {len(per_fold)}/{len(fold_sets)}: held out {what}: coverage "
+             f"{inside.mean():.2f}, R^2 {per_fold[-1]['r2']:.4f}, "
+             f"{time.perf_counter() - started:.0f} s elapsed", progress)
+
+    points = pd.DataFrame(point_records)
+    trends = pd.DataFrame(trend_pairs, columns=["quantity", "full_fit", "held_out_fit"])
+    trend_r2 = {q: r_squared(t["full_fit"], t["held_out_fit"])
+                for q, t in trends.groupby("quantity", sort=False)}
+    unconverged = [f for f in per_fold if not f["converged"]]
+    document = {
+        "leave_out": leave_out if not by_verifier else "verifier",
+        "folds": len(per_fold), "prob": prob,
+        "r2": r_squared(points["observed_s"], points["predicted_s"]),
+        "coverage": float(points["inside"].mean()),
+        "elpd": float(points["lpd"].sum()),
+        "r2_trends": trend_r2,
+        "points": int(len(points)),
+        "model": model, "seconds": round(time.perf_counter() - started, 1),
+        "per_fold": per_fold,
+    }
+    if unconverged:
+        document["warning"] = (f"{len(unconverged)} of {len(per_fold)} folds did not converge "
+                               "(see per_fold): their predictions are unreliable")
+    document["_points"] = points
+    return document
+
+
+def prior_predictive_check(data: pd.DataFrame, *, model: str = "hierarchical",
+                           config: dict | None = None, draws: int = 500,
+                           seed: int = 0) -> dict:
+    """Share of observed log latencies inside the 50/90/99% prior predictive intervals."""
+    import pymc as pm
+
+    latency_model = get_model_class(model)(config)
+    pm_model = latency_model.build(data)
+    with pm_model:
+        prior = pm.sample_prior_predictive(draws=draws, random_seed=seed,
+                                           var_names=["log_latency"])
+    simulated = prior["prior_predictive"]["log_latency"].stack(
+        sample=("chain", "draw")).transpose("sample", ...).values
+    observed = np.log(latency_model.inputs.rows["latency_mean_s"].to_numpy(float))
+    shares = {}
+    for prob in (0.5, 0.9, 0.99):
+        tail = (1 - prob) / 2
+        lo, hi = np.quantile(simulated, [tail, 1 - tail], axis=0)
+        shares[str(prob)] = float(np.mean((lo <= observed) & (observed <= hi)))
+    return {"model": model, "draws": draws, "points": int(observed.size),
+            "physics_priors": bool(getattr(latency_model, "physics", False)),
+            "inside": shares}
+
+
+def loo_summary(fit) -> dict:
+    """PSIS-LOO of a fit: ELPD, its SE, p_loo and the Pareto-k warnings."""
+    import warnings
+
+    import arviz as az
+
+    from .inference import add_log_likelihood
+
+    add_log_likelihood(fit)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loo = az.loo(fit.tree, var_name="log_latency")
+    k = np.asarray(loo.pareto_k).ravel()
+    bad = int(np.sum(k > PARETO_K_LIMIT))
+    out = {"elpd_loo": float(loo.elpd), "se": float(loo.se), "p_loo": float(loo.p),
+           "points": int(k.size), "pareto_k_max": float(np.nanmax(k)),
+           "pareto_k_bad": bad}
+    if bad:
+        out["warning"] = (f"{bad} of {k.size} points have Pareto k > {PARETO_K_LIMIT}: "
+                          "PSIS-LOO is unreliable for them (influential points; use "
+                          "`bayesspec check` for a refit-based estimate)")
+    return out
+
+
+def compare_models(fits: dict) -> dict:
+    """az.compare of fits of the same data by PSIS-LOO (names -> Fit)."""
+    import warnings
+
+    import arviz as az
+
+    from .inference import add_log_likelihood
+
+    sizes = set()
+    trees = {}
+    for name, fit in fits.items():
+        add_log_likelihood(fit)
+        sizes.add(int(fit.tree["log_likelihood"]["log_latency"].sizes["point"]))
+        trees[name] = fit.tree
+    if len(sizes) > 1:
+        raise BadInput("compare-models needs fits of the same data points; got "
+                       f"{sorted(sizes)} points", column="FIT")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = az.compare(trees, var_name="log_latency")
+    rows = []
+    for name, row in table.iterrows():
+        rows.append({"name": str(name), "rank": int(row["rank"]),
+                     "elpd_loo": float(row["elpd"]), "se": float(row["se"]),
+                     "elpd_diff": float(row["elpd_diff"]), "dse": float(row["dse"]),
+                     "p_loo": float(row["p"]), "weight": float(row["weight"]),
+                     "warning": bool(row["warning"])})
+    best, *rest = rows
+    verdict = f"{best['name']} is preferred"
+    if rest:
+        second = rest[0]
+        ratio = second["elpd_diff"] / second["dse"] if second["dse"] > 0 else float("inf")
+        verdict += (f" over {second['name']} by {second['elpd_diff']:.1f} +- "
+                    f"{second['dse']:.1f} elpd" +
+                    (" (clear: > 2 SE)" if ratio > 2 else " (within 2 SE: not decisive)"))
+    return {"models": rows, "verdict": verdict}
