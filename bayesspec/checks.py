@@ -52,10 +52,17 @@ def combination_folds(cells: pd.DataFrame, leave_out: int, folds: int | None,
                        f"{len(combos)} (prefill, decode) combinations", column="--leave-out")
     if leave_out == 1 and folds is None:
         return [[c] for c in combos]
+    from math import comb
+
     rng = np.random.default_rng(seed)
-    count = folds or 10
-    return [[combos[i] for i in sorted(rng.choice(len(combos), leave_out, replace=False))]
-            for _ in range(count)]
+    # Distinct subsets: a repeated fold adds time, not information.
+    count = min(folds or 10, comb(len(combos), leave_out))
+    chosen: list[tuple[int, ...]] = []
+    while len(chosen) < count:
+        subset = tuple(sorted(rng.choice(len(combos), leave_out, replace=False)))
+        if subset not in chosen:
+            chosen.append(subset)
+    return [[combos[i] for i in subset] for subset in chosen]
 
 
 def predictive_draws(tree, groups_of_points: np.ndarray, rps: np.ndarray,
@@ -294,12 +301,15 @@ def compare_models(fits: dict) -> dict:
                      "elpd_loo": float(row["elpd"]), "se": float(row["se"]),
                      "elpd_diff": float(row["elpd_diff"]), "dse": float(row["dse"]),
                      "p_loo": float(row["p"]), "weight": float(row["weight"]),
-                     "warning": bool(row["warning"])})
+                     "warning": bool(row.get("warning", False))})
     best, *rest = rows
     verdict = f"{best['name']} is preferred"
     if rest:
         second = rest[0]
-        ratio = second["elpd_diff"] / second["dse"] if second["dse"] > 0 else float("inf")
+        if second["dse"] > 0:
+            ratio = second["elpd_diff"] / second["dse"]
+        else:
+            ratio = float("inf") if second["elpd_diff"] > 0 else 0.0
         verdict += (f" over {second['name']} by {second['elpd_diff']:.1f} +- "
                     f"{second['dse']:.1f} elpd" +
                     (" (clear: > 2 SE)" if ratio > 2 else " (within 2 SE: not decisive)"))

@@ -223,6 +223,8 @@ def cmd_fit(args) -> int:
 
     result = fit(data, args.model, settings=settings)
     diag = result.diagnostics
+    if not args.no_loo:
+        _store_loo(result)
     result.save(args.output)
     warning = _convergence_warning(diag)
     if args.json:
@@ -235,6 +237,21 @@ def cmd_fit(args) -> int:
               f"in {result.tree.attrs.get('fit_seconds', 0):.1f} s -> {args.output}")
         print(_diag_line(diag))
     return 0
+
+
+def _store_loo(result) -> None:
+    """PSIS-LOO at fit time, kept in the fit file's attrs (not the pointwise matrix)."""
+    from .checks import loo_summary
+
+    try:
+        loo = loo_summary(result)
+    except Exception as error:  # noqa: BLE001 - LOO is a report, never a reason to fail
+        loo = {"error": f"PSIS-LOO failed: {error}"}
+    if "log_likelihood" in result.tree.children:
+        del result.tree["log_likelihood"]
+    result.tree.attrs["loo"] = json.dumps(loo)
+    if loo.get("warning"):
+        print(f"warning: {loo['warning']}", file=sys.stderr)
 
 
 def _diag_json(diag: dict) -> dict:
@@ -272,12 +289,25 @@ def cmd_summary(args) -> int:
     fit = _load_fit(args.fit)
     document = summary_document(fit, prob=args.prob)
     warning = _convergence_warning(fit.diagnostics)
+    if "loo" in fit.tree.attrs:
+        document["loo"] = json.loads(fit.tree.attrs["loo"])
+    elif args.loo:
+        from .checks import loo_summary
+
+        document["loo"] = loo_summary(fit)
+    if document.get("loo", {}).get("warning"):
+        print(f"warning: {document['loo']['warning']}", file=sys.stderr)
     if warning:
         document["warning"] = warning
     if args.json:
         emit_json(document)
     else:
         print(summary_text(fit, document))
+        loo = document.get("loo")
+        if loo and "elpd_loo" in loo:
+            print(f"PSIS-LOO: elpd {loo['elpd_loo']:.1f} +- {loo['se']:.1f}, p_loo "
+                  f"{loo['p_loo']:.1f}, Pareto k max {loo['pareto_k_max']:.2f} "
+                  f"({loo['pareto_k_bad']} of {loo['points']} points > 0.7)")
     return 0
 
 
@@ -314,7 +344,10 @@ def cmd_speedup(args) -> int:
         from .plots import save_figure, speedup_bands_plot
 
         _check_output_path(args.plot)
-        save_figure(speedup_bands_plot(costs, args.alpha, sorted({args.k, 1, 2, 4, 8}),
+        if costs.moe is not None:  # an MoE verifier: eq. (4) latencies, not eq. (1)
+            from .plots import moe_speedup_bands_plot as speedup_bands_plot
+        ks = sorted({args.k, 1, 2, 4, 8}) if costs.coefficients is not None else [args.k]
+        save_figure(speedup_bands_plot(costs, args.alpha, ks,
                                        rps_max=float(rps.max()), prob=args.prob), args.plot)
         document["plot"] = args.plot
     if args.json:
@@ -432,17 +465,87 @@ def cmd_compare(args) -> int:
 
 
 def _versions_fit(args):
-    """A two-version fit: loaded when A is a fit file, fitted when it is data."""
+    """A two-version fit: loaded when A is a fit file, fitted when it is data (the
+    speculative variant when the data have SD rows)."""
     if str(args.a).endswith(".nc"):
         return _load_fit(args.a)
     settings = _settings(args)
     data = _read_data(args.a, args)
     from .workflow import fit
 
-    result = fit(data, "versions", settings=settings, config={"by": args.by})
+    # Speculative rows get version effects on the six cycle coefficients as well.
+    included = data.loc[~data["excluded"]] if "excluded" in data.columns else data
+    model = "speculative_versions" if (included["k"] > 0).any() else "versions"
+    result = fit(data, model, settings=settings, config={"by": args.by})
     if args.save_fit:
         result.save(args.save_fit)
     return result
+
+
+def cmd_check(args) -> int:
+    _check_prob(args)
+    if args.plot:
+        _check_output_path(args.plot)
+    settings = _settings(args)
+    data = _read_data(args.data, args)
+    from . import checks
+
+    if args.prior_predictive:
+        document = checks.prior_predictive_check(data, model=args.model,
+                                                 seed=args.seed or 0)
+        if args.json:
+            emit_json(document)
+        else:
+            inside = document["inside"]
+            print(f"prior predictive ({document['draws']} draws, physics priors "
+                  f"{'on' if document['physics_priors'] else 'off'}): observed points inside "
+                  + ", ".join(f"{float(p):.0%} interval {v:.1%}" for p, v in inside.items()))
+        return 0
+    by_verifier = args.leave_out_model is not None
+    document = checks.leave_out_check(
+        data, model=args.model, leave_out=args.leave_out, folds=args.folds,
+        verifiers=[v for v in (args.leave_out_model or "").split(",") if v] or None,
+        by_verifier=by_verifier, seed=args.seed or 0, prob=args.prob, settings=settings,
+        progress=settings.progress)
+    points = document.pop("_points")
+    if args.plot:
+        from .plots import holdout_plot, save_figure
+
+        save_figure(holdout_plot(points, prob=args.prob,
+                                 title=f"leave-{document['leave_out']}-out"), args.plot)
+    if document.get("warning"):
+        print(f"warning: {document['warning']}", file=sys.stderr)
+    if args.json:
+        emit_json(document)
+    else:
+        trends = ", ".join(f"{k} {v:.4f}" for k, v in document["r2_trends"].items())
+        print(f"leave-{document['leave_out']}-out, {document['folds']} folds, "
+              f"{document['points']} held-out points: R^2 {document['r2']:.4f}, "
+              f"{document['prob']:.0%} coverage {document['coverage']:.3f}, elpd "
+              f"{document['elpd']:.1f}; held-out vs full-fit R^2: {trends} "
+              f"({document['seconds']:.0f} s)")
+    return 0
+
+
+def cmd_compare_models(args) -> int:
+    from .checks import compare_models
+
+    names = [os.path.basename(p) for p in args.fits]
+    if len(set(names)) != len(names):
+        names = list(args.fits)
+    fits = {name: _load_fit(path) for name, path in zip(names, args.fits)}
+    document = compare_models(fits)
+    if args.json:
+        emit_json(document)
+    else:
+        print(f"{'model':<30} {'elpd_loo':>10} {'se':>7} {'diff':>8} {'dse':>7} "
+              f"{'p_loo':>7} {'weight':>7}")
+        for row in document["models"]:
+            print(f"{row['name']:<30} {row['elpd_loo']:>10.1f} {row['se']:>7.1f} "
+                  f"{row['elpd_diff']:>8.1f} {row['dse']:>7.1f} {row['p_loo']:>7.1f} "
+                  f"{row['weight']:>7.2f}" + ("  (Pareto k warning)" if row["warning"] else ""))
+        print(document["verdict"])
+    return 0
 
 
 def cmd_demo(args) -> int:
@@ -473,18 +576,54 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("data", help="tidy CSV or Parquet file")
     fit.add_argument("-o", "--output", required=True, help="fit file to write (NetCDF)")
     fit.add_argument("--model", default="dense",
-                     help="dense (one C1, C2 per group) or speculative (six cycle "
-                          "coefficients shared by every alpha and k)")
+                     help="dense (one C1, C2 per group), speculative (six cycle "
+                          "coefficients shared by every alpha and k), moe (covered/"
+                          "saturated split), or hierarchical (the coefficients on scaling "
+                          "trends across verifiers, drafters and lengths)")
     fit.add_argument("--max-rps", type=float, default=None,
                      help="treat points above this rate as saturated")
     fit.add_argument("--catalog", action="append", default=None,
                      help="extra folder of model/GPU cards (repeatable)")
+    fit.add_argument("--no-loo", action="store_true",
+                     help="skip PSIS-LOO after sampling (saves a few seconds)")
     _add_sampler_options(fit)
     _add_common(fit, prob=False)
     fit.set_defaults(handler=cmd_fit)
 
+    check = verbs.add_parser("check", help="leave-n-out posterior predictive checks: refit "
+                                           "without some configurations, predict them")
+    check.add_argument("data", help="tidy CSV or Parquet file")
+    check.add_argument("--leave-out", type=int, default=1, metavar="N",
+                       help="(prefill, decode) combinations held out per fold (default 1: "
+                            "each in turn; N > 1: seeded random subsets)")
+    check.add_argument("--folds", type=int, default=None,
+                       help="folds for N > 1 (default 10; N = 1 uses every combination)")
+    check.add_argument("--leave-out-model", nargs="?", const="", default=None,
+                       metavar="V[,V...]",
+                       help="hold out whole verifiers instead (each in turn, or the named)")
+    check.add_argument("--model", default="hierarchical", help="model (hierarchical)")
+    check.add_argument("--prior-predictive", action="store_true",
+                       help="instead: share of the data inside prior predictive intervals")
+    check.add_argument("--plot", default=None, metavar="PNG",
+                       help="predicted vs observed held-out latency with intervals")
+    check.add_argument("--max-rps", type=float, default=None,
+                       help="treat points above this rate as saturated")
+    check.add_argument("--catalog", action="append", default=None,
+                       help="extra folder of model/GPU cards (repeatable)")
+    _add_sampler_options(check)
+    _add_common(check)
+    check.set_defaults(handler=cmd_check, draws=800, tune=700, chains=2)
+
+    compare_models = verbs.add_parser(
+        "compare-models", help="PSIS-LOO comparison of fits of the same data (az.compare)")
+    compare_models.add_argument("fits", nargs="+", metavar="FIT", help="fit files")
+    _add_common(compare_models, prob=False)
+    compare_models.set_defaults(handler=cmd_compare_models)
+
     summary = verbs.add_parser("summary", help="coefficients with intervals, diagnostics")
     summary.add_argument("fit", help="fit file")
+    summary.add_argument("--loo", action="store_true",
+                         help="compute PSIS-LOO if the fit file does not hold it")
     _add_common(summary)
     summary.set_defaults(handler=cmd_summary)
 
@@ -541,6 +680,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(compare)
     compare.set_defaults(handler=cmd_compare)
 
+    from . import sbc as sbc_cli
+
+    sbc = verbs.add_parser("sbc", help="simulation-based calibration of a model: rank "
+                                       "statistics, uniformity tests, ECDF plot")
+    sbc_cli.add_arguments(sbc)
+    sbc.set_defaults(handler=sbc_cli.run)
+
     try:
         from .simulate import cli as simulate_cli
     except ImportError:
@@ -559,6 +705,16 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "tidy rows")
         ingest_cli.add_arguments(ingest)
         ingest.set_defaults(handler=ingest_cli.run)
+
+    try:
+        from .serve import cli as serve_cli
+    except ImportError:
+        serve_cli = None
+    if serve_cli is not None:
+        serve = verbs.add_parser("serve", help="OpenAI-compatible HTTP server backed by the "
+                                               "simulator in wall-clock time")
+        serve_cli.add_arguments(serve)
+        serve.set_defaults(handler=serve_cli.run)
     return parser
 
 

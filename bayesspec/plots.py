@@ -373,3 +373,108 @@ def expert_coverage_plot(moe_fit, *, rps_points: int = 80):
     axis.set_title("Few experts are touched at low load: why MoE beats the dense law there",
                    fontsize=9)
     return figure
+
+
+def sbc_ecdf_plot(result, *, prob: float = 0.99, columns: int = 4, seed: int = 0):
+    """Simulation-based calibration: rank ECDF minus uniform, one panel per coefficient.
+
+    ``result`` is a :class:`bayesspec.sbc.SBCResult`. The grey band is the simultaneous
+    ``prob`` band of a uniform ECDF (the whole curve stays inside it with probability
+    ``prob`` when the ranks are uniform); red panels hold coefficients rejected at the
+    result's per-coefficient level. A curve above zero at the left means true values
+    sit low in their posteriors everywhere (the posterior overestimates); above zero in
+    the left half and below in the right means ranks pile at both ends (posteriors too
+    narrow), the mirror image means posteriors too wide.
+    """
+    import textwrap
+
+    from .sbc import ecdf_band
+
+    ranks = np.asarray(result.ranks)
+    n, count = ranks.shape
+    band = ecdf_band(n, result.max_rank, prob=prob, seed=seed)
+    share = band.counts(ranks) / n
+    rows = math.ceil(count / columns)
+    figure, axes = plt.subplots(rows, min(columns, count), squeeze=False, sharex=True,
+                                figsize=(3.4 * min(columns, count), 2.7 * rows))
+    z = np.concatenate([[0.0], band.z, [1.0]])
+    lower = np.concatenate([[0.0], band.lower - band.z, [0.0]])
+    upper = np.concatenate([[0.0], band.upper - band.z, [0.0]])
+    for j, axis in enumerate(axes.ravel()):
+        if j >= count:
+            axis.set_visible(False)
+            continue
+        rejected = bool(result.rejected[j])
+        axis.fill_between(z, lower, upper, step="post", color="0.85", lw=0)
+        axis.step(z, np.concatenate([[0.0], share[j] - band.z, [0.0]]), where="post",
+                  color="tab:red" if rejected else "tab:blue", lw=1.2)
+        axis.axhline(0.0, color="0.4", lw=0.6)
+        axis.set_title(f"{textwrap.fill(result.names[j], 44)}\np = {result.p_values[j]:.3f}",
+                       fontsize=6.5,
+                       color="tab:red" if rejected else "black")
+        axis.tick_params(labelsize=7)
+    for axis in axes[-1]:
+        axis.set_xlabel("fractional rank", fontsize=8)
+    figure.suptitle(f"SBC of the {result.model} model: {n} simulations, ranks "
+                    f"0..{result.max_rank}, {prob:.0%} simultaneous band", fontsize=10)
+    figure.tight_layout()
+    return figure
+
+
+def moe_speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
+                           prob: float = BAND_PROB, points: int = 120):
+    """Speedup vs RPS for several k at one alpha for an MoE verifier (eq. 4 latencies),
+    with bands and the crossovers marked; the dense-law figure reads eq. (1) costs."""
+    dense_saturation = float(np.median(1.0 / costs.c2_dense))
+    top = min(rps_max * 1.05, dense_saturation) if rps_max else dense_saturation
+    grid = np.linspace(0.0, top * 0.995, points)
+    figure, axis = plt.subplots(figsize=(7.5, 4.8))
+    colours = plt.cm.viridis(np.linspace(0.05, 0.9, len(ks)))
+    for colour, k in zip(colours, ks):
+        draws = costs.speedup_draws(alpha, k, grid)
+        lo, median, hi = _quantiles(np.minimum(draws, 50.0), prob)
+        axis.fill_between(grid, lo, hi, color=colour, alpha=0.25, lw=0)
+        axis.plot(grid, median, color=colour, lw=1.6, label=f"k = {k}")
+        star = costs.crossover_draws(alpha, k)
+        if np.mean(np.isfinite(star)) >= 0.5:
+            s_lo, s_med, s_hi = np.quantile(star[np.isfinite(star)],
+                                            [(1 - prob) / 2, 0.5, (1 + prob) / 2])
+            if s_med <= grid[-1]:
+                axis.axvspan(s_lo, s_hi, color=colour, alpha=0.12, lw=0)
+                axis.plot([s_med], [1.0], marker="o", color=colour, ms=6, zorder=4)
+    axis.axhline(1.0, color="black", lw=1, ls="--")
+    axis.set_xlabel("RPS (requests/s)")
+    axis.set_ylabel("speedup = L_dense / L_SD (MoE law, eq. 4)")
+    axis.set_title(f"{costs.label}: speedup at alpha = {alpha:g} "
+                   f"(median, {prob:.0%} band; dots: crossover RPS*)", fontsize=9)
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=8)
+    return figure
+
+
+def holdout_plot(points, *, prob: float = BAND_PROB, title: str = "leave-n-out"):
+    """Held-out mean latency: predicted (with its predictive interval) vs observed."""
+    figure, axis = plt.subplots(figsize=(6.4, 6.0))
+    observed = points["observed_s"].to_numpy(float)
+    predicted = points["predicted_s"].to_numpy(float)
+    inside = points["inside"].to_numpy(bool)
+    lower = np.clip(predicted - points["lo"].to_numpy(float), 0, None)
+    upper = np.clip(points["hi"].to_numpy(float) - predicted, 0, None)
+    for mask, colour, label in ((inside, "tab:blue", f"inside its {prob:.0%} interval"),
+                                (~inside, "tab:red", "outside")):
+        if mask.any():
+            axis.errorbar(observed[mask], predicted[mask],
+                          yerr=[lower[mask], upper[mask]], fmt="o", ms=3, lw=0.8,
+                          color=colour, alpha=0.7, label=f"{label} ({mask.sum()})")
+    finite = np.concatenate([observed, predicted[np.isfinite(predicted)]])
+    span = [finite.min() * 0.8, finite.max() * 1.25]
+    axis.plot(span, span, color="black", lw=0.8, label="predicted = observed")
+    axis.set_xscale("log")
+    axis.set_yscale("log")
+    axis.set_xlabel("observed mean latency (s)")
+    axis.set_ylabel("predicted mean latency (s), held out")
+    axis.set_title(f"{title}: {inside.mean():.0%} of {len(points)} points inside "
+                   f"their {prob:.0%} predictive interval")
+    axis.legend(loc="upper left", fontsize=8)
+    figure.tight_layout()
+    return figure

@@ -200,3 +200,73 @@ def add_acceptance_counters(data: pd.DataFrame, *, drafts_per_row: int = 20000,
         out["alpha_true"] = out["alpha"]
         out["alpha"] = np.nan
     return out
+
+
+def add_position_counters(data: pd.DataFrame, *, drafts_per_row: int = 20000,
+                          concentration: float | None = None, per_position: bool = True,
+                          seed: int | None = 0, drop_alpha: bool = True) -> pd.DataFrame:
+    """Add vLLM-like counters, per position too, to SD rows, with optional overdispersion.
+
+    Each row is a window of ``drafts_per_row`` drafts. With ``concentration`` kappa the
+    window's position i gets its own rate a_i ~ Beta(alpha*kappa, (1-alpha)*kappa)
+    (prompt-to-prompt variation; independent across positions, so the mean unconditional
+    rate is still alpha^i); without it a_i = alpha. Drafts accepting their first i tokens
+    are a chain of binomial thinnings with rates a_1..a_k. Writes num_drafts,
+    draft_tokens, accepted_tokens and, with ``per_position``, ``accepted_tokens_posI``
+    (I = 1..max k; 0 beyond a row's k, as vLLM has no series there).
+    """
+    rng = np.random.default_rng(seed)
+    out = data.copy()
+    ks = out["k"].to_numpy(int)
+    max_k = int(ks.max()) if len(out) else 0
+    positions = np.zeros((len(out), max_k), dtype=np.int64)
+    for row, (k, alpha) in enumerate(zip(ks, out["alpha"].to_numpy(float))):
+        surviving = drafts_per_row
+        for i in range(k):
+            rate = (alpha if concentration is None else
+                    rng.beta(alpha * concentration, (1 - alpha) * concentration))
+            surviving = rng.binomial(surviving, rate)
+            positions[row, i] = surviving
+    is_sd = ks > 0
+    out["num_drafts"] = np.where(is_sd, drafts_per_row, 0)
+    out["draft_tokens"] = np.where(is_sd, drafts_per_row * ks, 0)
+    out["accepted_tokens"] = positions.sum(axis=1)
+    if per_position:
+        for i in range(max_k):
+            out[f"accepted_tokens_pos{i + 1}"] = positions[:, i]
+    if drop_alpha:
+        out["alpha_true"] = out["alpha"]
+        out["alpha"] = np.nan
+    return out
+
+
+def hierarchical_truth(verifiers=("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-8B", "Qwen3-14B",
+                                  "Qwen3-32B", "Llama-3.1-8B", "Llama-3.1-70B"),
+                       lengths=(256, 512, 768, 1024), *, gpu: str = "H100",
+                       cell_sd: float = 0.01, seed: int = 0) -> pd.DataFrame:
+    """Dense configurations whose C1, C2 follow the hierarchical model's trends.
+
+    Every (verifier, prefill, decode) cell gets eq. (3) at k = 0 from the roofline rates
+    of :func:`bayesspec.bayes.hierarchical.physics_centres` (the truth), times a log-normal
+    cell deviation of ``cell_sd``. Feed it to :func:`generate_sweeps`.
+    """
+    from .bayes.hierarchical import covariates, physics_centres, trend_coefficients, TERM_NAMES
+    from .catalog import default_catalog
+
+    catalog = default_catalog()
+    cards = [catalog.model(v) for v in verifiers]
+    rates = physics_centres(catalog.gpu(gpu), cards)
+    rate_vector = np.array([rates[n] for n in TERM_NAMES])
+    rng = np.random.default_rng(seed)
+    rows = []
+    for card in cards:
+        for prefill in lengths:
+            for decode in lengths:
+                values = trend_coefficients(rate_vector, covariates(
+                    card.params_total_b, 0.0, float(prefill), float(decode)))
+                c1 = (values["c1p"] + decode * values["c1v"]) * np.exp(rng.normal(0, cell_sd))
+                c2 = (values["c2p"] + decode * values["c2v"]) * np.exp(rng.normal(0, cell_sd))
+                rows.append({"verifier": card.name, "k": 0, "prefill_tokens": prefill,
+                             "decode_tokens": decode, "gpu": gpu,
+                             "verifier_params_b": card.params_total_b, "C1": c1, "C2": c2})
+    return pd.DataFrame(rows)

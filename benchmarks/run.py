@@ -15,7 +15,14 @@ read the core count in the machine block. Cases:
   loop over draws.
 - simulator: one 9-point sweep of 1000 requests per point (512/512, Qwen3-8B on H100),
   against the 10 s budget of the simulator issue.
-- sampler_choice: effective samples per second, nutpie vs PyMC's NUTS, speculative model.
+- sampler_choice: effective samples per second, nutpie vs PyMC's NUTS, speculative and
+  hierarchical models.
+- hierarchical_fit: the whole bundled dataset (dense + speculative, 1044 rows) in one
+  hierarchical fit with the CLI defaults, against the 5-minute budget.
+- check_leave_out_2: ``check --leave-out 2`` on one verifier's 16 combinations (10 folds
+  of one compiled model), against the 5-minute budget.
+- scaling: hierarchical fit time at about 1k, 5k and 20k rows; the slope of log time on
+  log rows, and the floor (gradient evaluations x time per gradient) beside it.
 """
 
 from __future__ import annotations
@@ -256,31 +263,163 @@ def case_sampler_choice(quick: bool) -> dict:
     from bayesspec.inference import SamplerSettings, sample_model
     from bayesspec.synthetic import generate_sweeps, speculative_truth
 
-    data = prepare(generate_sweeps(speculative_truth(), seed=4))
+    from bayesspec import datasets
+    from bayesspec.bayes import HierarchicalLatencyModel
+    from bayesspec.data import read_tidy
+    from bayesspec.inference import settings_for
+
+    dense = read_tidy(datasets.path("dense"))
+    designs = {"speculative": (SpeculativeLatencyModel,
+                               prepare(generate_sweeps(speculative_truth(), seed=4))),
+               "hierarchical": (HierarchicalLatencyModel,
+                                dense[dense["verifier"].isin(["Qwen3-1.7B", "Qwen3-8B",
+                                                              "Qwen3-14B"])])}
     results = {}
-    for sampler in ("nutpie", "pymc"):
-        log(f"sampler_choice: {sampler}...")
-        model_obj = SpeculativeLatencyModel()
-        model = model_obj.build(data)
-        settings = SamplerSettings(draws=500, tune=500, chains=2, seed=3, progress=False,
-                                   sampler=sampler, target_accept=model_obj.target_accept)
+    for model_name, (model_class, data) in designs.items():
+        for sampler in ("nutpie", "pymc"):
+            log(f"sampler_choice: {model_name} with {sampler}...")
+            model_obj = model_class()
+            model = model_obj.build(data)
+            settings = settings_for(model_obj, SamplerSettings(
+                draws=500, tune=500, chains=2, seed=3, progress=False, sampler=sampler))
+            started = time.perf_counter()
+            tree = sample_model(model, settings)
+            seconds = time.perf_counter() - started
+            posterior = tree["posterior"].to_dataset()[["C1", "C2"]]
+            ess = az.ess(posterior, method="bulk")
+            ess_min = float(min(np.nanmin(ess[v].values) for v in ess.data_vars))
+            results[f"{model_name}/{sampler}"] = {"seconds": round(seconds, 1),
+                                                  "ess_bulk_min": round(ess_min, 1),
+                                                  "ess_per_second": ess_min / seconds}
+    ratios = {m: results[f"{m}/nutpie"]["ess_per_second"] /
+              results[f"{m}/pymc"]["ess_per_second"] for m in designs}
+    return {"name": "sampler_choice", "bayes_s": results["speculative/nutpie"]["seconds"],
+            "baseline_s": results["speculative/pymc"]["seconds"],
+            "ratio": ratios["speculative"], "ratio_hierarchical": ratios["hierarchical"],
+            "detail": results,
+            "note": "ratio: nutpie ESS/s over PyMC NUTS ESS/s (min bulk ESS of C1, C2; "
+                    "incl. compilation)"}
+
+
+def case_hierarchical_fit(quick: bool) -> dict:
+    """The whole bundled dataset (dense + speculative) in one hierarchical fit."""
+    import pandas as pd
+
+    from bayesspec import datasets
+    from bayesspec.data import prepare
+    from bayesspec.inference import SamplerSettings
+    from bayesspec.workflow import fit
+
+    data = prepare(pd.concat([pd.read_csv(datasets.path("dense")),
+                              pd.read_csv(datasets.path("speculative"))], ignore_index=True))
+    log(f"hierarchical_fit: {len(data)} rows, CLI defaults (4 chains x 1000 + 1000)...")
+    started = time.perf_counter()
+    result = fit(data, "hierarchical", settings=SamplerSettings(seed=1, progress=False))
+    bayes_s = time.perf_counter() - started
+    diag = result.diagnostics
+    return {"name": "hierarchical_fit", "bayes_s": bayes_s, "baseline_s": 300.0,
+            "ratio": 300.0 / bayes_s, "rows": len(data), "groups": len(result.groups),
+            "bayes_diagnostics": {k: diag[k] for k in ("rhat_max", "ess_bulk_min",
+                                                       "divergences")},
+            "note": "baseline is the 5-minute budget of the hierarchical issue"}
+
+
+def case_check_leave_out_2(quick: bool) -> dict:
+    """check --leave-out 2 on one verifier's 16 combinations (10 folds, compile once)."""
+    from bayesspec import datasets
+    from bayesspec.checks import leave_out_check
+    from bayesspec.data import read_tidy
+    from bayesspec.inference import SamplerSettings
+
+    data = read_tidy(datasets.path("dense"))
+    one = data[data["verifier"] == "Qwen3-8B"]
+    log(f"check_leave_out_2: {len(one)} rows of Qwen3-8B, 10 folds + a reference fit...")
+    started = time.perf_counter()
+    document = leave_out_check(one, leave_out=2, folds=10, seed=1, progress=False,
+                               settings=SamplerSettings(draws=800, tune=700, chains=2,
+                                                        progress=False))
+    bayes_s = time.perf_counter() - started
+    return {"name": "check_leave_out_2", "bayes_s": bayes_s, "baseline_s": 300.0,
+            "ratio": 300.0 / bayes_s, "folds": document["folds"], "r2": document["r2"],
+            "coverage": document["coverage"],
+            "divergences": sum(f["divergences"] for f in document["per_fold"]),
+            "fold_seconds_median": float(np.median([f["seconds"] for f in
+                                                    document["per_fold"]])),
+            "note": "baseline is the 5-minute budget of the hierarchical issue"}
+
+
+def _gradient_seconds(pm_model, repeats: int = 100) -> float:
+    """Median time of one log-density + gradient evaluation (the sampler's unit of work),
+    compiled by PyTensor's default backend (nutpie uses numba: the same order)."""
+    function = pm_model.logp_dlogp_function(ravel_inputs=True)
+    function.set_extra_values({})
+    point = pm_model.initial_point()
+    flat = np.concatenate([np.ravel(point[v.name]) for v in pm_model.value_vars])
+    function(flat)
+    timings = []
+    for _ in range(5):
         started = time.perf_counter()
-        tree = sample_model(model, settings)
-        seconds = time.perf_counter() - started
-        posterior = tree["posterior"].to_dataset()[["c1v", "c2v", "c2d", "C1", "C2"]]
-        ess = az.ess(posterior, method="bulk")
-        ess_min = float(min(np.nanmin(ess[v].values) for v in ess.data_vars))
-        results[sampler] = {"seconds": seconds, "ess_bulk_min": ess_min,
-                            "ess_per_second": ess_min / seconds}
-    return {"name": "sampler_choice", "bayes_s": results["nutpie"]["seconds"],
-            "baseline_s": results["pymc"]["seconds"],
-            "ratio": results["nutpie"]["ess_per_second"] / results["pymc"]["ess_per_second"],
-            "detail": results, "note": "ratio: nutpie ESS/s over PyMC NUTS ESS/s (incl. compile)"}
+        for _ in range(repeats):
+            function(flat)
+        timings.append((time.perf_counter() - started) / repeats)
+    return float(np.median(timings))
+
+
+def case_scaling(quick: bool) -> dict:
+    """Hierarchical fit time vs rows (1k, 5k, 20k), slope and the gradient floor."""
+    from bayesspec.bayes import HierarchicalLatencyModel
+    from bayesspec.data import prepare
+    from bayesspec.inference import SamplerSettings, compile_model, sample_compiled
+    from bayesspec.synthetic import generate_sweeps, hierarchical_truth
+
+    sizes = {"1k": range(256, 1025, 256), "5k": range(256, 2305, 256),
+             "20k": range(128, 2305, 128)}
+    settings = SamplerSettings(draws=300, tune=300, chains=2, seed=1, progress=False,
+                               target_accept=0.95, adaptation="low_rank")
+    points = []
+    for label, lengths in sizes.items():
+        if quick and label == "20k":
+            continue
+        data = prepare(generate_sweeps(hierarchical_truth(lengths=tuple(lengths)), seed=2))
+        model_obj = HierarchicalLatencyModel()
+        pm_model = model_obj.build(data)
+        rows = len(model_obj.inputs.rows)
+        log(f"scaling: {label}: {len(data)} rows ({rows} in the likelihood)...")
+        started = time.perf_counter()
+        compiled = compile_model(pm_model, settings)
+        compile_s = time.perf_counter() - started
+        started = time.perf_counter()
+        tree = sample_compiled(compiled, settings)
+        sample_s = time.perf_counter() - started
+        steps = int(tree["sample_stats"]["n_steps"].sum()) if "n_steps" in \
+            tree["sample_stats"] else None
+        warm = tree.get("warmup_sample_stats")
+        if warm is not None and "n_steps" in warm:
+            steps += int(warm["n_steps"].sum())
+        gradient_s = _gradient_seconds(pm_model)
+        points.append({"size": label, "rows": len(data), "likelihood_rows": rows,
+                       "compile_s": round(compile_s, 2), "sample_s": round(sample_s, 2),
+                       "gradient_evaluations": steps, "gradient_s": gradient_s,
+                       "floor_s": round(steps * gradient_s / min(settings.chains, 2), 2)
+                       if steps else None})
+        log(f"  compile {compile_s:.1f} s, sample {sample_s:.1f} s, {steps} gradients x "
+            f"{gradient_s * 1e3:.2f} ms")
+    sample = np.array([p["sample_s"] for p in points])
+    rows = np.array([p["likelihood_rows"] for p in points], float)
+    slope = float(np.polyfit(np.log(rows[-2:]), np.log(sample[-2:]), 1)[0])
+    return {"name": "scaling", "bayes_s": float(sample[-1]), "baseline_s": float(sample[-2]),
+            "ratio": float((sample[-1] / sample[-2]) / (rows[-1] / rows[-2])),
+            "slope_log_time_vs_log_rows": slope, "points": points,
+            "note": "ratio: time growth over row growth between the two largest sizes "
+                    "(<= 1: no faster than linear); floor = gradient evaluations x time "
+                    "per gradient / parallel chains"}
 
 
 CASES = {"dense_fit_vs_bootstrap": case_dense_fit_vs_bootstrap,
          "speculative_fit": case_speculative_fit, "decisions": case_decisions,
-         "simulator": case_simulator, "sampler_choice": case_sampler_choice}
+         "simulator": case_simulator, "sampler_choice": case_sampler_choice,
+         "hierarchical_fit": case_hierarchical_fit, "check_leave_out_2": case_check_leave_out_2,
+         "scaling": case_scaling}
 QUICK = ("dense_fit_vs_bootstrap", "speculative_fit", "decisions", "simulator")
 
 

@@ -784,3 +784,28 @@ def test_fuzz_sidecar_raise_only_badinput(document, toml_text):
             parse_sidecar(text, name)
         except BadInput as error:
             assert "\n" not in str(error)
+
+
+# --------------------------------------------------------------------------------------
+# Real output: GuideLLM 0.8.1 against `bayesspec serve`, with its /metrics scrapes
+
+REAL_081 = Path(__file__).parent / "fixtures" / "ingest" / "guidellm081"
+
+
+def test_real_guidellm_081_report_with_real_scrapes_ingests():
+    pairs = [(str(REAL_081 / f"point{i}_before.prom"), str(REAL_081 / f"point{i}_after.prom"))
+             for i in range(3)]
+    rows = ingest_files([str(REAL_081 / "sd_report.json")],
+                        flags={"drafter": "EAGLE3-Qwen3-0.6B"}, metrics=pairs).rows
+    assert list(rows["strategy"]) == ["synchronous", "throughput", "constant"]
+    assert list(rows["saturated"]) == [False, True, False]
+    assert (rows["verifier"] == "Qwen3-0.6B").all()
+    assert (rows["prefill_tokens"] == 128).all() and (rows["decode_tokens"] == 32).all()
+    assert (rows["k"] == 3).all()                       # from the per-position series
+    doc = json.loads((REAL_081 / "sd_report.json").read_text())
+    first = doc["benchmarks"][0]
+    assert rows["rps"].iloc[0] == pytest.approx(
+        first["metrics"]["request_totals"]["successful"] / first["duration"])
+    assert (rows["draft_tokens"] == 3 * rows["num_drafts"]).all()
+    assert rows["acceptance_rate_pos1"].between(0.7, 0.9).all()   # forced alpha 0.8
+    assert rows["num_drafts"].min() > 100

@@ -603,3 +603,37 @@ def test_moe_increasing_in_rps(args, v):
     l_hi = moe_latency(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request=tpr)
     l_lo = moe_latency(lower, c1u, c1s, c2u, c2s, m, M, tokens_per_request=tpr)
     assert l_lo <= l_hi * (1 + 1e-12)
+
+
+# ------------------------------------------------------- moe_latency with a token offset
+
+@pytest.mark.parametrize("rps", [0.0, 0.5, 5.0, 13.0])
+@pytest.mark.parametrize("offset", [0.5, 1.0, 3.0])
+def test_moe_token_offset_fixed_point(rps, offset):
+    """T = offset + RPS*L*tokens: the solution is a fixed point of that map, and at zero
+    load the offset alone covers phi(offset) of the experts."""
+    L = float(moe_latency(rps, tokens_per_request=2.0, token_offset=offset, **GPT_OSS))
+    phi = ref_coverage(offset + rps * L * 2.0, GPT_OSS["m"], GPT_OSS["M"])
+    rhs = (GPT_OSS["c1u"] + phi * GPT_OSS["c1s"]) / (
+        1 - rps * (GPT_OSS["c2u"] + phi * GPT_OSS["c2s"]))
+    assert abs(rhs / L - 1) < 1e-9
+    if rps == 0.0:
+        assert L == pytest.approx(GPT_OSS["c1u"] + ref_coverage(offset, 4, 32) * GPT_OSS["c1s"],
+                                  rel=1e-12)
+
+
+def test_moe_token_offset_zero_is_the_default_and_offset_raises_latency():
+    rps = np.linspace(0.0, 14.0, 15)
+    assert np.array_equal(moe_latency(rps, token_offset=0.0, **GPT_OSS),
+                          moe_latency(rps, **GPT_OSS))
+    assert np.all(moe_latency(rps, token_offset=1.0, **GPT_OSS)
+                  >= moe_latency(rps, **GPT_OSS) * (1 - 1e-12))
+
+
+def test_verification_tokens_rule():
+    from bayesspec.laws import verification_tokens
+
+    assert list(verification_tokens([0, 1, 3], "k")) == [1.0, 1.0, 3.0]
+    assert list(verification_tokens([0, 1, 3], "k+1")) == [1.0, 2.0, 4.0]
+    with pytest.raises(ValueError):
+        verification_tokens(1, "k+2")

@@ -19,12 +19,34 @@ same split (shares and an overall scale) because the overall scale is what the d
 down hardest; separating it from the shares gives the sampler round posteriors.
 
 Acceptance: alpha is known where the data give it. Where a configuration has
-acceptance counters (``accepted_tokens`` with ``num_drafts`` or ``draft_tokens``) and no
-alpha, or when ``latent_alpha="always"``, alpha is a latent variable: with i.i.d.
-acceptance the accepted count of one draft is a geometric count truncated at k, so the
-sum over N drafts is Normal(N*mu, N*var) with mu = sum_{i<=k} alpha^i and
-var = sum_{i<=k} (2i - 1) alpha^i - mu^2 (N is in the thousands; the normal limit is
-exact enough). Its uncertainty then flows into every decision.
+acceptance counters and no alpha, or when ``latent_alpha="always"``, alpha is a latent
+variable (``alpha_latent``, dim ``latent_alpha_group``) and its uncertainty flows into
+every decision. alpha stays the i.i.d. per-position acceptance probability of eq. (3):
+a draft accepts its first i tokens with probability alpha^i. Every row with counters is
+a window of N drafts (the counters of rows excluded from the latency likelihood count
+too: acceptance does not depend on load). Prompt-to-prompt variation makes windows
+scatter more than Binomial counts would: within a window each position gets its own
+rate a_i ~ Beta(alpha*kappa, (1-alpha)*kappa), independent across positions, so that
+E[P(accept i)] = alpha^i exactly and eq. (3) stays consistent; the concentration kappa
+is learned per group (``acceptance_dispersion="none"``: a_i = alpha, plain Binomial
+counts).
+
+- Per-position counters (``accepted_tokens_pos1..k``, vLLM's
+  ``spec_decode_num_accepted_tokens_per_pos``: drafts whose first i tokens were accepted)
+  give an exact likelihood: n_i | n_(i-1) ~ BetaBinomial(n_(i-1), alpha*kappa,
+  (1-alpha)*kappa), n_0 = N. Acceptance that decays with the position is not modelled
+  (eq. (3) has one alpha); :func:`acceptance_position_check` compares the observed
+  conditional rates with the fit.
+- Totals only (``accepted_tokens`` with ``num_drafts`` or ``draft_tokens``): accepted
+  vs drafted tokens, A ~ BetaBinomial(k*N, ...). accepted/drafted is *not* alpha: its
+  mean is rho = sum_{i<=k} alpha^i / k = (expected_accepted(alpha, k) - 1)/k, and a
+  draft's tokens are not independent trials (acceptance stops at the first rejection),
+  so the Beta-Binomial is the one matching the mean and variance of the generative
+  model above (:func:`acceptance_total_moments`); with k = 1 it is the exact one.
+
+``acceptance="auto"`` uses the per-position counts of a window when all k are there and
+the totals otherwise; ``"totals"`` ignores per-position counts; ``"per_position"`` needs
+them for every counted window of a latent group.
 """
 
 from __future__ import annotations
@@ -34,9 +56,10 @@ import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 
-from ..data import EXTRA_GROUP_COLUMNS, group_label
+from ..data import EXTRA_GROUP_COLUMNS, group_label, row_group_labels
 from ..errors import BadInput
 from ..laws import effective_costs_expr, expected_accepted, expected_accepted_expr
+from . import moe_split
 from .base import COMMON_CONFIG, LatencyModel, ModelInputs
 from .priors import latency_likelihood, pooled_normal
 
@@ -57,30 +80,217 @@ def _setup_label(row: dict, columns: list[str]) -> str:
     return f"{label} +{row['drafter']}" if row.get("drafter") else label
 
 
-def _counter_totals(rows: pd.DataFrame, group_index: np.ndarray, groups: pd.DataFrame):
-    """Per group: drafts and accepted tokens summed over its rows (NaN when absent)."""
-    n_groups = len(groups)
-    drafts = np.full(n_groups, np.nan)
-    accepted = np.full(n_groups, np.nan)
-    if "accepted_tokens" not in rows.columns:
-        return drafts, accepted
-    acc = pd.to_numeric(rows["accepted_tokens"], errors="coerce").to_numpy(float)
-    if "num_drafts" in rows.columns:
-        nd = pd.to_numeric(rows["num_drafts"], errors="coerce").to_numpy(float)
-    else:
-        nd = np.full(len(rows), np.nan)
-    if "draft_tokens" in rows.columns:
-        dt = pd.to_numeric(rows["draft_tokens"], errors="coerce").to_numpy(float)
-        k = rows["k"].to_numpy(float)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            nd = np.where(np.isnan(nd), dt / np.where(k > 0, k, np.nan), nd)
+POSITION_COLUMN = "accepted_tokens_pos{}"   # drafts whose first i tokens were accepted
+# A Beta-Binomial concentration this large is a Binomial for any realistic count; capping
+# it keeps log-gamma differences accurate to about 1e-6.
+MAX_CONCENTRATION = 1e8
+
+
+def _counter_totals(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int) -> dict:
+    """Acceptance counters of every row (one *window* of drafts) and their group totals.
+
+    Returns per row: ``drafts`` (num_drafts, or draft_tokens/k), ``accepted`` (the
+    accepted-token total, or the sum of the per-position counts), ``positions`` (rows x
+    max k: drafts with their first i tokens accepted, vLLM's per-position counter; NaN
+    where absent, 0 beyond the row's k) and ``valid``; per group the sums
+    ``drafts_total`` and ``accepted_total`` (NaN for groups without counters).
+    Rows of no fitted group have ``group_index`` -1.
+    """
+    n = len(rows)
+    source = rows.attrs.get("source_file")
+
+    def column(name):
+        if name not in rows.columns:
+            return np.full(n, np.nan)
+        return pd.to_numeric(rows[name], errors="coerce").to_numpy(float)
+
+    k = rows["k"].to_numpy(float)
+    drafts = column("num_drafts")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        drafts = np.where(np.isnan(drafts),
+                          np.round(column("draft_tokens") / np.where(k > 0, k, np.nan)), drafts)
+    max_k = int(k.max()) if n else 0
+    positions = np.stack([column(POSITION_COLUMN.format(i)) for i in range(1, max_k + 1)],
+                         axis=1) if max_k else np.zeros((n, 0))
+    positions = np.where(np.arange(1, max_k + 1)[None, :] > k[:, None], 0.0, positions)
+    complete = (k > 0) & np.isfinite(positions).all(axis=1)
+    accepted = column("accepted_tokens")
+    accepted = np.where(np.isnan(accepted) & complete, positions.sum(axis=1), accepted)
+    valid = ((group_index >= 0) & (k > 0) & np.isfinite(drafts) & (drafts > 0)
+             & np.isfinite(accepted))
+    too_many = valid & (accepted > k * drafts)
+    if too_many.any():
+        raise BadInput("more accepted tokens than drafted (k x num_drafts)", file=source,
+                       row=int(np.flatnonzero(too_many)[0]) + 1, column="accepted_tokens")
+    # The chain of conditional counts needs n_i <= n_(i-1) <= ... <= num_drafts.
+    chain = np.concatenate([drafts[:, None], positions], axis=1)
+    rising = valid & complete & (np.diff(chain, axis=1) > 0).any(axis=1)
+    if rising.any():
+        row = int(np.flatnonzero(rising)[0])
+        i = int(np.flatnonzero(np.diff(chain[row]) > 0)[0]) + 1
+        raise BadInput("per-position accepted counts must not increase with the position "
+                       "(position i counts the drafts whose first i tokens were accepted) "
+                       "nor exceed num_drafts", file=source, row=row + 1,
+                       column=POSITION_COLUMN.format(i))
+    drafts_total = np.full(n_groups, np.nan)
+    accepted_total = np.full(n_groups, np.nan)
     for g in range(n_groups):
-        members = group_index == g
-        ok = members & np.isfinite(acc) & np.isfinite(nd) & (nd > 0)
-        if ok.any():
-            drafts[g] = nd[ok].sum()
-            accepted[g] = acc[ok].sum()
-    return drafts, accepted
+        members = valid & (group_index == g)
+        if members.any():
+            drafts_total[g] = drafts[members].sum()
+            accepted_total[g] = accepted[members].sum()
+    return {"drafts": drafts, "accepted": accepted, "positions": positions, "k": k,
+            "complete": complete & valid, "valid": valid,
+            "drafts_total": drafts_total, "accepted_total": accepted_total}
+
+
+def acceptance_total_moments(alpha, k, drafts, concentration=None, *, max_k: int, xp=np):
+    """Mean and variance of the accepted tokens of a window of ``drafts`` drafts.
+
+    Generative model: within a window every position i has its own acceptance rate
+    a_i ~ Beta(alpha*kappa, (1-alpha)*kappa), independent across positions and windows
+    (``concentration`` kappa; None: a_i = alpha), and each draft accepts its first i
+    tokens with probability prod_{j<=i} a_j. Because the a_i are independent,
+    P(A >= i) = alpha^i on average: eq. (3)'s expected_accepted holds exactly.
+    Per draft E[A] = sum_{i<=k} alpha^i and E[A^2] = sum (2i-1) alpha^i; over a window,
+    Var = N (E[A^2] - Q) + N^2 (Q - E[A]^2) with Q = E[(sum_i q_i)^2] =
+    sum_{i,l} E[a^2]^min(i,l) alpha^|i-l| and E[a^2] = alpha^2 + alpha(1-alpha)/(kappa+1).
+    ``xp``: numpy or pytensor.tensor; ``alpha``, ``k``, ``drafts``, ``concentration``
+    are 1-d over windows.
+    """
+    i = np.arange(1, max_k + 1, dtype=float)
+    a = alpha[:, None]
+    used = xp.where(i[None, :] <= k[:, None], 1.0, 0.0)
+    powers = a ** i[None, :] * used
+    mean_one = expected_accepted_expr(alpha, k, xp=xp) - 1.0
+    second_one = xp.sum((2.0 * i - 1.0)[None, :] * powers, axis=1)
+    if concentration is None:
+        cross = mean_one ** 2
+        between = 0.0
+    else:
+        low = np.minimum.outer(i, i)[None, :, :]
+        gap = np.abs(np.subtract.outer(i, i))[None, :, :]
+        square = alpha ** 2 + alpha * (1.0 - alpha) / (concentration + 1.0)
+        pair = used[:, :, None] * used[:, None, :] * a[:, :, None] ** gap
+        cross = xp.sum(xp.sum(pair * square[:, None, None] ** low, axis=2), axis=1)
+        between = xp.sum(xp.sum(pair * (square[:, None, None] ** low
+                                        - a[:, :, None] ** (2.0 * low)), axis=2), axis=1)
+    within = second_one - cross
+    return drafts * mean_one, drafts * within + drafts ** 2 * between
+
+
+def matched_beta_binomial(mean, variance, trials, xp=np):
+    """Beta-Binomial (a, b) over ``trials`` with the given mean and variance.
+
+    Var = n p (1-p) (n + c)/(1 + c) with c = a + b; solved for c and capped, so that a
+    variance at or below the Binomial's gives (nearly) the Binomial.
+    """
+    rate = mean / trials
+    excess = variance / (trials * rate * (1.0 - rate)) - 1.0
+    excess = xp.maximum(excess, (trials - 1.0) / (MAX_CONCENTRATION + 1.0))
+    concentration = xp.clip((trials - 1.0 - excess) / excess, 1e-2, MAX_CONCENTRATION)
+    return rate * concentration, (1.0 - rate) * concentration
+
+
+def acceptance_likelihood(alpha, data: dict, cfg: dict, *, max_k: int):
+    """Add the counter likelihood of latent ``alpha`` (dim ``latent_alpha_group``).
+
+    ``data`` holds the ``pm.Data`` of :meth:`SpeculativeLatencyModel.data_arrays` whose
+    names start with ``acceptance_``: per-position windows (conditional counts, exact
+    Beta-Binomial chain) and totals-only windows (accepted vs drafted tokens, a
+    Beta-Binomial matched to the two moments of :func:`acceptance_total_moments`).
+    """
+    concentration = None
+    if cfg["acceptance_dispersion"] == "learned":
+        # One concentration per group with its own prior: the counters of a group (9
+        # windows x k positions) pin it down well, and a pooled (non-centred) version
+        # diverged where the spread between groups is large.
+        log_concentration = pm.Normal("acceptance_log_concentration",
+                                      cfg["acceptance_log_concentration_mean"],
+                                      cfg["acceptance_log_concentration_scale"],
+                                      dims="latent_alpha_group")
+        concentration = pm.Deterministic("acceptance_concentration",
+                                         pt.exp(log_concentration), dims="latent_alpha_group")
+    if "acceptance_position_group" in data:
+        group = data["acceptance_position_group"]
+        rate = alpha[group][:, None]
+        dims = ("acceptance_position_window", "acceptance_position")
+        if concentration is None:
+            pm.Binomial("acceptance_position_count", n=data["acceptance_position_trials"],
+                        p=rate, observed=data["acceptance_position_accepted"], dims=dims)
+        else:
+            kappa = concentration[group][:, None]
+            pm.BetaBinomial("acceptance_position_count", n=data["acceptance_position_trials"],
+                            alpha=rate * kappa, beta=(1.0 - rate) * kappa,
+                            observed=data["acceptance_position_accepted"], dims=dims)
+    if "acceptance_totals_group" in data:
+        group = data["acceptance_totals_group"]
+        k = data["acceptance_totals_k"]
+        drafts = data["acceptance_totals_drafts"]
+        mean, variance = acceptance_total_moments(
+            alpha[group], k, drafts, None if concentration is None else concentration[group],
+            max_k=max_k, xp=pt)
+        trials = k * drafts
+        a, b = matched_beta_binomial(mean, variance, trials, xp=pt)
+        pm.BetaBinomial("acceptance_accepted_tokens", n=trials, alpha=a, beta=b,
+                        observed=data["acceptance_totals_accepted"],
+                        dims="acceptance_totals_window")
+
+
+def acceptance_position_check(fit, *, prob: float = 0.9, seed: int = 0) -> pd.DataFrame:
+    """Posterior predictive check of i.i.d. acceptance against per-position counters.
+
+    One row per (latent group, position): the observed conditional rate (drafts accepted
+    at position i over those accepted at i - 1, pooled over the group's windows), its
+    ``prob`` predictive interval from the fitted alpha (and concentration) replayed on
+    the same windows, and ``p_above`` (share of replicates above the observation).
+    Observed rates falling with the position below their intervals mean acceptance
+    decays, which eq. (3)'s single alpha averages over.
+    """
+    groups = fit.groups
+    if "alpha_latent" not in fit.posterior or not groups["acceptance_counts"].astype(str) \
+            .str.contains("per_position").any():
+        return pd.DataFrame(columns=["group", "position", "observed", "lo", "hi", "p_above"])
+    data = fit.data.reset_index(drop=True)
+    number = {label: g for g, label in enumerate(groups["label"])}
+    counter_group = np.array([number.get(label, -1) for label in data["group"]], dtype=int)
+    counters = _counter_totals(data, counter_group, len(groups))
+    latent_groups = np.flatnonzero(groups["alpha_latent"].to_numpy(bool))
+    alpha = fit.draws("alpha_latent")
+    kappa = (fit.draws("acceptance_concentration")
+             if "acceptance_concentration" in fit.posterior else None)
+    rng = np.random.default_rng(seed)
+    tail = (1 - prob) / 2
+    records = []
+    for j, g in enumerate(latent_groups):
+        windows = counters["complete"] & (counter_group == g)
+        if not windows.any():
+            continue
+        k = int(counters["k"][windows].max())
+        drafts = np.round(counters["drafts"][windows]).astype(np.int64)
+        observed = counters["positions"][windows, :k].sum(axis=0)
+        before = np.concatenate([[drafts.sum()], observed[:-1]])
+        size = (alpha.shape[0], drafts.size)
+        surviving = np.broadcast_to(drafts, size)
+        replicated = np.zeros((alpha.shape[0], k))
+        for i in range(k):
+            rate = np.broadcast_to(alpha[:, j, None], size)
+            if kappa is not None:
+                c = kappa[:, j, None]
+                rate = rng.beta(alpha[:, j, None] * c, (1 - alpha[:, j, None]) * c, size=size)
+            surviving = rng.binomial(surviving, rate)
+            replicated[:, i] = surviving.sum(axis=1)
+        replicated_before = np.concatenate([np.full((size[0], 1), drafts.sum()),
+                                            replicated[:, :-1]], axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rates = replicated / replicated_before
+            seen = observed / before
+        for i in range(k):
+            lo, hi = np.nanquantile(rates[:, i], [tail, 1 - tail])
+            records.append({"group": groups["label"].iloc[g], "position": i + 1,
+                            "observed": float(seen[i]), "lo": float(lo), "hi": float(hi),
+                            "p_above": float(np.nanmean(rates[:, i] > seen[i]))})
+    return pd.DataFrame(records)
 
 
 def curve_utilisation(cfg: dict):
@@ -92,7 +302,8 @@ def curve_utilisation(cfg: dict):
 
 class SpeculativeLatencyModel(LatencyModel):
     name = "speculative"
-    version = "1"
+    # 2: latent alpha from a Beta-Binomial on the counters (1: a normal approximation)
+    version = "2"
     # Measured: at 0.9 about one fit in three had one or two divergences near the top
     # utilisation; at 0.95 none in the replicate runs (benchmarks/README.md).
     target_accept = 0.95
@@ -100,13 +311,23 @@ class SpeculativeLatencyModel(LatencyModel):
         **COMMON_CONFIG,
         "share_scale": 2.5,          # prior sd of the log shares between coefficients
         "latent_alpha": "auto",      # auto | always | never
+        "acceptance": "auto",        # auto | totals | per_position (counters used)
+        "acceptance_dispersion": "learned",   # learned | none (plain Binomial counts)
+        # prior of log kappa: kappa ~ 1100, window-to-window sd of alpha ~ 0.013 at 0.8
+        "acceptance_log_concentration_mean": 7.0,
+        "acceptance_log_concentration_scale": 2.5,
+        # Sparse (MoE) verifiers: eq. (4) on top of eq. (3) (bayesspec.bayes.moe_split).
+        "moe_split": "auto",         # auto (when the verifier has expert counts) | never
+        "moe_token_offset": 0.0,     # T = offset + RPS*L*tokens, as the moe model's
+        "moe_verify_tokens": "k+1",  # tokens per verification: k (paper) or k + 1
+        "moe_share_logit_scale": 1.5,
     }
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
         source = data.attrs.get("source_file")
         inputs = super().prepare(data)
-        rows, groups, group_index = inputs.rows, inputs.groups, inputs.group_index
+        groups = inputs.groups
 
         columns = setup_columns(groups)
         records = groups.to_dict("records")
@@ -134,10 +355,21 @@ class SpeculativeLatencyModel(LatencyModel):
                 raise BadInput(f"speculative rows need decode_tokens (group '{label}')",
                                file=source, column="decode_tokens")
 
-        drafts, accepted = _counter_totals(rows, group_index, groups)
         mode = self.config["latent_alpha"]
         if mode not in {"auto", "always", "never"}:
             raise BadInput(f"latent_alpha must be auto, always or never, got {mode!r}")
+        usage = self.config["acceptance"]
+        if usage not in {"auto", "totals", "per_position"}:
+            raise BadInput(f"acceptance must be auto, totals or per_position, got {usage!r}")
+        if self.config["acceptance_dispersion"] not in {"learned", "none"}:
+            raise BadInput("acceptance_dispersion must be learned or none, got "
+                           f"{self.config['acceptance_dispersion']!r}")
+        # Counters of every row of a fitted group, saturated ones included.
+        number = {label: g for g, label in enumerate(groups["label"])}
+        counter_group = np.array([number.get(label, -1)
+                                  for label in row_group_labels(data, groups)], dtype=int)
+        counters = _counter_totals(data.reset_index(drop=True), counter_group, len(groups))
+        drafts, accepted = counters["drafts_total"], counters["accepted_total"]
         has_counters = np.isfinite(drafts) & np.isfinite(accepted)
         alpha = groups["alpha"].to_numpy(float)
         if mode == "never":
@@ -155,10 +387,64 @@ class SpeculativeLatencyModel(LatencyModel):
         groups["alpha_latent"] = latent
         groups["num_drafts_total"] = drafts
         groups["accepted_total"] = accepted
+        inputs.extras["acceptance"], groups["acceptance_counts"] = self._acceptance_windows(
+            counters, counter_group, latent, groups, source)
 
+        moe_split.annotate(inputs, setups, self.config, source)
         self.setups = setups
         inputs.extras["setups"] = setups
         return inputs
+
+    def _acceptance_windows(self, counters, counter_group, latent, groups, source):
+        """The counter windows of latent groups as ``pm.Data`` arrays, and per group which
+        counts were used ("per_position", "totals", both joined by "+", or "")."""
+        latent_number = np.cumsum(latent) - 1
+        window = counters["valid"] & (counter_group >= 0)
+        window &= latent[np.maximum(counter_group, 0)]
+        usage = self.config["acceptance"]
+        by_position = window & counters["complete"] & (usage != "totals")
+        if usage == "per_position" and (window & ~by_position).any():
+            row = int(np.flatnonzero(window & ~by_position)[0])
+            raise BadInput("acceptance='per_position' needs accepted_tokens_pos1..k on every "
+                           "counted row of a group with latent alpha", file=source,
+                           row=row + 1, column=POSITION_COLUMN.format(1))
+        by_total = window & ~by_position
+        arrays = {}
+        if by_position.any():
+            k_max = int(counters["k"][by_position].max())
+            counts = np.round(counters["positions"][by_position, :k_max]).astype(np.int64)
+            trials = np.concatenate([np.round(counters["drafts"][by_position])[:, None]
+                                     .astype(np.int64), counts[:, :-1]], axis=1)
+            # no trials beyond a window's own k (its padded counts are 0)
+            beyond = np.arange(1, k_max + 1)[None, :] > counters["k"][by_position, None]
+            trials = np.where(beyond, 0, trials)
+            arrays["acceptance_position_group"] = (
+                latent_number[counter_group[by_position]], "acceptance_position_window")
+            dims = ("acceptance_position_window", "acceptance_position")
+            arrays["acceptance_position_trials"] = (trials, dims)
+            arrays["acceptance_position_accepted"] = (counts, dims)
+        if by_total.any():
+            dim = "acceptance_totals_window"
+            arrays["acceptance_totals_group"] = (latent_number[counter_group[by_total]], dim)
+            arrays["acceptance_totals_k"] = (counters["k"][by_total].astype(np.int64), dim)
+            arrays["acceptance_totals_drafts"] = (
+                np.round(counters["drafts"][by_total]).astype(np.int64), dim)
+            arrays["acceptance_totals_accepted"] = (
+                np.round(counters["accepted"][by_total]).astype(np.int64), dim)
+        used = []
+        for g in range(len(groups)):
+            kinds = [name for name, mask in (("per_position", by_position),
+                                             ("totals", by_total))
+                     if (mask & (counter_group == g)).any()]
+            used.append("+".join(kinds))
+        return arrays, used
+
+    def data_arrays(self, inputs: ModelInputs) -> dict:
+        """The base arrays plus the acceptance-counter windows (so compiled refits on new
+        data see new counters too)."""
+        arrays = super().data_arrays(inputs)
+        arrays.update(inputs.extras.get("acceptance", {}))
+        return arrays
 
     # ------------------------------------------------------------------ graph
     def build(self, data: pd.DataFrame) -> pm.Model:
@@ -213,6 +499,8 @@ class SpeculativeLatencyModel(LatencyModel):
     def likelihood(self, c1, c2, cfg, data, inputs):
         """The latency likelihood given per-group costs (a hook: an MoE verifier
         replaces eq. (1) by the covered/saturated split of eq. (4))."""
+        if moe_split.uses_split(inputs):
+            return moe_split.split_likelihood(c1, c2, cfg, data, inputs)
         return latency_likelihood(c1, c2, cfg, data)
 
     def _dense_part(self, cfg, groups, dense_idx, n_setups, rps_max, utilisation_logit, c1, c2):
@@ -243,17 +531,12 @@ class SpeculativeLatencyModel(LatencyModel):
         if not len(latent_idx):
             return alpha
         latent_alpha = pm.Beta("alpha_latent", 1.0, 1.0, dims="latent_alpha_group")
-        drafts = groups["num_drafts_total"].to_numpy(float)[latent_idx]
-        accepted = groups["accepted_total"].to_numpy(float)[latent_idx]
-        k = groups["k"].to_numpy(int)[latent_idx]
-        positions = np.arange(1, int(k.max()) + 1)
-        used = (positions[None, :] <= k[:, None]).astype(float)
-        powers = latent_alpha[:, None] ** positions[None, :] * used
-        mean = powers.sum(axis=1)
-        second = (powers * (2 * positions[None, :] - 1)).sum(axis=1)
-        variance = pt.maximum(second - mean**2, 1e-12)
-        pm.Normal("accepted_count", drafts * mean, pt.sqrt(drafts * variance),
-                  observed=accepted, dims="latent_alpha_group")
+        model = pm.modelcontext(None)
+        windows = self.inputs.extras["acceptance"]
+        max_k = int(max([values.max() for name, (values, _) in windows.items()
+                         if name == "acceptance_totals_k"] or [1]))
+        acceptance_likelihood(latent_alpha, {name: model[name] for name in windows},
+                              self.config, max_k=max_k)
         return pt.set_subtensor(alpha[latent_idx], latent_alpha)
 
     def _speculative_part(self, cfg, groups, sd_idx, setup_index, n_setups, decode, k, alpha,
@@ -342,4 +625,5 @@ class SpeculativeLatencyModel(LatencyModel):
     # ------------------------------------------------------------------ reuse
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "c1p", "c1v", "c1d", "c2p", "c2v", "c2d",
-                "C1_dense", "C2_dense", "alpha_latent"]
+                "C1_dense", "C2_dense", "alpha_latent", "share_C1s", "share_C2s",
+                "share_C1s_dense", "share_C2s_dense"]

@@ -1,4 +1,6 @@
-"""Two engine versions in one model: a version effect on log C1 and log C2 per group.
+"""Two engine versions in one model: a version effect on log C1 and log C2 per group
+(:class:`VersionEffectModel`) or, for speculative data, on the six cycle coefficients
+and the dense baseline (:class:`SpeculativeVersionEffectModel`).
 
 For ``compare DATA --by engine_version``. Each base group (the design without the
 version column) has version A's costs, parameterised as in the dense model, and
@@ -21,8 +23,11 @@ import pytensor.tensor as pt
 
 from ..data import EXTRA_GROUP_COLUMNS, GROUP_COLUMNS, group_label
 from ..errors import BadInput
+from ..laws import effective_costs_expr, expected_accepted, expected_accepted_expr
 from .base import COMMON_CONFIG, LatencyModel, ModelInputs
 from .priors import latency_likelihood, pooled_normal
+from .speculative import (COEFFICIENTS, SpeculativeLatencyModel, _setup_label,
+                          curve_utilisation, setup_columns)
 
 
 class VersionEffectModel(LatencyModel):
@@ -39,13 +44,7 @@ class VersionEffectModel(LatencyModel):
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
         by = self.config["by"]
         source = data.attrs.get("source_file")
-        if by not in data.columns:
-            raise BadInput("the data have no such column to compare by", file=source,
-                           column=by)
-        levels = sorted(pd.unique(data[by].astype(str)))
-        if len(levels) != 2:
-            raise BadInput(f"needs exactly two values to compare, found {len(levels)}: "
-                           f"{', '.join(levels[:5])}", file=source, column=by)
+        levels = _two_levels(data, by)
         inputs = super().prepare(data)
         groups = inputs.groups
         columns = [c for c in GROUP_COLUMNS + EXTRA_GROUP_COLUMNS
@@ -55,13 +54,7 @@ class VersionEffectModel(LatencyModel):
         groups["version_index"] = [levels.index(str(r[by])) for r in records]
         bases = list(dict.fromkeys(groups["base"]))
         groups["base_index"] = [bases.index(b) for b in groups["base"]]
-        table = np.full((len(bases), 2), -1)
-        for g, (b, v) in enumerate(zip(groups["base_index"], groups["version_index"])):
-            table[b, v] = g
-        if (table < 0).any():
-            missing = bases[int(np.flatnonzero((table < 0).any(axis=1))[0])]
-            raise BadInput(f"group '{missing}' is measured in only one of {levels}; compare "
-                           "needs both versions of every group", file=source, column=by)
+        table = _pairs(groups["base"], groups["version_index"], levels, source, by)
         inputs.extras.update({"bases": bases, "levels": levels, "table": table})
         return inputs
 
@@ -109,3 +102,270 @@ class VersionEffectModel(LatencyModel):
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "log_effect_C1_mean", "log_effect_C1_sd",
                 "log_effect_C2_mean", "log_effect_C2_sd"]
+
+
+# --------------------------------------------------------------------------------------
+# Speculative data: a version effect on the six cycle coefficients
+# --------------------------------------------------------------------------------------
+
+def version_effect(name: str, size: int, dim: str, cfg: dict):
+    """Log effect of version B on ``name`` per entry of ``dim``, partially pooled.
+
+    With three or more entries the effects share a learned mean and spread
+    (non-centred); with fewer the spread cannot be learned and each entry gets the
+    population prior, the population effect being their mean. Records
+    ``log_effect_NAME``, ``ratio_NAME`` (dim) and ``ratio_NAME_population``.
+    """
+    if size >= 3:
+        mean = pm.Normal(f"log_effect_{name}_mean", 0.0, cfg["effect_scale"])
+        spread = pm.HalfNormal(f"log_effect_{name}_sd", cfg["effect_spread_scale"])
+        z = pm.Normal(f"log_effect_{name}_z", 0.0, 1.0, dims=dim)
+        effect = mean + spread * z
+    else:
+        effect = pm.Normal(f"log_effect_{name}_free", 0.0, cfg["effect_scale"], dims=dim)
+        mean = effect.mean()
+    effect = pm.Deterministic(f"log_effect_{name}", effect, dims=dim)
+    pm.Deterministic(f"ratio_{name}", pt.exp(effect), dims=dim)
+    pm.Deterministic(f"ratio_{name}_population", pt.exp(mean))
+    return effect
+
+
+def _smooth_max(log_values, mask, sharp: float = 40.0):
+    """Row-wise log-sum-exp maximum (bounds the maximum from above, no kink)."""
+    masked = pt.where(mask, log_values, -np.inf)
+    return pt.exp(pt.logsumexp(sharp * masked, axis=1) / sharp)
+
+
+def _padded(members_of: list[np.ndarray]):
+    width = max(len(m) for m in members_of)
+    table = np.zeros((len(members_of), width), dtype=int)
+    mask = np.zeros((len(members_of), width), dtype=bool)
+    for row, members in enumerate(members_of):
+        table[row, :len(members)] = members
+        mask[row, :len(members)] = True
+    return table, mask
+
+
+class SpeculativeVersionEffectModel(SpeculativeLatencyModel):
+    """Two engine versions of speculative sweeps: version effects on the six coefficients.
+
+    For ``compare DATA --by engine_version`` when the data have SD rows. A *base setup*
+    is a speculative setup without the version. Version A is parameterised exactly as
+    :class:`SpeculativeLatencyModel` (anchor C1, shares, C2 direction times a scale);
+    version B's coefficients are A's times exp(d) for each of c1p..c2d, and its dense
+    baseline's C1, C2 are A's times exp(d) too. The effects are partially pooled across
+    base setups (and base baselines). Saturation by construction for both versions: the
+    C2 scale of a base setup divides ``u`` by a smooth maximum of ``rps_max * C2`` over
+    the configurations of *both* versions (B's direction already includes its effects),
+    so RPS*C2 < 1 at every observed point of either version.
+
+    Posterior: ``c1p..c2d``, ``C1_dense``, ``C2_dense`` per version setup (dim
+    ``setup``, as in a speculative fit), ``ratio_c1p..ratio_c2d`` (dim ``base_setup``),
+    ``ratio_C1_dense``/``ratio_C2_dense`` (dim ``base_baseline``) and each
+    ``ratio_NAME_population``. Acceptance (known or latent alpha) is per group, so
+    each version keeps its own measured alpha.
+    """
+
+    name = "speculative_versions"
+    version = "1"
+    default_config = {
+        **SpeculativeLatencyModel.default_config,
+        "effect_scale": 0.2,
+        "effect_spread_scale": 0.1,
+        "by": "engine_version",
+    }
+
+    def prepare(self, data: pd.DataFrame) -> ModelInputs:
+        by = self.config["by"]
+        source = data.attrs.get("source_file")
+        levels = _two_levels(data, by)
+        if by not in EXTRA_GROUP_COLUMNS:
+            raise BadInput(f"speculative data can be compared by one of "
+                           f"{', '.join(EXTRA_GROUP_COLUMNS)}", file=source, column=by)
+        inputs = super().prepare(data)
+        groups, setups = inputs.groups, inputs.extras["setups"]
+        group_cols = [c for c in GROUP_COLUMNS + EXTRA_GROUP_COLUMNS
+                      if c in groups.columns and c != by]
+        records = groups.to_dict("records")
+        groups["base"] = [group_label({**r, by: ""}, group_cols) for r in records]
+        groups["version_index"] = [levels.index(str(r[by])) for r in records]
+        pairs = _pairs(groups["base"], groups["version_index"], levels, source, by)
+        columns = setup_columns(groups)
+        setups["base_setup"] = [_setup_label({**r, by: ""}, columns)
+                                for r in setups.to_dict("records")]
+        setups["version_index"] = [levels.index(str(v)) for v in setups[by]]
+        base_setups = list(dict.fromkeys(setups["base_setup"]))
+        setups["base_setup_index"] = [base_setups.index(b) for b in setups["base_setup"]]
+        is_sd = groups["is_sd"].to_numpy(bool)
+        dense = np.flatnonzero(~is_sd)
+        base_baselines = list(dict.fromkeys(groups["base"].iloc[dense]))
+        groups["base_baseline_index"] = [base_baselines.index(b) if not sd else -1
+                                         for b, sd in zip(groups["base"], is_sd)]
+        inputs.extras.update({"levels": levels, "pairs": pairs, "base_setups": base_setups,
+                              "base_baselines": base_baselines})
+        return inputs
+
+    def build(self, data: pd.DataFrame) -> pm.Model:
+        inputs = self.prepare(data)
+        cfg = self.config
+        groups, setups = inputs.groups, inputs.extras["setups"]
+        base_setups = inputs.extras["base_setups"]
+        base_baselines = inputs.extras["base_baselines"]
+        is_sd = groups["is_sd"].to_numpy(bool)
+        sd_idx, dense_idx = np.flatnonzero(is_sd), np.flatnonzero(~is_sd)
+        latent_idx = np.flatnonzero(groups["alpha_latent"].to_numpy(bool))
+        coords = {"group": groups["label"].tolist(), "setup": setups["setup"].tolist(),
+                  "point": np.arange(len(inputs.rows)), "base_setup": base_setups,
+                  "curve": base_baselines + base_setups}
+        if len(dense_idx):
+            coords["base_baseline"] = base_baselines
+        if len(latent_idx):
+            coords["latent_alpha_group"] = groups["label"].iloc[latent_idx].tolist()
+        known_alpha = np.where(np.isnan(groups["alpha"].to_numpy(float)), 0.5,
+                               groups["alpha"].to_numpy(float))
+        with pm.Model(coords=coords) as model:
+            values = self.add_data(inputs)
+            rps_max = values["rps_max"]
+            c1 = pt.zeros(len(groups))
+            c2 = pt.zeros(len(groups))
+            utilisation = pm.math.sigmoid(curve_utilisation(cfg))
+            if len(dense_idx):
+                c1, c2 = self._dense_versions(cfg, groups, dense_idx, len(base_baselines),
+                                              rps_max, utilisation[:len(base_baselines)],
+                                              c1, c2)
+            if len(sd_idx):
+                alpha = self._alpha(groups, latent_idx, known_alpha)
+                c1, c2 = self._speculative_versions(cfg, groups, setups, sd_idx, alpha,
+                                                    rps_max,
+                                                    utilisation[len(base_baselines):], c1, c2)
+            dense_group = setups["dense_group"].to_numpy(int)
+            has_dense = dense_group >= 0
+            safe = np.maximum(dense_group, 0)
+            pm.Deterministic("C1_dense", pt.where(has_dense, c1[safe], np.nan), dims="setup")
+            pm.Deterministic("C2_dense", pt.where(has_dense, c2[safe], np.nan), dims="setup")
+            self.likelihood(c1, c2, cfg, values, inputs)
+        return model
+
+    def _dense_versions(self, cfg, groups, dense_idx, n_bases, rps_max, utilisation, c1, c2):
+        index = groups["base_baseline_index"].to_numpy(int)
+        version = groups["version_index"].to_numpy(int)
+        table = np.full((n_bases, 2), -1)
+        for g in dense_idx:
+            table[index[g], version[g]] = g
+        center = float(np.log(np.median(groups["latency_low"].to_numpy()[dense_idx])))
+        log_c1_a = pooled_normal("log_C1_dense_A", center, cfg["log_c1_scale"],
+                                 "base_baseline", n_bases, centred=True)
+        effect_c1 = version_effect("C1_dense", n_bases, "base_baseline", cfg)
+        effect_c2 = version_effect("C2_dense", n_bases, "base_baseline", cfg)
+        reach = _smooth_max(pt.stack([pt.log(rps_max[table[:, 0]]),
+                                      pt.log(rps_max[table[:, 1]]) + effect_c2], axis=1),
+                            np.ones((n_bases, 2), dtype=bool))
+        c1_a = pt.exp(log_c1_a)
+        c2_a = utilisation / reach
+        c1 = pt.set_subtensor(c1[table[:, 0]], c1_a)
+        c1 = pt.set_subtensor(c1[table[:, 1]], c1_a * pt.exp(effect_c1))
+        c2 = pt.set_subtensor(c2[table[:, 0]], c2_a)
+        c2 = pt.set_subtensor(c2[table[:, 1]], c2_a * pt.exp(effect_c2))
+        return c1, c2
+
+    def _speculative_versions(self, cfg, groups, setups, sd_idx, alpha, rps_max,
+                              utilisation, c1, c2):
+        n_bases = len(setups["base_setup"].unique())
+        setup_index = groups["setup_index"].to_numpy(int)[sd_idx]
+        base = setups["base_setup_index"].to_numpy(int)[setup_index]
+        is_b = setups["version_index"].to_numpy(float)[setup_index]   # 0 for A, 1 for B
+        decode = groups["decode_tokens"].astype("Float64").to_numpy(float)[sd_idx]
+        k = groups["k"].to_numpy(float)[sd_idx]
+        alpha_sd = alpha[sd_idx]
+
+        # Anchor of each base setup: version A's configuration with the median number
+        # of cycles (as in SpeculativeLatencyModel: shares at the anchor keep the
+        # weakly identified coefficients from bending the posterior).
+        low = groups["latency_low"].to_numpy(float)[sd_idx]
+        guess_alpha = groups["alpha"].to_numpy(float)[sd_idx]
+        guess_cycles = decode / expected_accepted(
+            np.where(np.isnan(guess_alpha), 0.7, guess_alpha), k)
+        anchor = np.zeros(n_bases, dtype=int)
+        for b in range(n_bases):
+            members = np.flatnonzero((base == b) & (is_b == 0))
+            order = members[np.argsort(guess_cycles[members], kind="stable")]
+            anchor[b] = order[(len(order) - 1) // 2]
+        anchor_cycles = decode[anchor] / expected_accepted_expr(alpha_sd[anchor], k[anchor],
+                                                                 xp=pt)
+        anchor_k = k[anchor]
+        share = cfg["share_scale"]
+
+        def pooled(name, mean, sd):
+            return pooled_normal(name, mean, sd, "base_setup", n_bases, spread_scale=0.5)
+
+        def logit(p):
+            return float(np.log(p / (1 - p)))
+
+        log_anchor_c1 = pm.Normal("log_anchor_C1", np.log(low[anchor]), 0.5, dims="base_setup")
+        fraction_c1 = pm.math.sigmoid(pooled("logit_prefill_fraction_c1", logit(0.02), share))
+        ratio_c1 = pt.exp(pooled("log_ratio_c1d_c1v", float(np.log(0.1)), share))
+        anchor_c1 = pt.exp(log_anchor_c1)
+        c1v = anchor_c1 * (1 - fraction_c1) / (anchor_cycles * (1 + anchor_k * ratio_c1))
+        version_a = {"c1p": fraction_c1 * anchor_c1, "c1v": c1v, "c1d": ratio_c1 * c1v}
+        fraction_c2 = pm.math.sigmoid(pooled("logit_prefill_fraction_c2", logit(0.3), share))
+        ratio_c2 = pt.exp(pooled("log_ratio_c2d_c2v", float(np.log(0.05)), share))
+        dir_c2v = (1 - fraction_c2) / (anchor_cycles * (1 + anchor_k * ratio_c2))
+        direction = {"c2p": fraction_c2, "c2v": dir_c2v, "c2d": ratio_c2 * dir_c2v}
+
+        effects = {name: version_effect(name, n_bases, "base_setup", cfg)
+                   for name in COEFFICIENTS}
+
+        def per_config(values, name):       # a base-setup vector at each SD configuration
+            return values[base] * pt.exp(is_b * effects[name][base])
+
+        _, unscaled = effective_costs_expr(alpha_sd, k, decode, 0.0, 0.0, 0.0,
+                                           *(per_config(direction[n], n)
+                                             for n in ("c2p", "c2v", "c2d")), xp=pt)
+        table, mask = _padded([np.flatnonzero(base == b) for b in range(n_bases)])
+        largest = _smooth_max(pt.log(rps_max[sd_idx] * unscaled)[table], mask)
+        scale = utilisation / largest
+        version_a.update({n: direction[n] * scale for n in ("c2p", "c2v", "c2d")})
+
+        # Per version setup, as a speculative fit has them (dim "setup").
+        setup_base = setups["base_setup_index"].to_numpy(int)
+        setup_is_b = setups["version_index"].to_numpy(float)
+        for name in COEFFICIENTS:
+            pm.Deterministic(name, version_a[name][setup_base]
+                             * pt.exp(setup_is_b * effects[name][setup_base]), dims="setup")
+        c1_sd, c2_sd = effective_costs_expr(alpha_sd, k, decode,
+                                            *(per_config(version_a[n], n) for n in COEFFICIENTS),
+                                            xp=pt)
+        c1 = pt.set_subtensor(c1[sd_idx], c1_sd)
+        c2 = pt.set_subtensor(c2[sd_idx], c2_sd)
+        return c1, c2
+
+    def posterior_variables(self) -> list[str]:
+        names = ["noise_base", "noise_load"] + [f"ratio_{n}" for n in COEFFICIENTS]
+        names += ["alpha_latent"]
+        if self.inputs is None or len(self.inputs.extras.get("base_baselines", [])):
+            names += ["ratio_C1_dense", "ratio_C2_dense"]
+        return names
+
+
+def _two_levels(data: pd.DataFrame, by: str) -> list[str]:
+    source = data.attrs.get("source_file")
+    if by not in data.columns:
+        raise BadInput("the data have no such column to compare by", file=source, column=by)
+    levels = sorted(pd.unique(data[by].astype(str)))
+    if len(levels) != 2:
+        raise BadInput(f"needs exactly two values to compare, found {len(levels)}: "
+                       f"{', '.join(levels[:5])}", file=source, column=by)
+    return levels
+
+
+def _pairs(bases, versions, levels, source, by) -> np.ndarray:
+    """(base, 2) table of group indices: every base group in both versions."""
+    names = list(dict.fromkeys(bases))
+    table = np.full((len(names), 2), -1)
+    for g, (b, v) in enumerate(zip(bases, versions)):
+        table[names.index(b), v] = g
+    if (table < 0).any():
+        missing = names[int(np.flatnonzero((table < 0).any(axis=1))[0])]
+        raise BadInput(f"group '{missing}' is measured in only one of {levels}; compare "
+                       "needs both versions of every group", file=source, column=by)
+    return table

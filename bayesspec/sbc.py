@@ -1,0 +1,653 @@
+"""Simulation-based calibration (SBC, Talts et al. 2018) of any registered latency model.
+
+For one design (the rates, groups and known covariates of a tidy table) the model is
+built and compiled once. N parameter sets and data sets are drawn from the prior
+(``pm.sample_prior_predictive``); each simulated data set is swapped into the compiled
+model (nutpie ``with_data``) and sampled, and the rank of each true coefficient among
+thinned posterior draws is recorded. If the sampler computes the posterior the model
+defines, every rank is uniform on 0..L; a coefficient whose ranks are not is biased
+(ranks piled at one end), over-confident (both ends) or under-confident (the middle).
+
+What is held fixed: every ``pm.Data`` other than the observations keeps the design's
+values, and so do the constants a model derives from the design's latencies to centre
+its priors (the dense ``log_C1_center``, the speculative anchor C1 and anchor
+configuration). SBC checks the model with that prior fixed, which is the prior the
+simulations come from. Every observed variable is simulated and swapped, the acceptance
+counters of a latent-alpha speculative model included; observations passed as numpy
+constants rather than ``pm.Data`` are lifted into shared variables once (graph rewrite),
+so a model need not be written for SBC to be checked by it.
+
+Tests and the pass rule: each coefficient gets a chi-square test of its ranks in equal
+bins (exact bin probabilities) and, as a second view, the simultaneous ECDF test behind
+the plot's band (Säilynoja et al. 2022). ``rejected`` is per coefficient at ``level``
+(default 1%): with K coefficients about ``level * K`` rejections are expected by chance
+alone. The run passes when no coefficient is rejected at the family-wise ``level``
+(Bonferroni, p < level/K), which is the issue's "no coefficient rejected at the 1%
+level" read as a statement about the whole model; per-coefficient rejections are
+reported next to it, never hidden.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from .errors import BadInput
+
+LEVEL = 0.01
+BAND_PROB = 0.99
+DEFAULT_THIN_TO = 100
+
+
+# --------------------------------------------------------------------------- designs
+
+def default_design(model: str) -> pd.DataFrame:
+    """A small built-in design suited to ``model`` (rates from the law's own sweeps).
+
+    - speculative: Llama-3.1-8B + EAGLE-3 at 512/512 tokens, the dense baseline and
+      (alpha, k) in {0.6, 0.8} x {1, 4} with alpha known; 8 rates per curve, the top one
+      saturated and excluded (7 points per curve, 35 in all).
+    - moe: the first two groups of the bundled ``sim_moe`` dataset.
+    - hierarchical: three Qwen3 verifiers (1.7B, 8B, 14B) at prefill/decode 256 and
+      1024 (12 dense cells on the roofline trends, 1% cell deviations) plus the
+      speculative design, so the trends, both spreads and the drafter terms are all
+      exercised (17 curves, 7 points each).
+    - any other speculative model (a subclass of the speculative model class): the
+      speculative design.
+    - dense and any other model: Qwen3-8B on H100 at (prefill, decode) 256/256,
+      512/512, 1024/1024 (three groups, so the pooled prior of log C1 is exercised),
+      8 rates each.
+    """
+    from .data import prepare
+    from .synthetic import generate_sweeps, placeholder_truth, speculative_truth
+
+    from .bayes import get_model_class
+    from .bayes.speculative import SpeculativeLatencyModel
+
+    if model == "hierarchical":
+        import pandas as pd
+
+        from .synthetic import hierarchical_truth
+
+        truth = pd.concat([hierarchical_truth(("Qwen3-1.7B", "Qwen3-8B", "Qwen3-14B"),
+                                              (256, 1024)),
+                           speculative_truth(alphas=(0.6, 0.8), ks=(1, 4))],
+                          ignore_index=True)
+        return prepare(generate_sweeps(truth, n_rates=8, seed=0), source="<sbc design>")
+    if issubclass(get_model_class(model), SpeculativeLatencyModel):
+        truth = speculative_truth(alphas=(0.6, 0.8), ks=(1, 4))
+        return prepare(generate_sweeps(truth, n_rates=8, seed=0), source="<sbc design>")
+    if model == "moe":
+        from . import datasets
+        from .data import read_tidy
+
+        data = read_tidy(datasets.path("moe"))
+        keys = data[["verifier", "drafter", "k", "prefill_tokens", "decode_tokens"]]
+        keys = keys.astype(str).agg("|".join, axis=1)
+        return data.loc[keys.isin(keys.unique()[:2])].reset_index(drop=True)
+    truth = placeholder_truth()
+    pairs = {(256, 256), (512, 512), (1024, 1024)}
+    keep = truth["verifier"].eq("Qwen3-8B").to_numpy() & np.array(
+        [(p, g) in pairs for p, g in zip(truth["prefill_tokens"], truth["decode_tokens"])])
+    return prepare(generate_sweeps(truth.loc[keep], n_rates=8, seed=0),
+                   source="<sbc design>")
+
+
+# --------------------------------------------------------------------------- model
+
+def _shared_source(value):
+    """The shared variable an observed value is read from (directly, or through a cast
+    PyMC adds when a float ``pm.Data`` feeds a discrete likelihood), else None."""
+    from pytensor.compile.sharedvalue import SharedVariable
+    from pytensor.graph.basic import Constant
+    from pytensor.graph.traversal import ancestors
+
+    if isinstance(value, SharedVariable):
+        return value
+    sources = [v for v in ancestors([value])
+               if v.owner is None and not isinstance(v, Constant)]
+    if len(sources) == 1 and isinstance(sources[0], SharedVariable) \
+            and np.shape(sources[0].get_value()) == tuple(value.shape.eval()) \
+            and np.array_equal(value.eval(), sources[0].get_value()):
+        return sources[0]
+    return None
+
+
+def swappable_observations(pm_model):
+    """The model with every observation in a shared variable, and rv name -> data name.
+
+    Observations given as ``pm.Data`` are already shared; a constant (a numpy array
+    passed as ``observed=``) is lifted into a shared variable named ``observed_<rv>``
+    by rewriting the model graph, so that nutpie's ``with_data`` can replace it. An
+    observation computed from data in any other way cannot be swapped: BadInput.
+    """
+    from pytensor.graph.basic import Constant
+
+    values = {rv.name: pm_model.rvs_to_values[rv] for rv in pm_model.observed_RVs}
+    if not any(isinstance(v, Constant) for v in values.values()):
+        return pm_model, _observation_names(values)
+
+    import pytensor
+    from pymc.model.fgraph import ModelObservedRV, fgraph_from_model, model_from_fgraph
+
+    taken = set(pm_model.named_vars)
+    fgraph, _ = fgraph_from_model(pm_model, inlined_views=True)
+    for node in list(fgraph.apply_nodes):
+        if not isinstance(node.op, ModelObservedRV):
+            continue
+        data = node.inputs[1]
+        # pm.Data appear here wrapped (not as shared variables): only constants move.
+        if not isinstance(data, Constant):
+            continue
+        name = f"observed_{node.op.name}"
+        if name in taken:
+            raise ValueError(f"cannot lift the observations of {node.op.name}: "
+                             f"{name} is taken")
+        lifted = pytensor.shared(np.asarray(data.data), name=name, shape=data.type.shape)
+        fgraph.replace(data, lifted, import_missing=True)
+    lifted_model = model_from_fgraph(fgraph, mutate_fgraph=True)
+    return lifted_model, _observation_names(
+        {rv.name: lifted_model.rvs_to_values[rv] for rv in lifted_model.observed_RVs})
+
+
+def _observation_names(values: dict) -> dict[str, str]:
+    names = {}
+    for rv, value in values.items():
+        source = _shared_source(value)
+        if source is None or not source.name:
+            raise BadInput(f"SBC cannot swap the observations of '{rv}': they are neither "
+                           "a pm.Data nor a constant")
+        names[rv] = source.name
+    return names
+
+
+def _element_labels(dataset, name: str) -> list[str]:
+    array = dataset[name]
+    dims = [d for d in array.dims if d not in ("chain", "draw")]
+    if not dims:
+        return [name]
+    grids = np.meshgrid(*[np.asarray(array[d].values).astype(str) for d in dims],
+                        indexing="ij")
+    return [f"{name}[{', '.join(parts)}]" for parts in zip(*(g.ravel() for g in grids))]
+
+
+def _flat(dataset, name: str) -> np.ndarray:
+    """(samples, elements): chain and draw stacked first, other dims flattened."""
+    values = np.asarray(dataset[name].values, dtype=float)
+    return values.reshape(values.shape[0] * values.shape[1], -1)
+
+
+def coefficient_table(prior, variables: list[str]):
+    """The scalar coefficients to rank: names, variable and flat element of each, their
+    prior draws (simulations, coefficients) and the duplicates left out.
+
+    Elements that are not finite in every prior draw (a setup without a dense baseline
+    has NaN ``C1_dense`` by construction) are dropped; an element identical to an
+    earlier one in every draw (``C1_dense`` is the dense group's ``C1``) is reported once,
+    since a second test of the same ranks would only count one fact twice.
+    """
+    names, owners, elements, columns, duplicates = [], [], [], [], {}
+    for variable in variables:
+        if variable not in prior.data_vars:
+            continue
+        values = _flat(prior, variable)
+        for j, (label, column) in enumerate(zip(_element_labels(prior, variable), values.T)):
+            if not np.isfinite(column).all():
+                continue
+            same = next((names[i] for i, c in enumerate(columns)
+                         if np.array_equal(c, column)), None)
+            if same is not None:
+                duplicates[label] = same
+                continue
+            names.append(label)
+            owners.append(variable)
+            elements.append(j)
+            columns.append(column)
+    if not names:
+        raise BadInput("the model has no coefficient to calibrate (C1, C2 or its "
+                       "posterior_variables)")
+    return names, owners, np.asarray(elements), np.column_stack(columns), duplicates
+
+
+# --------------------------------------------------------------------------- statistics
+
+def thin_indices(draws: int, chains: int, thin_to: int) -> tuple[int, np.ndarray]:
+    """Every ``step``-th draw of each chain, ``step`` chosen to keep about ``thin_to``."""
+    step = max(1, (draws * chains) // max(thin_to, 1))
+    return step, np.arange(step - 1, draws, step)
+
+
+def ranks_of(draws: np.ndarray, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Rank of each ``truth[j]`` among ``draws[:, j]`` (0..S), ties broken at random."""
+    below = (draws < truth).sum(axis=0)
+    equal = (draws == truth).sum(axis=0)
+    return below + rng.integers(0, equal + 1)
+
+
+def chi_square_pvalues(ranks: np.ndarray, max_rank: int, bins: int) -> np.ndarray:
+    """Per column: chi-square test that ranks are uniform on 0..max_rank, in ``bins``.
+
+    Bins split the max_rank + 1 values as evenly as possible; their exact probabilities
+    are used, so max_rank + 1 need not be a multiple of ``bins``.
+    """
+    from scipy import stats
+
+    ranks = np.atleast_2d(np.asarray(ranks)).reshape(len(ranks), -1)
+    n = ranks.shape[0]
+    bin_of_value = (np.arange(max_rank + 1) * bins) // (max_rank + 1)
+    expected = n * np.bincount(bin_of_value, minlength=bins) / (max_rank + 1)
+    observed = np.stack([np.bincount(bin_of_value[ranks[:, j]], minlength=bins)
+                         for j in range(ranks.shape[1])])
+    statistic = ((observed - expected) ** 2 / expected).sum(axis=1)
+    return stats.chi2.sf(statistic, bins - 1)
+
+
+def default_bins(n: int, max_rank: int) -> int:
+    """About ten expected ranks per bin, between 5 and 20 bins."""
+    return int(min(max_rank + 1, max(5, min(20, n // 10))))
+
+
+def _ecdf_thresholds(max_rank: int, points: int = 100) -> np.ndarray:
+    """Rank thresholds j: the ECDF is evaluated as the share of ranks below j."""
+    return np.unique(np.linspace(1, max_rank, min(points, max_rank)).round().astype(int))
+
+
+def _counts_below(ranks: np.ndarray, max_rank: int, thresholds: np.ndarray) -> np.ndarray:
+    """Per column of ``ranks`` (simulations, columns): how many are below each threshold."""
+    ranks = np.asarray(ranks, dtype=int)
+    columns = ranks.shape[1]
+    offset = ranks + (max_rank + 1) * np.arange(columns)[None, :]
+    histogram = np.bincount(offset.ravel(), minlength=columns * (max_rank + 1))
+    cumulative = np.cumsum(histogram.reshape(columns, max_rank + 1), axis=1)
+    return cumulative[:, thresholds - 1]
+
+
+def _tail_probability(counts: np.ndarray, n: int, z: np.ndarray) -> np.ndarray:
+    """Two-sided binomial tail probability of each count (the ECDF test's pointwise p).
+
+    ``counts`` is (rows, points), ``z`` the uniform CDF at each point; evaluated through
+    a (points, n + 1) table, since scipy's binomial CDF is slow per element.
+    """
+    from scipy import stats
+
+    values = np.arange(n + 1)[None, :]
+    table = np.minimum(1.0, 2 * np.minimum(stats.binom.cdf(values, n, z[:, None]),
+                                           stats.binom.sf(values - 1, n, z[:, None])))
+    return table[np.arange(len(z))[None, :], counts]
+
+
+@dataclass
+class EcdfBand:
+    """Simultaneous band of the rank ECDF under uniformity (Säilynoja et al. 2022)."""
+
+    z: np.ndarray         # evaluation points (the uniform CDF there)
+    lower: np.ndarray     # ECDF bounds, as shares
+    upper: np.ndarray
+    null_statistic: np.ndarray  # smallest pointwise tail probability, per null draw
+    n: int
+    max_rank: int
+
+    def p_values(self, ranks: np.ndarray) -> np.ndarray:
+        """Per column: share of null ECDFs at least as extreme as the observed one."""
+        statistic = self.statistic(ranks)
+        return (1 + (self.null_statistic[None, :] <= statistic[:, None]).sum(axis=1)) / (
+            1 + self.null_statistic.size)
+
+    def counts(self, ranks: np.ndarray) -> np.ndarray:
+        """(coefficients, points): how many ranks fall below each threshold."""
+        thresholds = np.rint(self.z * (self.max_rank + 1)).astype(int)
+        return _counts_below(ranks, self.max_rank, thresholds)
+
+    def statistic(self, ranks: np.ndarray) -> np.ndarray:
+        return _tail_probability(self.counts(ranks), self.n, self.z).min(axis=1)
+
+    def outside(self, ranks: np.ndarray) -> np.ndarray:
+        share = self.counts(ranks) / self.n
+        return ((share < self.lower - 1e-12) | (share > self.upper + 1e-12)).any(axis=1)
+
+
+def ecdf_band(n: int, max_rank: int, *, prob: float = BAND_PROB, null_draws: int = 10000,
+              seed: int = 0) -> EcdfBand:
+    """The simultaneous ``prob`` band of the ECDF of ``n`` uniform ranks on 0..max_rank.
+
+    Simulation method: the pointwise binomial band is narrowed (its level gamma chosen)
+    until the whole null ECDF stays inside it with probability ``prob``.
+    """
+    from scipy import stats
+
+    thresholds = _ecdf_thresholds(max_rank)
+    z = thresholds / (max_rank + 1)
+    rng = np.random.default_rng(seed)
+    null = rng.integers(0, max_rank + 1, size=(n, null_draws))
+    counts = _counts_below(null, max_rank, thresholds)
+    statistic = _tail_probability(counts, n, z).min(axis=1)
+    gamma = float(np.quantile(statistic, 1 - prob))
+    lower = stats.binom.ppf(gamma / 2, n, z) / n
+    upper = stats.binom.ppf(1 - gamma / 2, n, z) / n
+    return EcdfBand(z=z, lower=lower, upper=upper, null_statistic=statistic, n=n,
+                    max_rank=max_rank)
+
+
+# --------------------------------------------------------------------------- result
+
+@dataclass
+class SBCResult:
+    model: str
+    config: dict
+    names: list[str]             # one per ranked scalar coefficient
+    variables: list[str]         # the model variable each name belongs to
+    ranks: np.ndarray            # (simulations used, coefficients), 0..max_rank
+    max_rank: int
+    bins: int
+    p_values: np.ndarray         # chi-square, per coefficient
+    p_ecdf: np.ndarray           # simultaneous ECDF test, per coefficient
+    outside_band: np.ndarray     # ECDF leaves the simultaneous BAND_PROB band
+    per_simulation: pd.DataFrame
+    settings: dict
+    design: dict
+    duplicates: dict = field(default_factory=dict)
+    level: float = LEVEL
+    simulations: int = 0         # requested
+    compile_s: float = 0.0
+    wall_time_s: float = 0.0
+
+    @property
+    def rejected(self) -> np.ndarray:
+        return self.p_values < self.level
+
+    @property
+    def rejected_family_wise(self) -> np.ndarray:
+        return self.p_values < self.level / len(self.names)
+
+    @property
+    def passed(self) -> bool:
+        return not self.rejected_family_wise.any()
+
+    def document(self) -> dict:
+        sims = self.per_simulation
+        sampled = sims[sims["status"] == "ok"]
+        return {
+            "model": self.model,
+            "model_config": self.config,
+            "design": self.design,
+            "simulations": self.simulations,
+            "simulations_used": int(len(self.ranks)),
+            "non_finite": sims.loc[sims["status"] == "non-finite", "simulation"].tolist(),
+            "failed": sims.loc[sims["status"] == "failed", "simulation"].tolist(),
+            "settings": self.settings,
+            "max_rank": self.max_rank,
+            "bins": self.bins,
+            "test": "chi-square of binned ranks, per coefficient; p_ecdf: simultaneous "
+                    "ECDF test (second view)",
+            "level": self.level,
+            "family_wise_rule": f"Bonferroni: rejected_family_wise when p < "
+                                f"{self.level}/{len(self.names)}",
+            "expected_false_rejections": self.level * len(self.names),
+            "coefficients": [
+                {"name": name, "variable": variable, "p_value": float(p),
+                 "rejected": bool(r), "rejected_family_wise": bool(f), "p_ecdf": float(q),
+                 "outside_band": bool(o)}
+                for name, variable, p, r, f, q, o in zip(
+                    self.names, self.variables, self.p_values, self.rejected,
+                    self.rejected_family_wise, self.p_ecdf, self.outside_band)],
+            "rejected": [n for n, r in zip(self.names, self.rejected) if r],
+            "rejected_family_wise": [n for n, r in zip(self.names, self.rejected_family_wise)
+                                     if r],
+            "passed": self.passed,
+            "duplicates": self.duplicates,
+            "diagnostics": {
+                "divergent_simulations": int((sampled["divergences"] > 0).sum()),
+                "divergences": int(sampled["divergences"].sum()),
+                "rhat_over_1.01": int((sampled["rhat_max"] > 1.01).sum()),
+                "rhat_max": float(sampled["rhat_max"].max()) if len(sampled) else None,
+                "ess_bulk_min": float(sampled["ess_bulk_min"].min()) if len(sampled) else None,
+            },
+            "compile_s": self.compile_s,
+            "wall_time_s": self.wall_time_s,
+        }
+
+
+# --------------------------------------------------------------------------- run
+
+def _log(message: str, enabled: bool) -> None:
+    if enabled:
+        print(message, file=sys.stderr, flush=True)
+
+
+def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | None = None,
+            simulations: int = 100, settings=None, seed: int = 0,
+            thin_to: int = DEFAULT_THIN_TO, bins: int | None = None, level: float = LEVEL,
+            variables: list[str] | None = None, progress: bool = True) -> SBCResult:
+    """SBC of ``model`` on the design ``data`` (a tidy table; its latencies only set the
+    data-dependent prior constants and are otherwise replaced by simulations).
+
+    ``variables``: the model variables to rank (default ``C1``, ``C2`` and the model's
+    ``posterior_variables()``). ``settings``: a ``SamplerSettings`` (seed ignored: each
+    simulation gets ``seed + 1 + i``).
+    """
+    import pymc as pm
+
+    from .bayes import get_model_class
+    from .inference import SamplerSettings, compile_model, diagnostics, sample_compiled
+
+    if simulations < 2:
+        raise BadInput(f"need at least 2 simulations, got {simulations}",
+                       column="--simulations")
+    started = time.perf_counter()
+    latency_model = get_model_class(model)(config)
+    settings = settings or SamplerSettings(draws=500, tune=500, chains=2)
+    settings = replace(settings, progress=False,
+                       target_accept=settings.target_accept or latency_model.target_accept)
+    pm_model, observed = swappable_observations(latency_model.build(data))
+    variables = variables or ["C1", "C2"] + latency_model.posterior_variables()
+    variables = [v for v in dict.fromkeys(variables)
+                 if v in pm_model.named_vars and v not in observed]
+
+    _log(f"sbc: drawing {simulations} parameter and data sets from the prior", progress)
+    prior_tree = pm.sample_prior_predictive(draws=simulations, model=pm_model,
+                                            random_seed=seed)
+    names, owners, elements, truth, duplicates = coefficient_table(prior_tree["prior"],
+                                                                   variables)
+    simulated = {rv: _flat(prior_tree["prior_predictive"], rv) for rv in observed}
+    templates = {rv: np.asarray(_shared_source(pm_model.rvs_to_values[pm_model[rv]])
+                                .get_value()) for rv in observed}
+
+    compile_started = time.perf_counter()
+    _log("sbc: compiling the model once (numba)", progress)
+    compiled = compile_model(pm_model, settings)
+    compile_s = time.perf_counter() - compile_started
+
+    step, keep = thin_indices(settings.draws, settings.chains, thin_to)
+    max_rank = settings.chains * len(keep)
+    rng = np.random.default_rng(seed)
+    ranks, records = [], []
+    loop_started = time.perf_counter()
+    for i in range(simulations):
+        record = {"simulation": i, "status": "ok", "divergences": 0,
+                  "rhat_max": np.nan, "ess_bulk_min": np.nan}
+        values = {observed[rv]: simulated[rv][i].reshape(templates[rv].shape)
+                  .astype(templates[rv].dtype) for rv in observed}
+        if not all(np.isfinite(v).all() for v in values.values()):
+            # Kept in the report: dropping such draws conditions the prior.
+            record["status"] = "non-finite"
+        else:
+            try:
+                tree = sample_compiled(compiled, replace(settings, seed=seed + 1 + i),
+                                       data=values)
+            except Exception as error:  # a sampler failure is a finding, not a crash
+                record["status"] = "failed"
+                record["error"] = f"{type(error).__name__}: {error}"[:200]
+            else:
+                diag = diagnostics(tree, owners)
+                record.update(divergences=diag["divergences"], rhat_max=diag["rhat_max"],
+                              ess_bulk_min=diag["ess_bulk_min"])
+                posterior = tree["posterior"].to_dataset().isel(draw=keep)
+                flat = {v: _flat(posterior, v) for v in dict.fromkeys(owners)}
+                draws = np.column_stack([flat[v][:, j] for v, j in zip(owners, elements)])
+                ranks.append(ranks_of(draws, truth[i], rng))
+        records.append(record)
+        elapsed = time.perf_counter() - loop_started
+        eta = elapsed / (i + 1) * (simulations - i - 1)
+        _log(f"sbc: simulation {i + 1}/{simulations} {record['status']}, "
+             f"divergences {record['divergences']}, R-hat max {record['rhat_max']:.3f}; "
+             f"elapsed {elapsed:.0f} s, ETA {eta:.0f} s", progress)
+
+    per_simulation = pd.DataFrame(records)
+    if len(ranks) < 2:
+        status = per_simulation["status"].value_counts()
+        raise BadInput(f"only {len(ranks)} of {simulations} simulations could be sampled "
+                       f"({status.get('non-finite', 0)} with non-finite simulated data, "
+                       f"{status.get('failed', 0)} sampler failures)")
+    ranks = np.vstack(ranks).astype(int)
+    bins = bins or default_bins(len(ranks), max_rank)
+    band = ecdf_band(len(ranks), max_rank, seed=seed)
+    rows = latency_model.inputs.rows
+    return SBCResult(
+        model=model, config=latency_model.config, names=names, variables=owners,
+        ranks=ranks, max_rank=max_rank, bins=bins,
+        p_values=chi_square_pvalues(ranks, max_rank, bins),
+        p_ecdf=band.p_values(ranks), outside_band=band.outside(ranks),
+        per_simulation=per_simulation,
+        settings={"draws": settings.draws, "tune": settings.tune, "chains": settings.chains,
+                  "target_accept": settings.target_accept, "seed": seed, "thin": step,
+                  "sampler": "nutpie"},
+        design={"source": data.attrs.get("source_file", "<data>"), "points": len(rows),
+                "groups": len(latency_model.inputs.groups)},
+        duplicates=duplicates, level=level, simulations=simulations,
+        compile_s=compile_s, wall_time_s=time.perf_counter() - started)
+
+
+# --------------------------------------------------------------------------- command line
+
+def add_arguments(parser) -> None:
+    parser.add_argument("data", nargs="?",
+                        help="tidy CSV or Parquet file giving the design (rates, groups, "
+                             "covariates); default: a small built-in design for --model")
+    parser.add_argument("--model", default="speculative",
+                        help="registered latency model (default speculative)")
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="model configuration option (repeatable), e.g. "
+                             "latent_alpha=always")
+    parser.add_argument("--simulations", type=int, default=100,
+                        help="data sets drawn from the prior (default 100)")
+    parser.add_argument("--draws", type=int, default=500, help="draws per chain (default 500)")
+    parser.add_argument("--tune", type=int, default=500, help="tuning steps (default 500)")
+    parser.add_argument("--chains", type=int, default=2, help="chains (default 2)")
+    parser.add_argument("--target-accept", type=float, default=None,
+                        help="NUTS target acceptance (default: the model's)")
+    parser.add_argument("--thin-to", type=int, default=DEFAULT_THIN_TO,
+                        help=f"posterior draws kept per simulation, so ranks are 0..about "
+                             f"this (default {DEFAULT_THIN_TO})")
+    parser.add_argument("--bins", type=int, default=None,
+                        help="bins of the chi-square test (default: about 10 ranks per bin)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--max-rps", type=float, default=None,
+                        help="treat points above this rate as saturated")
+    parser.add_argument("--catalog", action="append", default=None,
+                        help="extra folder of model/GPU cards (repeatable)")
+    parser.add_argument("--plot", help="write the rank ECDF plot to this PNG")
+    parser.add_argument("--out", help="folder for sbc.json, ranks.csv, simulations.csv and "
+                                      "(without --plot) sbc_ecdf.png")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document on stdout and nothing else there")
+    parser.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+
+
+def _options(items: list[str]) -> dict:
+    import json
+
+    config = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"expected KEY=VALUE, got {item!r}", column="--option")
+        try:
+            config[key.strip()] = json.loads(value)
+        except ValueError:
+            config[key.strip()] = value
+    return config
+
+
+def run(args) -> int:
+    """``bayesspec sbc``: exit 0 when no coefficient is rejected family-wise, else 1."""
+    from pathlib import Path
+
+    from .cli import _read_data, emit_json, write_text_atomic
+    from .inference import SamplerSettings
+
+    for name, low in (("simulations", 2), ("draws", 2), ("tune", 0), ("chains", 1),
+                      ("thin_to", 2)):
+        if getattr(args, name) < low:
+            raise BadInput(f"must be >= {low}, got {getattr(args, name)}",
+                           column=f"--{name.replace('_', '-')}")
+    if args.bins is not None and args.bins < 2:
+        raise BadInput(f"must be >= 2, got {args.bins}", column="--bins")
+    if args.target_accept is not None and not 0.5 <= args.target_accept < 1.0:
+        raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
+                       column="--target-accept")
+    out = Path(args.out) if args.out else None
+    if out is not None and not out.is_dir():
+        raise BadInput("output folder does not exist", file=str(out))
+    if args.plot and not Path(args.plot).resolve().parent.is_dir():
+        raise BadInput("output folder does not exist", file=args.plot)
+    config = _options(args.option)
+    from .bayes import get_model_class
+
+    model_class = get_model_class(args.model)
+    try:
+        model_class(config)
+    except ValueError as error:
+        raise BadInput(str(error), column="--option") from None
+    data = _read_data(args.data, args) if args.data else default_design(args.model)
+    settings = SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
+                               target_accept=args.target_accept, progress=False)
+    result = run_sbc(data, args.model, config=config, simulations=args.simulations,
+                     settings=settings, seed=args.seed, thin_to=args.thin_to, bins=args.bins,
+                     progress=not args.quiet)
+    document = result.document()
+    plot = args.plot or (str(out / "sbc_ecdf.png") if out is not None else None)
+    if plot:
+        from .plots import sbc_ecdf_plot, save_figure
+
+        document["plot"] = save_figure(sbc_ecdf_plot(result), plot)
+    if out is not None:
+        import json
+
+        from .cli import _clean
+
+        ranks = pd.DataFrame(result.ranks, columns=result.names)
+        write_text_atomic(out / "ranks.csv", ranks.to_csv(index_label="simulation"))
+        write_text_atomic(out / "simulations.csv", result.per_simulation.to_csv(index=False))
+        write_text_atomic(out / "sbc.json", json.dumps(_clean(document), indent=2,
+                                                       allow_nan=False) + "\n")
+    if args.json:
+        emit_json(document)
+    else:
+        _print_summary(document)
+    return 0 if result.passed else 1
+
+
+def _print_summary(document: dict) -> None:
+    diag = document["diagnostics"]
+    lines = [f"SBC of the {document['model']} model: {document['simulations_used']} of "
+             f"{document['simulations']} simulations sampled, ranks 0..{document['max_rank']}, "
+             f"{document['bins']} bins, {document['wall_time_s']:.0f} s"]
+    for row in document["coefficients"]:
+        flag = " REJECTED" if row["rejected"] else ""
+        lines.append(f"  {row['name']:<60} p {row['p_value']:.3f}  p_ecdf "
+                     f"{row['p_ecdf']:.3f}{flag}")
+    lines.append(f"per coefficient at {document['level']:.0%}: {len(document['rejected'])} "
+                 f"rejected ({document['expected_false_rejections']:.2f} expected by chance); "
+                 f"family-wise ({document['family_wise_rule']}): "
+                 f"{'pass' if document['passed'] else 'FAIL'}")
+    lines.append(f"simulations with divergences: {diag['divergent_simulations']} "
+                 f"({diag['divergences']} divergent transitions); R-hat > 1.01 in "
+                 f"{diag['rhat_over_1.01']}")
+    if document["non_finite"] or document["failed"]:
+        lines.append(f"non-finite simulated data: {len(document['non_finite'])}; sampler "
+                     f"failures: {len(document['failed'])}")
+    print("\n".join(lines))

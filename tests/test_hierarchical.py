@@ -1,0 +1,123 @@
+"""The hierarchical model, leave-n-out checks, PSIS-LOO and model comparison."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bayesspec import datasets
+from bayesspec.bayes.hierarchical import (TERM_NAMES, TREND_TERMS, HierarchicalLatencyModel,
+                                          covariates, trend_coefficients)
+from bayesspec.cli import main
+from bayesspec.data import prepare, read_tidy
+
+
+@pytest.fixture(scope="module")
+def one_verifier_csv(tmp_path_factory):
+    frame = pd.read_csv(datasets.path("dense"))
+    path = tmp_path_factory.mktemp("hier") / "qwen3_8b.csv"
+    frame[frame["verifier"] == "Qwen3-8B"].to_csv(path, index=False)
+    return path
+
+
+def test_trend_coefficients_sum_their_terms():
+    rates = np.arange(1, len(TERM_NAMES) + 1, dtype=float)
+    values = covariates(8.0, 0.5, 512.0, 256.0)
+    out = trend_coefficients(rates, values)
+    expected = {}
+    for i, (coefficient, _, covariate) in enumerate(TREND_TERMS):
+        expected[coefficient] = expected.get(coefficient, 0.0) + rates[i] * values[covariate]
+    assert out == pytest.approx(expected)
+    # c2v grows with the time-averaged context prefill + decode/2 (BRIEF.md section 6).
+    assert values["context_k"] == pytest.approx((512 + 128) / 1000)
+
+
+def test_terms_the_data_cannot_separate_are_not_sampled():
+    data = read_tidy(datasets.path("dense"))
+    one = prepare(data[data["verifier"] == "Qwen3-8B"].drop(columns=["excluded",
+                                                                      "exclusion_reason"]))
+    model = HierarchicalLatencyModel()
+    model.prepare(one)
+    free = dict(zip(TERM_NAMES, model.free_shares(model.inputs)))
+    # One verifier: size-proportional terms are the same column as the constant ones.
+    assert not free["c1v.weights"] and not free["c2v.kv_reads_by_size"]
+    assert free["c1p.prefill_compute"]          # prefill varies: separable
+    model.prepare(data)
+    assert dict(zip(TERM_NAMES, model.free_shares(model.inputs)))["c1v.weights"]
+
+
+def test_hierarchical_needs_parameter_counts(tmp_path, capsys):
+    frame = pd.read_csv(datasets.path("dense")).head(18)
+    frame["verifier"] = "my-private-model"
+    frame = frame.drop(columns=["verifier_params_b"])
+    path = tmp_path / "private.csv"
+    frame.to_csv(path, index=False)
+    assert main(["fit", str(path), "--model", "hierarchical", "-o",
+                 str(tmp_path / "x.nc")]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and "verifier_params_b" in errors[0]
+    assert not (tmp_path / "x.nc").exists()
+
+
+def test_check_refuses_models_that_cannot_predict_unfitted_groups(one_verifier_csv, capsys):
+    assert main(["check", str(one_verifier_csv), "--model", "dense", "--json"]) == 2
+    assert "hierarchical" in capsys.readouterr().err
+
+
+def test_prior_predictive_admits_the_data(one_verifier_csv, capsys):
+    assert main(["check", str(one_verifier_csv), "--prior-predictive", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["physics_priors"] is True
+    assert document["inside"]["0.99"] >= 0.99
+
+
+def test_leave_out_check_predicts_held_out_combinations(one_verifier_csv, tmp_path, capsys):
+    plot = tmp_path / "holdout.png"
+    code = main(["check", str(one_verifier_csv), "--leave-out", "4", "--folds", "2",
+                 "--draws", "200", "--tune", "300", "--seed", "2", "--json",
+                 "--plot", str(plot)])
+    assert code == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {"leave_out", "folds", "prob", "r2", "coverage", "elpd", "per_fold"} <= set(document)
+    assert document["leave_out"] == 4 and document["folds"] == 2
+    assert document["points"] == sum(f["points"] for f in document["per_fold"])
+    # Held-out cells are predicted from the trends: a broken mask or trend would miss.
+    assert document["r2"] > 0.99
+    assert 0.6 <= document["coverage"] <= 1.0
+    assert document["r2_trends"]["C2"] > 0.99
+    assert np.isfinite(document["elpd"])
+    assert plot.stat().st_size > 10_000
+
+
+def test_summary_shows_psis_loo_and_compare_models_ranks(real_fit_path, tmp_path, capsys):
+    assert main(["summary", str(real_fit_path), "--loo", "--json"]) == 0
+    loo = json.loads(capsys.readouterr().out)["loo"]
+    assert loo["points"] > 100 and np.isfinite(loo["elpd_loo"]) and loo["se"] > 0
+    other = tmp_path / "same.nc"
+    shutil.copy(real_fit_path, other)
+    assert main(["compare-models", str(real_fit_path), str(other), "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert len(document["models"]) == 2
+    assert document["models"][1]["elpd_diff"] == pytest.approx(0.0, abs=1e-6)
+    assert "not decisive" in document["verdict"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("leave_out", [1, 2, 4])
+def test_leave_n_out_on_the_bundled_dense_data(leave_out):
+    """Issue #5: held-out R^2 >= 0.97 and 90% coverage in [0.85, 0.95]."""
+    from bayesspec.checks import leave_out_check
+    from bayesspec.inference import SamplerSettings
+
+    data = read_tidy(datasets.path("dense"))
+    document = leave_out_check(data, leave_out=leave_out, folds=None if leave_out == 1 else 10,
+                               seed=1, progress=False,
+                               settings=SamplerSettings(draws=800, tune=700, chains=2,
+                                                        progress=False))
+    assert document["r2"] >= 0.97
+    assert 0.85 <= document["coverage"] <= 0.95
+    assert sum(f["divergences"] for f in document["per_fold"]) == 0
