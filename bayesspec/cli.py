@@ -161,7 +161,9 @@ def _check_prob(args) -> None:
 def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("sampler")
     group.add_argument("--draws", type=int, default=1000, help="draws per chain (default 1000)")
-    group.add_argument("--tune", type=int, default=1000, help="tuning steps per chain (default 1000)")
+    group.add_argument("--tune", type=int, default=None,
+                       help="tuning steps per chain (default: the model's, 1000; "
+                            "hierarchical 2000)")
     group.add_argument("--chains", type=int, default=4, help="chains (default 4)")
     group.add_argument("--seed", type=int, default=None, help="random seed")
     group.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie",
@@ -177,12 +179,17 @@ def _settings(args):
 
     for name in ("draws", "tune", "chains"):
         value = getattr(args, name)
-        if value < (2 if name == "draws" else 1 if name == "chains" else 0):
+        if value is not None and value < (2 if name == "draws" else 1 if name == "chains" else 0):
             raise BadInput(f"must be a positive number, got {value}", column=f"--{name}")
     if args.target_accept is not None and not 0.5 <= args.target_accept < 1.0:
         raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
                        column="--target-accept")
-    return SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
+    tune = args.tune
+    if tune is None:
+        from .bayes import get_model_class
+
+        tune = get_model_class(getattr(args, "model", None) or "dense").default_tune
+    return SamplerSettings(draws=args.draws, tune=tune, chains=args.chains,
                            seed=args.seed, progress=not args.quiet, sampler=args.sampler,
                            target_accept=args.target_accept)
 

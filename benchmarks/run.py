@@ -312,9 +312,14 @@ def case_hierarchical_fit(quick: bool) -> dict:
 
     data = prepare(pd.concat([pd.read_csv(datasets.path("dense")),
                               pd.read_csv(datasets.path("speculative"))], ignore_index=True))
-    log(f"hierarchical_fit: {len(data)} rows, CLI defaults (4 chains x 1000 + 1000)...")
+    from bayesspec.bayes import HierarchicalLatencyModel
+
+    tune = HierarchicalLatencyModel.default_tune
+    log(f"hierarchical_fit: {len(data)} rows, CLI defaults (4 chains x {tune} tune + "
+        "1000 draws)...")
     started = time.perf_counter()
-    result = fit(data, "hierarchical", settings=SamplerSettings(seed=1, progress=False))
+    result = fit(data, "hierarchical", settings=SamplerSettings(seed=1, progress=False,
+                                                                tune=tune))
     bayes_s = time.perf_counter() - started
     diag = result.diagnostics
     return {"name": "hierarchical_fit", "bayes_s": bayes_s, "baseline_s": 300.0,

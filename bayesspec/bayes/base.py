@@ -73,6 +73,8 @@ class LatencyModel:
     target_accept: float = 0.9
     # nutpie mass-matrix adaptation ("diag" or "low_rank"), chosen by measurement.
     adaptation: str = "diag"
+    # Tuning steps per chain when the user does not say (``bayesspec fit --tune``).
+    default_tune: int = 1000
 
     def __init__(self, config: dict | None = None):
         unknown = set(config or {}) - set(self.default_config)
