@@ -351,8 +351,6 @@ def cmd_speedup(args) -> int:
         from .plots import save_figure, speedup_bands_plot
 
         _check_output_path(args.plot)
-        if costs.moe is not None:  # an MoE verifier: eq. (4) latencies, not eq. (1)
-            from .plots import moe_speedup_bands_plot as speedup_bands_plot
         ks = sorted({args.k, 1, 2, 4, 8}) if costs.coefficients is not None else [args.k]
         save_figure(speedup_bands_plot(costs, args.alpha, ks,
                                        rps_max=float(rps.max()), prob=args.prob), args.plot)

@@ -159,26 +159,22 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
 
 def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
                        prob: float = BAND_PROB, points: int = 120):
-    """Speedup vs RPS for several k at one alpha, with bands and the crossovers marked."""
-    from .decisions import _speedup_draws
-    from .laws import crossover_rps
+    """Speedup vs RPS for several k at one alpha, with bands and the crossovers marked.
 
+    ``costs`` (:class:`bayesspec.decisions.SpeculativeCosts`) evaluates its own law: eq.
+    (1) latencies, or eq. (4) for an MoE verifier."""
     dense_saturation = float(np.median(1.0 / costs.c2_dense))
     top = min(rps_max * 1.05, dense_saturation) if rps_max else dense_saturation
     grid = np.linspace(0.0, top * 0.995, points)
     figure, axis = plt.subplots(figsize=(7.5, 4.8))
     colours = plt.cm.viridis(np.linspace(0.05, 0.9, len(ks)))
     for colour, k in zip(colours, ks):
-        c1_sd, c2_sd = costs.costs(alpha, k)
-        c1_sd, c2_sd = np.ravel(c1_sd), np.ravel(c2_sd)
-        draws = _speedup_draws(costs.c1_dense[:, None], costs.c2_dense[:, None],
-                               c1_sd[:, None], c2_sd[:, None], grid[None, :])
+        draws = costs.speedup_draws(alpha, k, grid)
         lo, median, hi = _quantiles(np.minimum(draws, 50.0), prob)
         axis.fill_between(grid, lo, hi, color=colour, alpha=0.25, lw=0)
         axis.plot(grid, median, color=colour, lw=1.6, label=f"k = {k}")
-        star = crossover_rps(costs.c1_dense, costs.c2_dense, c1_sd, c2_sd)
-        share = np.mean(np.isfinite(star))
-        if share >= 0.5:
+        star = costs.crossover_draws(alpha, k)
+        if np.mean(np.isfinite(star)) >= 0.5:
             s_lo, s_med, s_hi = np.quantile(star[np.isfinite(star)],
                                             [(1 - prob) / 2, 0.5, (1 + prob) / 2])
             if s_med <= grid[-1]:
@@ -186,7 +182,8 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
                 axis.plot([s_med], [1.0], marker="o", color=colour, ms=6, zorder=4)
     axis.axhline(1.0, color="black", lw=1, ls="--")
     axis.set_xlabel("RPS (requests/s)")
-    axis.set_ylabel("speedup = L_dense / L_SD")
+    law = " (MoE law, eq. 4)" if getattr(costs, "moe", None) is not None else ""
+    axis.set_ylabel(f"speedup = L_dense / L_SD{law}")
     axis.set_title(f"{costs.label}: speedup at alpha = {alpha:g} "
                    f"(median, {prob:.0%} band; dots: crossover RPS*)", fontsize=9)
     axis.grid(alpha=0.3)
@@ -418,37 +415,6 @@ def sbc_ecdf_plot(result, *, prob: float = 0.99, columns: int = 4, seed: int = 0
     figure.suptitle(f"SBC of the {result.model} model: {n} simulations, ranks "
                     f"0..{result.max_rank}, {prob:.0%} simultaneous band", fontsize=10)
     figure.tight_layout()
-    return figure
-
-
-def moe_speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
-                           prob: float = BAND_PROB, points: int = 120):
-    """Speedup vs RPS for several k at one alpha for an MoE verifier (eq. 4 latencies),
-    with bands and the crossovers marked; the dense-law figure reads eq. (1) costs."""
-    dense_saturation = float(np.median(1.0 / costs.c2_dense))
-    top = min(rps_max * 1.05, dense_saturation) if rps_max else dense_saturation
-    grid = np.linspace(0.0, top * 0.995, points)
-    figure, axis = plt.subplots(figsize=(7.5, 4.8))
-    colours = plt.cm.viridis(np.linspace(0.05, 0.9, len(ks)))
-    for colour, k in zip(colours, ks):
-        draws = costs.speedup_draws(alpha, k, grid)
-        lo, median, hi = _quantiles(np.minimum(draws, 50.0), prob)
-        axis.fill_between(grid, lo, hi, color=colour, alpha=0.25, lw=0)
-        axis.plot(grid, median, color=colour, lw=1.6, label=f"k = {k}")
-        star = costs.crossover_draws(alpha, k)
-        if np.mean(np.isfinite(star)) >= 0.5:
-            s_lo, s_med, s_hi = np.quantile(star[np.isfinite(star)],
-                                            [(1 - prob) / 2, 0.5, (1 + prob) / 2])
-            if s_med <= grid[-1]:
-                axis.axvspan(s_lo, s_hi, color=colour, alpha=0.12, lw=0)
-                axis.plot([s_med], [1.0], marker="o", color=colour, ms=6, zorder=4)
-    axis.axhline(1.0, color="black", lw=1, ls="--")
-    axis.set_xlabel("RPS (requests/s)")
-    axis.set_ylabel("speedup = L_dense / L_SD (MoE law, eq. 4)")
-    axis.set_title(f"{costs.label}: speedup at alpha = {alpha:g} "
-                   f"(median, {prob:.0%} band; dots: crossover RPS*)", fontsize=9)
-    axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
     return figure
 
 
