@@ -617,7 +617,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="extra folder of model/GPU cards (repeatable)")
     _add_sampler_options(check)
     _add_common(check)
-    check.set_defaults(handler=cmd_check, draws=800, tune=700, chains=2)
+    check.set_defaults(handler=cmd_check, draws=1000, chains=2)
 
     compare_models = verbs.add_parser(
         "compare-models", help="PSIS-LOO comparison of fits of the same data (az.compare)")
