@@ -419,28 +419,40 @@ def sbc_ecdf_plot(result, *, prob: float = 0.99, columns: int = 4, seed: int = 0
 
 
 def holdout_plot(points, *, prob: float = BAND_PROB, title: str = "leave-n-out"):
-    """Held-out mean latency: predicted (with its predictive interval) vs observed."""
-    figure, axis = plt.subplots(figsize=(6.4, 6.0))
+    """Held-out mean latency: predicted (with its predictive interval) vs observed, and
+    the same as ratios to the prediction (latencies span decades: the ratio panel is
+    where misses are visible)."""
+    figure, (axis, ratio_axis) = plt.subplots(1, 2, figsize=(12.0, 5.4))
     observed = points["observed_s"].to_numpy(float)
     predicted = points["predicted_s"].to_numpy(float)
+    lo, hi = points["lo"].to_numpy(float), points["hi"].to_numpy(float)
     inside = points["inside"].to_numpy(bool)
-    lower = np.clip(predicted - points["lo"].to_numpy(float), 0, None)
-    upper = np.clip(points["hi"].to_numpy(float) - predicted, 0, None)
     for mask, colour, label in ((inside, "tab:blue", f"inside its {prob:.0%} interval"),
                                 (~inside, "tab:red", "outside")):
-        if mask.any():
-            axis.errorbar(observed[mask], predicted[mask],
-                          yerr=[lower[mask], upper[mask]], fmt="o", ms=3, lw=0.8,
-                          color=colour, alpha=0.7, label=f"{label} ({mask.sum()})")
+        if not mask.any():
+            continue
+        axis.errorbar(observed[mask], predicted[mask],
+                      yerr=[np.clip(predicted - lo, 0, None)[mask],
+                            np.clip(hi - predicted, 0, None)[mask]],
+                      fmt="o", ms=3, lw=0.8, color=colour, alpha=0.7,
+                      label=f"{label} ({mask.sum()})")
+        ratio_axis.vlines(observed[mask], (lo / predicted)[mask], (hi / predicted)[mask],
+                          color=colour, lw=0.8, alpha=0.5)
+        ratio_axis.scatter(observed[mask], (observed / predicted)[mask], s=9, color=colour,
+                           alpha=0.8)
     finite = np.concatenate([observed, predicted[np.isfinite(predicted)]])
     span = [finite.min() * 0.8, finite.max() * 1.25]
     axis.plot(span, span, color="black", lw=0.8, label="predicted = observed")
-    axis.set_xscale("log")
+    for a in (axis, ratio_axis):
+        a.set_xscale("log")
+        a.set_xlabel("observed mean latency (s)")
+        a.grid(alpha=0.3)
     axis.set_yscale("log")
-    axis.set_xlabel("observed mean latency (s)")
     axis.set_ylabel("predicted mean latency (s), held out")
-    axis.set_title(f"{title}: {inside.mean():.0%} of {len(points)} points inside "
-                   f"their {prob:.0%} predictive interval")
     axis.legend(loc="upper left", fontsize=8)
+    ratio_axis.axhline(1.0, color="black", lw=0.8)
+    ratio_axis.set_ylabel(f"observed / predicted (lines: {prob:.0%} predictive interval)")
+    figure.suptitle(f"{title}: {inside.mean():.0%} of {len(points)} held-out points inside "
+                    f"their {prob:.0%} predictive interval", fontsize=10)
     figure.tight_layout()
     return figure
