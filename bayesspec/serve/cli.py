@@ -93,17 +93,10 @@ def _catalog(args):
 
 def build_setup(args):
     """The simulator :class:`~bayesspec.simulate.Setup` the options describe."""
+    from bayesspec.simulate.cli import acceptance_rates_option
     from bayesspec.simulate.sweep import setup
 
-    rates = None
-    if args.acceptance_rates is not None:
-        if args.alpha is not None:
-            raise BadInput("give --alpha or --acceptance-rates, not both", column="alpha")
-        try:
-            rates = tuple(float(x) for x in args.acceptance_rates.split(",") if x.strip())
-        except ValueError:
-            raise BadInput(f"cannot read --acceptance-rates {args.acceptance_rates!r}",
-                           column="acceptance_rates") from None
+    rates = acceptance_rates_option(args)
     k = args.k if args.k else (len(rates) if rates else 0)
     return setup(args.verifier, args.gpu, drafter=args.drafter, k=k, alpha=args.alpha,
                  rates=rates, catalog=_catalog(args),

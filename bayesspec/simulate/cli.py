@@ -37,6 +37,19 @@ TIDY_COLUMNS = [
 ]
 
 
+def acceptance_rates_option(args) -> tuple[float, ...] | None:
+    """Per-position acceptance rates from ``--acceptance-rates`` (None when not given)."""
+    if args.acceptance_rates is None:
+        return None
+    if args.alpha is not None:
+        raise BadInput("give --alpha or --acceptance-rates, not both", column="alpha")
+    try:
+        return tuple(float(x) for x in args.acceptance_rates.split(",") if x.strip())
+    except ValueError:
+        raise BadInput(f"cannot read --acceptance-rates {args.acceptance_rates!r}",
+                       column="acceptance_rates") from None
+
+
 def _has(parser: argparse.ArgumentParser, option: str) -> bool:
     return option in parser._option_string_actions
 
@@ -204,15 +217,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.verifier is None:
         raise BadInput("--verifier is required (or --grid)", column="verifier")
-    rates = None
-    if args.acceptance_rates is not None:
-        if args.alpha is not None:
-            raise BadInput("give --alpha or --acceptance-rates, not both", column="alpha")
-        try:
-            rates = tuple(float(x) for x in args.acceptance_rates.split(",") if x.strip())
-        except ValueError:
-            raise BadInput(f"cannot read --acceptance-rates {args.acceptance_rates!r}",
-                           column="acceptance_rates") from None
+    rates = acceptance_rates_option(args)
     k = args.k if args.k is not None else (len(rates) if rates else 0)
     if args.requests is not None and args.requests < 10:
         raise BadInput(f"--requests must be at least 10, got {args.requests}", column="requests")
