@@ -293,6 +293,20 @@ def acceptance_position_check(fit, *, prob: float = 0.9, seed: int = 0) -> pd.Da
     return pd.DataFrame(records)
 
 
+def median_cycle_anchors(groups: pd.DataFrame, sd_idx: np.ndarray, decode: np.ndarray,
+                         k: np.ndarray, member_sets: list[np.ndarray]) -> np.ndarray:
+    """Per set of SD configurations (positions in ``sd_idx``), the member with the median
+    number of cycles g/E (alpha guessed at 0.7 where latent): the anchor configuration."""
+    guess_alpha = groups["alpha"].to_numpy(float)[sd_idx]
+    guess_cycles = decode / expected_accepted(
+        np.where(np.isnan(guess_alpha), 0.7, guess_alpha), k)
+    anchors = np.zeros(len(member_sets), dtype=int)
+    for i, members in enumerate(member_sets):
+        order = members[np.argsort(guess_cycles[members], kind="stable")]
+        anchors[i] = order[(len(order) - 1) // 2]
+    return anchors
+
+
 def curve_utilisation(cfg: dict):
     """logit of the utilisation reached by each curve's highest rate (not pooled: it is
     a property of the test design, see bayesspec.bayes.dense)."""
@@ -552,14 +566,9 @@ class SpeculativeLatencyModel(LatencyModel):
         # identified ones (c1p, c2p, c2d) from bending the posterior into a banana
         # (they trade off linearly against c1v and c2v, which is curved in log space).
         low = groups["latency_low"].to_numpy(float)[sd_idx]
-        guess_alpha = groups["alpha"].to_numpy(float)[sd_idx]
-        guess_cycles = decode_sd / expected_accepted(
-            np.where(np.isnan(guess_alpha), 0.7, guess_alpha), k_sd)
-        anchor = np.zeros(n_setups, dtype=int)
-        for s in range(n_setups):
-            members = np.flatnonzero(setup_of_sd == s)
-            order = members[np.argsort(guess_cycles[members], kind="stable")]
-            anchor[s] = order[(len(order) - 1) // 2]
+        anchor = median_cycle_anchors(groups, sd_idx, decode_sd, k_sd,
+                                      [np.flatnonzero(setup_of_sd == s)
+                                       for s in range(n_setups)])
         anchor_cycles = decode_sd[anchor] / expected_accepted_expr(
             alpha_sd[anchor], k_sd[anchor], xp=pt)
         anchor_k = k_sd[anchor]

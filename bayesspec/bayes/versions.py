@@ -23,10 +23,11 @@ import pytensor.tensor as pt
 
 from ..data import EXTRA_GROUP_COLUMNS, GROUP_COLUMNS, group_label
 from ..errors import BadInput
-from ..laws import effective_costs_expr, expected_accepted, expected_accepted_expr
+from ..laws import effective_costs_expr, expected_accepted_expr
 from .base import COMMON_CONFIG, LatencyModel, ModelInputs
 from .priors import latency_likelihood, pooled_normal
 from .speculative import (COEFFICIENTS, SpeculativeLatencyModel, _setup_label,
+                          median_cycle_anchors,
                           curve_utilisation, setup_columns)
 
 
@@ -282,14 +283,9 @@ class SpeculativeVersionEffectModel(SpeculativeLatencyModel):
         # of cycles (as in SpeculativeLatencyModel: shares at the anchor keep the
         # weakly identified coefficients from bending the posterior).
         low = groups["latency_low"].to_numpy(float)[sd_idx]
-        guess_alpha = groups["alpha"].to_numpy(float)[sd_idx]
-        guess_cycles = decode / expected_accepted(
-            np.where(np.isnan(guess_alpha), 0.7, guess_alpha), k)
-        anchor = np.zeros(n_bases, dtype=int)
-        for b in range(n_bases):
-            members = np.flatnonzero((base == b) & (is_b == 0))
-            order = members[np.argsort(guess_cycles[members], kind="stable")]
-            anchor[b] = order[(len(order) - 1) // 2]
+        anchor = median_cycle_anchors(groups, sd_idx, decode, k,
+                                      [np.flatnonzero((base == b) & (is_b == 0))
+                                       for b in range(n_bases)])
         anchor_cycles = decode[anchor] / expected_accepted_expr(alpha_sd[anchor], k[anchor],
                                                                  xp=pt)
         anchor_k = k[anchor]
