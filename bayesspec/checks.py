@@ -28,16 +28,11 @@ import pandas as pd
 from .bayes import get_model_class
 from .errors import BadInput
 from .inference import (SamplerSettings, compile_model, diagnostics, sample_compiled,
-                        settings_for)
+                        settings_for, stacked_draws)
 from .laws import latency, load_amplification_expr
 
 CHECK_MODELS = ("hierarchical",)
 PARETO_K_LIMIT = 0.7
-
-
-def _stacked(tree, name: str) -> np.ndarray:
-    values = tree["posterior"][name].stack(sample=("chain", "draw")).transpose("sample", ...)
-    return np.asarray(values.values, dtype=float)
 
 
 def combination_folds(cells: pd.DataFrame, leave_out: int, folds: int | None,
@@ -68,11 +63,11 @@ def combination_folds(cells: pd.DataFrame, leave_out: int, folds: int | None,
 def predictive_draws(tree, groups_of_points: np.ndarray, rps: np.ndarray,
                      log_se: np.ndarray, rng: np.random.Generator):
     """Mean-latency draws (the law) and predictive log-latency draws at given points."""
-    c1 = _stacked(tree, "C1")[:, groups_of_points]
-    c2 = _stacked(tree, "C2")[:, groups_of_points]
+    c1 = stacked_draws(tree, "C1")[:, groups_of_points]
+    c2 = stacked_draws(tree, "C2")[:, groups_of_points]
     mean = latency(rps[None, :], c1, c2)
-    noise_base = _stacked(tree, "noise_base")[:, None]
-    noise_load = _stacked(tree, "noise_load")[:, None]
+    noise_base = stacked_draws(tree, "noise_base")[:, None]
+    noise_load = stacked_draws(tree, "noise_load")[:, None]
     with np.errstate(invalid="ignore", divide="ignore"):
         amplification = load_amplification_expr(rps[None, :], c2)
     sigma = np.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + log_se[None, :] ** 2)
@@ -156,9 +151,10 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
 
     _log(f"reference fit on all {len(rows)} points...", progress)
     full_tree = sample_compiled(compiled, quiet, data={"fit_mask": np.ones(len(rows))})
-    full_c1 = _stacked(full_tree, "C1").mean(axis=0)
-    full_c2 = _stacked(full_tree, "C2").mean(axis=0)
-    full_cell = {n: _stacked(full_tree, f"cell_{n}").mean(axis=0) for n in ("c2p", "c2v")}
+    full_c1 = stacked_draws(full_tree, "C1").mean(axis=0)
+    full_c2 = stacked_draws(full_tree, "C2").mean(axis=0)
+    full_cell = {n: stacked_draws(full_tree, f"cell_{n}").mean(axis=0)
+                 for n in ("c2p", "c2v")}
 
     tail = (1 - prob) / 2
     point_records, per_fold, trend_pairs = [], [], []
@@ -178,9 +174,9 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
         inside = (lo <= observed[index]) & (observed[index] <= hi)
         lpd = _lpd(np.log(observed[index]), mean, sigma)
         held_groups = np.unique(group_of_point[index])
-        c1_fold = _stacked(tree, "C1").mean(axis=0)
-        c2_fold = _stacked(tree, "C2").mean(axis=0)
-        cell_fold = {n: _stacked(tree, f"cell_{n}").mean(axis=0) for n in ("c2p", "c2v")}
+        c1_fold = stacked_draws(tree, "C1").mean(axis=0)
+        c2_fold = stacked_draws(tree, "C2").mean(axis=0)
+        cell_fold = {n: stacked_draws(tree, f"cell_{n}").mean(axis=0) for n in ("c2p", "c2v")}
         for g in held_groups:
             trend_pairs.append(("C1", full_c1[g], c1_fold[g]))
             trend_pairs.append(("C2", full_c2[g], c2_fold[g]))

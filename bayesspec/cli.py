@@ -685,41 +685,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(compare)
     compare.set_defaults(handler=cmd_compare)
 
-    from . import sbc as sbc_cli
+    # Verbs whose options and handler live with their subpackage.
+    from importlib import import_module
 
-    sbc = verbs.add_parser("sbc", help="simulation-based calibration of a model: rank "
-                                       "statistics, uniformity tests, ECDF plot")
-    sbc_cli.add_arguments(sbc)
-    sbc.set_defaults(handler=sbc_cli.run)
-
-    try:
-        from .simulate import cli as simulate_cli
-    except ImportError:
-        simulate_cli = None
-    if simulate_cli is not None:
-        simulate = verbs.add_parser("simulate", help="synthetic sweeps from the serving simulator")
-        simulate_cli.add_arguments(simulate)
-        simulate.set_defaults(handler=simulate_cli.run)
-
-    try:
-        from .ingest import cli as ingest_cli
-    except ImportError:
-        ingest_cli = None
-    if ingest_cli is not None:
-        ingest = verbs.add_parser("ingest", help="GuideLLM / vllm bench / metrics files to "
-                                                 "tidy rows")
-        ingest_cli.add_arguments(ingest)
-        ingest.set_defaults(handler=ingest_cli.run)
-
-    try:
-        from .serve import cli as serve_cli
-    except ImportError:
-        serve_cli = None
-    if serve_cli is not None:
-        serve = verbs.add_parser("serve", help="OpenAI-compatible HTTP server backed by the "
-                                               "simulator in wall-clock time")
-        serve_cli.add_arguments(serve)
-        serve.set_defaults(handler=serve_cli.run)
+    for verb, module_name, help_text in (
+            ("sbc", "sbc", "simulation-based calibration of a model: rank statistics, "
+                           "uniformity tests, ECDF plot"),
+            ("simulate", "simulate.cli", "synthetic sweeps from the serving simulator"),
+            ("ingest", "ingest.cli", "GuideLLM / vllm bench / metrics files to tidy rows"),
+            ("serve", "serve.cli", "OpenAI-compatible HTTP server backed by the simulator "
+                                   "in wall-clock time")):
+        module = import_module(f".{module_name}", __package__)
+        sub = verbs.add_parser(verb, help=help_text)
+        module.add_arguments(sub)
+        sub.set_defaults(handler=module.run)
     return parser
 
 

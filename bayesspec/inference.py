@@ -101,6 +101,12 @@ def sample_model(pm_model, settings: SamplerSettings) -> xr.DataTree:
     raise ValueError(f"unknown sampler {settings.sampler!r}")
 
 
+def stacked_draws(tree: xr.DataTree, name: str) -> np.ndarray:
+    """A posterior variable's draws with chains and draws stacked first (samples, ...)."""
+    values = tree["posterior"][name].stack(sample=("chain", "draw")).transpose("sample", ...)
+    return np.asarray(values.values, dtype=float)
+
+
 def diagnostics(tree: xr.DataTree, variables: list[str] | None = None) -> dict:
     """R-hat max, bulk-ESS min and divergences over the named posterior variables."""
     import arviz as az

@@ -17,7 +17,7 @@ import pandas as pd
 from .bayes import get_model_class
 from .data import prepare
 from .inference import (SamplerSettings, compile_model, diagnostics, sample_compiled,
-                        settings_for)
+                        settings_for, stacked_draws)
 from .synthetic import generate_sweeps
 
 
@@ -26,11 +26,6 @@ def interval_covers(draws: np.ndarray, truth: np.ndarray, prob: float = 0.9) -> 
     tail = (1 - prob) / 2
     lo, hi = np.quantile(draws, [tail, 1 - tail], axis=0)
     return (lo <= truth) & (truth <= hi)
-
-
-def _stacked(tree, name: str) -> np.ndarray:
-    values = tree["posterior"][name].stack(sample=("chain", "draw")).transpose("sample", ...)
-    return np.asarray(values.values)
 
 
 def replicate_coverage(truth: pd.DataFrame, true_values: dict[str, np.ndarray], *,
@@ -64,7 +59,7 @@ def replicate_coverage(truth: pd.DataFrame, true_values: dict[str, np.ndarray], 
                                                  progress=False), data=values)
         diag = diagnostics(tree, ["C1", "C2"] + latency_model.posterior_variables())
         for name, true in true_values.items():
-            draws = _stacked(tree, name).reshape(-1, np.size(true))
+            draws = stacked_draws(tree, name).reshape(-1, np.size(true))
             true = np.ravel(np.asarray(true, dtype=float))
             covers = interval_covers(draws, true, prob)
             lo, hi = np.quantile(draws, [tail, 1 - tail], axis=0)

@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 import arviz as az
-import numpy as np
 
 from bayesspec import datasets
+from bayesspec.checks import r_squared
 from bayesspec.data import included, read_tidy
 from bayesspec.decisions import group_latency_draws
 from bayesspec.inference import SamplerSettings, add_log_likelihood
@@ -54,9 +54,7 @@ def low_load_r2(result):
             mean = group_latency_draws(result, g, low["rps"].to_numpy()).mean(axis=0)
             observed += list(low["latency_mean_s"])
             predicted += list(mean)
-        observed, predicted = np.array(observed), np.array(predicted)
-        r2 = 1 - np.sum((observed - predicted) ** 2) / np.sum((observed - observed.mean()) ** 2)
-        per_verifier[verifier] = round(float(r2), 4)
+        per_verifier[verifier] = round(r_squared(observed, predicted), 4)
     return per_verifier
 
 
