@@ -604,13 +604,21 @@ def _compare_speculative_versions(fit, *, rope: float, prob: float) -> dict:
                           else headline[f"{name}_sd"])
     for name in ("C1", "C2", "C1_sd", "C2_sd"):
         parameters[name] = _ratio_entry(headline[name], rope, prob)
-    for name in COEFFICIENT_NAMES:
-        parameters[name] = _ratio_entry(fit.draws(f"ratio_{name}_population"), rope, prob)
+    from .bayes.versions import SpeculativeVersionEffectModel, version_effect_prior_sd
+
+    config = {**SpeculativeVersionEffectModel.default_config, **fit.model_config}
+    prior_population, prior_setup = version_effect_prior_sd(config, len(base_setups))
+    population = {name: fit.draws(f"ratio_{name}_population") for name in COEFFICIENT_NAMES}
+    for name, draws in population.items():
+        parameters[name] = _identified(_ratio_entry(draws, rope, prob), draws,
+                                       prior_population)
     if len(base_setups) > 1:
         for name in COEFFICIENT_NAMES:
             draws = fit.draws(f"ratio_{name}")
             for j, base in enumerate(base_setups):
-                parameters[f"{name}[{base}]"] = _ratio_entry(draws[:, j], rope, prob)
+                parameters[f"{name}[{base}]"] = _identified(
+                    _ratio_entry(draws[:, j], rope, prob), draws[:, j], prior_setup)
+    tradeoffs = _tradeoffs(population)
     if has_dense:
         base_baselines = [str(b) for b in posterior["base_baseline"].values]
         if len(base_baselines) > 1:
@@ -623,11 +631,59 @@ def _compare_speculative_versions(fit, *, rope: float, prob: float) -> dict:
     for name in summary:
         by_verdict.setdefault(parameters[name]["verdict"], []).append(name)
     order = sorted(by_verdict, key=lambda v: (not v.startswith(("higher", "lower")),
-                                              v.startswith("uncertain"), v))
+                                              v.startswith("uncertain"),
+                                              v.startswith("not identified"), v))
+    flagged = {n for n in COEFFICIENT_NAMES
+               if parameters[n]["verdict"].startswith(("higher", "lower"))}
+    notes = []
+    for tradeoff in tradeoffs:
+        a, b = tradeoff["parameters"]
+        if {a, b} & flagged:
+            notes.append(f"{a} and {b} trade off (correlation {tradeoff['correlation']:+.2f}):"
+                         f" read them together with {a[:2].upper()}_sd")
     verdict = (f"{levels[1]} vs {levels[0]}: "
                + "; ".join(f"{', '.join(by_verdict[v])} {v}" for v in order)
                + f" (population effects over {len(base_setups)} SD setup(s); C1, C2 of the "
-               + ("dense baseline)" if has_dense else "SD configurations)"))
+               + ("dense baseline)" if has_dense else "SD configurations)")
+               + "".join(f"; {note}" for note in notes))
     return {"parameters": parameters, "verdict": verdict, "shared_groups": len(pairs),
             "setups": len(base_setups), "headline": "dense" if has_dense else "sd",
+            "tradeoffs": tradeoffs,
             "a": levels[0], "b": levels[1], "rope": rope, "prob": prob}
+
+
+# Below this share of the prior variance removed by the data, a version effect's
+# posterior is mostly its prior: "uncertain: collect more data" would mislead, since
+# more sweeps of the same design do not separate it (c1p at one (prefill, decode) pair).
+IDENTIFIED_CONTRACTION = 0.5
+# Log effects this anti-correlated are separated by the design only through their sum
+# (c2p vs c2v at one decode length): a flag on one alone is half the story.
+TRADEOFF_CORRELATION = -0.7
+
+
+def _identified(entry: dict, ratio: np.ndarray, prior_sd: float) -> dict:
+    """Add ``prior_contraction`` (1 - posterior/prior variance of the log effect) and,
+    when the data barely moved the prior, say so instead of asking for more data."""
+    contraction = 1.0 - float(np.var(np.log(ratio))) / prior_sd ** 2
+    entry["prior_contraction"] = contraction
+    if contraction < IDENTIFIED_CONTRACTION and entry["verdict"].startswith("uncertain"):
+        entry["verdict"] = ("not identified: the posterior is mostly the prior (more "
+                            "sweeps of this design will not separate it)")
+    return entry
+
+
+def _tradeoffs(population: dict) -> list[dict]:
+    """Pairs of same-side coefficients (c1*, c2*) whose log effects are strongly
+    anti-correlated in the posterior."""
+    names = list(population)
+    logs = np.log(np.stack([population[n] for n in names]))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        correlation = np.corrcoef(logs)
+    found = []
+    for i, a in enumerate(names):
+        for j in range(i + 1, len(names)):
+            b = names[j]
+            r = float(correlation[i, j])
+            if a[:2] == b[:2] and np.isfinite(r) and r <= TRADEOFF_CORRELATION:
+                found.append({"parameters": [a, b], "correlation": r})
+    return found

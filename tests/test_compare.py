@@ -9,7 +9,7 @@ import pytest
 
 from bayesspec.cli import main
 from bayesspec.data import prepare
-from bayesspec.decisions import compare_fits, compare_versions
+from bayesspec.decisions import COEFFICIENT_NAMES, compare_fits, compare_versions
 from bayesspec.errors import BadInput
 from bayesspec.inference import SamplerSettings
 from bayesspec.synthetic import generate_sweeps
@@ -157,6 +157,8 @@ def test_sd_compare_by_version_picks_the_speculative_variant(capsys, tmp_path):
         set(document["parameters"])
     assert {"ratio", "p_increase", "verdict"} <= set(document["parameters"]["c2v"])
     assert document["a"] == "0.13.0" and document["headline"] == "dense"
+    assert "prior_contraction" in document["parameters"]["c1p"]
+    assert isinstance(document["tradeoffs"], list)
     assert plot.stat().st_size > 10_000
     # a version present in only one of the two versions is refused
     one_sided = data.loc[~((data["engine_version"] == "0.14.0") & (data["k"] == 8))]
@@ -164,19 +166,42 @@ def test_sd_compare_by_version_picks_the_speculative_variant(capsys, tmp_path):
         SpeculativeVersionEffectModel().build(one_sided)
 
 
+def test_sd_verdict_names_unidentified_and_traded_off_effects():
+    from bayesspec.decisions import _identified, _ratio_entry, _tradeoffs
+
+    rng = np.random.default_rng(0)
+    prior_like = np.exp(rng.normal(0.0, 0.19, 4000))        # prior sd 0.2
+    entry = _identified(_ratio_entry(prior_like, 0.02, 0.9), prior_like, 0.2)
+    assert entry["verdict"].startswith("not identified") and entry["prior_contraction"] < 0.2
+    narrow = np.exp(rng.normal(0.0, 0.05, 4000))
+    entry = _identified(_ratio_entry(narrow, 0.02, 0.9), narrow, 0.2)
+    assert entry["verdict"].startswith("uncertain") and entry["prior_contraction"] > 0.9
+    # a flag is the posterior's to make, however wide
+    shifted = np.exp(rng.normal(0.5, 0.15, 4000))
+    entry = _identified(_ratio_entry(shifted, 0.02, 0.9), shifted, 0.2)
+    assert entry["verdict"].startswith("higher in B")
+    # c2p and c2v anti-correlated (separated only through their sum), c1v independent
+    common = rng.normal(0.0, 0.05, 4000)
+    draws = {"c1p": np.exp(rng.normal(0, 0.2, 4000)), "c1v": np.exp(common),
+             "c1d": np.exp(rng.normal(0, 0.01, 4000)), "c2p": np.exp(-3 * common),
+             "c2v": np.exp(common + rng.normal(0, 0.01, 4000)),
+             "c2d": np.exp(rng.normal(0, 0.1, 4000))}
+    found = _tradeoffs(draws)
+    assert [t["parameters"] for t in found] == [["c2p", "c2v"]]
+    assert found[0]["correlation"] < -0.9
+
+
 @pytest.fixture(scope="session")
-def sd_version_fits():
-    """Two-version SD fits: c2v raised 10%, and two runs of the same engine."""
+def sd_c2v_raised_fit():
+    """A two-version SD fit with c2v raised 10% in version B."""
     settings = SamplerSettings(draws=500, tune=500, chains=4, seed=11, progress=False)
     changed = prepare(sd_two_versions(61))
-    same = prepare(sd_two_versions(63, c2v_factor=1.0, labels=("run1", "run2")))
-    return (fit_same_design([changed], model="speculative_versions", settings=settings)[0],
-            fit_same_design([same], model="speculative_versions", settings=settings)[0])
+    return fit_same_design([changed], model="speculative_versions", settings=settings)[0]
 
 
 @pytest.mark.slow
-def test_sd_version_effect_on_c2v_is_flagged_and_others_are_not(sd_version_fits):
-    changed, _ = sd_version_fits
+def test_sd_version_effect_on_c2v_is_flagged_and_others_are_not(sd_c2v_raised_fit):
+    changed = sd_c2v_raised_fit
     diag = changed.diagnostics
     assert diag["divergences"] == 0 and diag["rhat_max"] <= 1.01
     document = compare_versions(changed)
@@ -193,24 +218,51 @@ def test_sd_version_effect_on_c2v_is_flagged_and_others_are_not(sd_version_fits)
     assert document["parameters"]["C2_sd"]["p_increase"] >= 0.95
 
 
+SAME_ENGINE_SEEDS = tuple(range(63, 95, 2))      # 16 pairs
+WELL_MEASURED = ("C1", "C2", "C1_sd", "C2_sd", "c1v", "c1d")
+
+
+@pytest.fixture(scope="session")
+def sd_same_engine_replicates():
+    """Same-engine pairs over seeds: one pair is one draw of the false-flag rate."""
+    settings = SamplerSettings(draws=500, tune=500, chains=2, seed=11, progress=False)
+    datasets = [prepare(sd_two_versions(seed, c2v_factor=1.0, labels=("run1", "run2")))
+                for seed in SAME_ENGINE_SEEDS]
+    return fit_same_design(datasets, model="speculative_versions", settings=settings)
+
+
+def _flagged(entry):
+    return entry["p_practically_higher"] >= 0.95 or entry["p_practically_lower"] >= 0.95
+
+
 @pytest.mark.slow
-@pytest.mark.xfail(reason="measured (one run, seed 63): c2p 0.88 [0.80, 0.97] and c2v 1.056 "
-                          "[1.025, 1.089] both flagged while C2_sd is 1.008 [0.998, 1.018]: "
-                          "the c2p/c2v split of the version effect is traded off at a single "
-                          "(prefill, decode) pair; not yet known whether this is chance or "
-                          "miscalibration (needs replicates)", strict=False)
-def test_sd_two_runs_of_the_same_engine_show_no_difference(sd_version_fits):
-    _, same = sd_version_fits
-    assert same.diagnostics["divergences"] == 0
-    document = compare_versions(same)
-    for name, entry in document["parameters"].items():
-        print(f"{name:6s} {entry['ratio']['median']:.4f} [{entry['ratio']['lo']:.4f}, "
-              f"{entry['ratio']['hi']:.4f}] {entry['verdict']}")
-    flagged = [name for name, entry in document["parameters"].items()
-               if entry["p_practically_higher"] >= 0.95 or entry["p_practically_lower"] >= 0.95]
-    # Ten headline ratios at a 95% level: the weakly identified c1p, c2p, c2d may flag by
-    # chance (measured: c2p at 0.966 in one run), the well-measured ones must not.
-    assert len(flagged) <= 1, flagged
-    assert not set(flagged) & {"C1", "C2", "C1_sd", "C2_sd", "c1v", "c1d", "c2v"}
-    # the well-measured costs are positively equivalent, not just unflagged
-    assert "equivalent" in document["parameters"]["C1_sd"]["verdict"]
+def test_sd_same_engine_replicates_show_no_difference(sd_same_engine_replicates):
+    """Issue 7: two runs of the same engine show no difference in at least 80% of cases.
+
+    Measured (16 pairs): 14 flag nothing; 63 and 81 flag c2p and c2v together (traded
+    off, C2_sd equivalent; seed 63: c2p 0.88 [0.80, 0.97], c2v 1.056 [1.025, 1.089],
+    C2_sd 1.008 [0.998, 1.018], and fitted alone its second run's c2v is 3.6 posterior
+    sd from the truth, a tail draw). Over 68 pairs the six well-measured ratios never
+    flagged; c2v was flagged in 2, c2p in 3, c2d in 2.
+    """
+    documents = []
+    for fit in sd_same_engine_replicates:
+        assert fit.diagnostics["divergences"] == 0
+        assert fit.diagnostics["rhat_max"] <= 1.05
+        documents.append(compare_versions(fit))
+    names = ("C1", "C2", "C1_sd", "C2_sd") + COEFFICIENT_NAMES
+    flagged = [[n for n in names if _flagged(d["parameters"][n])] for d in documents]
+    print(dict(zip(SAME_ENGINE_SEEDS, flagged)))
+    assert np.mean([not f for f in flagged]) >= 0.8
+    assert not {n for f in flagged for n in f} & set(WELL_MEASURED)
+    assert all("equivalent" in d["parameters"]["C1_sd"]["verdict"] for d in documents)
+    # calibration, not just silence: the 90% intervals of the identified ratios cover
+    # the true 1 about 90% of the time (over-confident intervals would fail this)
+    covered = [d["parameters"][n]["ratio"]["lo"] <= 1.0 <= d["parameters"][n]["ratio"]["hi"]
+               for d in documents for n in ("C1_sd", "C2_sd", "c1v", "c1d", "c2p", "c2v")]
+    assert np.mean(covered) >= 0.75
+    # a flag on one of a traded-off pair is reported with its partner
+    for d, f in zip(documents, flagged):
+        if {"c2p", "c2v"} & set(f) and any(t["parameters"] == ["c2p", "c2v"]
+                                            for t in d["tradeoffs"]):
+            assert "c2p and c2v trade off" in d["verdict"]

@@ -131,6 +131,17 @@ def version_effect(name: str, size: int, dim: str, cfg: dict):
     return effect
 
 
+def version_effect_prior_sd(cfg: dict, size: int) -> tuple[float, float]:
+    """Prior sd of the population log effect and of one entry's, as
+    :func:`version_effect` builds them: with fewer than three entries each has its own
+    N(0, scale) and the population is their mean; otherwise a N(0, scale) mean plus a
+    HalfNormal(spread) deviation, whose prior second moment is spread^2."""
+    scale, spread = float(cfg["effect_scale"]), float(cfg["effect_spread_scale"])
+    if size < 3:
+        return scale / np.sqrt(size), scale
+    return scale, float(np.hypot(scale, spread))
+
+
 def _smooth_max(log_values, mask, sharp: float = 40.0):
     """Row-wise log-sum-exp maximum (bounds the maximum from above, no kink)."""
     masked = pt.where(mask, log_values, -np.inf)
