@@ -102,6 +102,14 @@ def moe_latency_expr(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request=1.0, *,
         c1, c2 = moe_costs_expr(coverage(latency), c1u, c1s, c2u, c2s)
         return latency_expr(rps, c1, c2)
 
+    # rhs is increasing in L, so the least fixed point lies between rhs(0) (coverage of
+    # the offset alone) and the fully covered latency: Newton steps are kept inside that
+    # bracket. Unbracketed, a step from far off could land below zero when C1s >> C1u
+    # (0.14% of broad prior draws, measured), and the log-likelihood became NaN.
+    lowest = rhs(0.0 * rps)
+    full_free = 1.0 - rps * (c2u + c2s)
+    highest = xp.where(full_free > 0, (c1u + c1s) / xp.where(full_free > 0, full_free, 1.0),
+                       np.inf)
     latency = latency_expr(rps, c1u, c2u) if start is None else start
     for _ in range(iterations):
         latency = rhs(latency)
@@ -113,6 +121,7 @@ def moe_latency_expr(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request=1.0, *,
         # d rhs / dL for rhs = c1/free: (c1' free + c1 rps c2') / free^2
         slope = (dphi * c1s * free + c1 * rps * dphi * c2s) / free**2
         latency = latency - (latency - c1 / free) / (1.0 - slope)
+        latency = xp.minimum(xp.maximum(latency, lowest), highest)
     return latency
 
 

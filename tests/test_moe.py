@@ -108,12 +108,6 @@ def moe_truth():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason="issue 6 open: measured 2026-11-30, coverage C1u 0.98, C1s 0.89, "
-                          "C2u 0.97, C2s 0.97 and a few replicates with divergences; "
-                          "2026-12-01, moe v1 first 5 replicates: divergences 500/0/3/1/0, "
-                          "R-hat max up to 1.61; moe v2 (C1u pooled, C1s = C1u*exp(z)): "
-                          "R-hat max 1.014-1.016 but still 0/1/3 divergences in the first 3",
-                   strict=False)
 def test_split_costs_are_recovered_with_calibrated_intervals():
     """20 replicates of equation-generated MoE sweeps: 90% intervals cover C1u, C1s,
     C2u, C2s in 80-97% of the 120 (replicate, group) cases, with no divergences."""
@@ -126,9 +120,11 @@ def test_split_costs_are_recovered_with_calibrated_intervals():
                                 settings=SamplerSettings(draws=500, tune=500, chains=4,
                                                          progress=False))
     coverage = result.groupby("parameter")["covers"].mean()
-    print(coverage.to_dict())
+    per_replicate = result.groupby("replicate")[["divergences", "rhat_max"]].first()
+    print(coverage.to_dict(), per_replicate.to_dict("list"))
     assert ((coverage >= 0.80) & (coverage <= 0.97)).all(), coverage.to_dict()
-    assert (result["divergences"] == 0).all()
+    assert (per_replicate["divergences"] == 0).all(), per_replicate.to_dict("list")
+    assert (per_replicate["rhat_max"] < 1.05).all(), per_replicate.to_dict("list")
 
 
 def mock_fit(model_obj, data, draws=40):
@@ -154,23 +150,37 @@ def split_fit(moe_data):
     return mock_fit(SpeculativeLatencyModel(), moe_data)
 
 
-def direct_split_latency(fit, s, alpha, k, rps):
-    """Eq. (3) -> split by the setup's shares -> eq. (4), written out from the draws."""
+def draws_of(fit, name, *args, **kwargs):
+    """``fit.draws``, memoised on the fit: the scalar references below ask for the same
+    draws thousands of times, and stacking them each time was most of the test time."""
+    cache = fit.__dict__.setdefault("_test_draws", {})
+    key = (name, args, tuple(sorted(kwargs.items())))
+    if key not in cache:
+        cache[key] = fit.draws(name, *args, **kwargs)
+    return cache[key]
+
+
+def direct_split_latency(fit, s, alpha, k, rps, draws=slice(None)):
+    """Eq. (3) -> split by the setup's shares -> eq. (4), written out from the draws
+    (``draws``: a subset, so that the scalar references solve one draw, not all)."""
     setup = fit.setups.iloc[s]
-    c = {n: fit.draws(n, setup=s)[:, None] for n in ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")}
+    c = {n: draws_of(fit, n, setup=s)[draws, None]
+         for n in ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")}
     c1, c2 = laws.effective_costs(alpha, k, float(setup["decode_tokens"]), c["c1p"], c["c1v"],
                                   c["c1d"], c["c2p"], c["c2v"], c["c2d"])
-    s1, s2 = fit.draws("share_C1s", setup=s)[:, None], fit.draws("share_C2s", setup=s)[:, None]
+    s1 = draws_of(fit, "share_C1s", setup=s)[draws, None]
+    s2 = draws_of(fit, "share_C2s", setup=s)[draws, None]
     return laws.moe_latency(rps, c1 * (1 - s1), c1 * s1, c2 * (1 - s2), c2 * s2,
                             float(setup["experts_active"]), float(setup["experts_total"]),
                             k + 1.0)
 
 
-def direct_dense_latency(fit, s, rps):
+def direct_dense_latency(fit, s, rps, draws=slice(None)):
     setup = fit.setups.iloc[s]
-    c1, c2 = fit.draws("C1_dense", setup=s)[:, None], fit.draws("C2_dense", setup=s)[:, None]
-    s1 = fit.draws("share_C1s_dense", setup=s)[:, None]
-    s2 = fit.draws("share_C2s_dense", setup=s)[:, None]
+    c1 = draws_of(fit, "C1_dense", setup=s)[draws, None]
+    c2 = draws_of(fit, "C2_dense", setup=s)[draws, None]
+    s1 = draws_of(fit, "share_C1s_dense", setup=s)[draws, None]
+    s2 = draws_of(fit, "share_C2s_dense", setup=s)[draws, None]
     return laws.moe_latency(rps, c1 * (1 - s1), c1 * s1, c2 * (1 - s2), c2 * s2,
                             float(setup["experts_active"]), float(setup["experts_total"]), 1.0)
 
@@ -221,10 +231,10 @@ def test_split_model_records_the_split_and_decisions_use_eq4(split_fit):
     ceiling = np.minimum(1 / fit.draws("C2_dense", setup=s), 1 / c2_sd)
     for d in range(12):
         def l_sd(r, d=d):
-            return direct_split_latency(fit, s, alpha, k, r)[d]
+            return direct_split_latency(fit, s, alpha, k, r, [d])[0]
 
         def l_dense(r, d=d):
-            return direct_dense_latency(fit, s, r)[d]
+            return direct_dense_latency(fit, s, r, [d])[0]
         reference = scalar_first_crossing(l_sd, l_dense, ceiling[d])
         if np.isnan(reference):
             assert np.isnan(star[d])
@@ -272,8 +282,8 @@ def test_moe_fit_speedup_and_crossover_per_configuration(moe_data):
         mask &= (groups["verifier"] == "Qwen3-30B-A3B") & (groups["prefill_tokens"] == 1024)
         pick[name] = int(np.flatnonzero(mask)[0])
 
-    def direct(g, rps):
-        parts = [fit.draws(n, g)[:, None] for n in ("C1u", "C1s", "C2u", "C2s")]
+    def direct(g, rps, draws=slice(None)):
+        parts = [draws_of(fit, n, g)[draws, None] for n in ("C1u", "C1s", "C2u", "C2s")]
         return laws.moe_latency(rps, *parts, 8, 128, float(groups["tokens_per_request"][g]),
                                 token_offset=1.0)
 
@@ -288,8 +298,8 @@ def test_moe_fit_speedup_and_crossover_per_configuration(moe_data):
     star = costs.crossover_draws(0.8, 3)
     ceiling = np.minimum(1 / fit.draws("C2", pick["dense"]), 1 / fit.draws("C2", pick["sd"]))
     for d in range(8):
-        reference = scalar_first_crossing(lambda r, d=d: direct(pick["sd"], r)[d],
-                                          lambda r, d=d: direct(pick["dense"], r)[d],
+        reference = scalar_first_crossing(lambda r, d=d: direct(pick["sd"], r, [d])[0],
+                                          lambda r, d=d: direct(pick["dense"], r, [d])[0],
                                           ceiling[d])
         assert (np.isnan(star[d]) and np.isnan(reference)) or \
             star[d] == pytest.approx(reference, rel=1e-6)
@@ -328,3 +338,58 @@ def test_cli_decision_verbs_on_moe_fits(tmp_path, capsys, moe_data, split_fit):
     assert "k* needs the speculative model" in capsys.readouterr().err
     assert main(["predict", str(moe_path), "--rps", "1,2", *group, "--k", "0", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["points"]) == 2
+
+
+def test_hierarchical_model_on_moe_data_has_a_finite_density(moe_data):
+    """The hierarchical model inherits the split; its trends can put a point past the
+    fully covered saturation rate, where eq. (4) has no fixed point. Without the
+    utilisation cap inside the split the log-density was NaN at the initial point and at
+    a third of the prior draws of the bundled MoE data."""
+    from bayesspec.bayes import get_model_class
+
+    model_obj = get_model_class("hierarchical")()
+    model = model_obj.build(moe_data)
+    groups = model_obj.inputs.groups
+    assert groups["moe_split"].all() and {"C1u", "C2s"} <= set(model.named_vars)
+    assert np.isfinite(model.point_logps()["log_latency"])
+    with model:
+        prior = pm.sample_prior_predictive(draws=200, random_seed=1)
+    simulated = prior["prior_predictive"]["log_latency"].values.reshape(200, -1)
+    # the in-graph solve (4 fixed-point + 6 Newton steps) misses the least fixed point
+    # only where the prior puts C1s at ten times C1u and more: rare, never near data
+    assert np.isnan(simulated).mean() < 0.01
+    observed = np.log(model_obj.inputs.rows["latency_mean_s"].to_numpy())
+    inside = (np.nanquantile(simulated, 0.01, axis=0) <= observed) & \
+        (observed <= np.nanquantile(simulated, 0.99, axis=0))
+    assert inside.mean() > 0.95
+
+
+@pytest.mark.slow
+def test_hierarchical_fit_on_moe_data_follows_the_low_load_bend(moe_data):
+    """The split inside the hierarchical model, fitted: R^2 on the low-load half of each
+    sweep (the paper's measure, pooled per verifier) >= 0.97, no divergences.
+    Measured 2026-12-01 (these settings, two busy cores): 322 s, R^2 0.992 (Qwen3-30B-A3B)
+    and 0.995 (gpt-oss-20b), 0 divergences, R-hat max 1.11 (100 draws: a smoke test of
+    the MoE path, not of convergence)."""
+    from bayesspec.checks import r_squared
+    from bayesspec.data import included
+    from bayesspec.decisions import group_latency_draws
+    from bayesspec.inference import SamplerSettings
+    from bayesspec.workflow import fit
+
+    result = fit(moe_data, "hierarchical",
+                 settings=SamplerSettings(draws=100, tune=300, chains=2, seed=1,
+                                          progress=False))
+    assert {"C1u", "C1s", "share_C1s", "share_C2s_dense"} <= set(result.posterior)
+    observed, predicted = {}, {}
+    labels = list(result.groups["label"])
+    for label, sweep in included(result.data).groupby("group"):
+        low = sweep[sweep["rps"] <= sweep["rps"].median()]
+        curve = group_latency_draws(result, labels.index(label), low["rps"].to_numpy())
+        verifier = sweep["verifier"].iloc[0]
+        observed.setdefault(verifier, []).extend(low["latency_mean_s"])
+        predicted.setdefault(verifier, []).extend(curve.mean(axis=0))
+    r2 = {v: r_squared(observed[v], predicted[v]) for v in observed}
+    print(r2, result.diagnostics)
+    assert len(r2) == 2 and min(r2.values()) >= 0.97, r2
+    assert result.diagnostics["divergences"] == 0

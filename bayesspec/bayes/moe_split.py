@@ -36,7 +36,7 @@ import pytensor.tensor as pt
 from ..errors import BadInput
 from ..laws import expert_coverage_expr, moe_latency_expr
 from .moe import MoELatencyModel, tokens_per_request
-from .priors import latency_likelihood
+from .priors import latency_likelihood, soft_utilisation_cap
 
 SPLIT_MODES = ("auto", "never")
 # The in-graph solve of the moe model: exact to 1e-13 from the phi = 0 start.
@@ -134,10 +134,22 @@ def split_likelihood(c1, c2, cfg: dict, data: dict, inputs):
     tpr = pt.as_tensor_variable(groups["tokens_per_request"].to_numpy(float))
     offset = float(cfg["moe_token_offset"])
     g, rps = data["group_index"], data["rps"]
-    mean_latency = moe_latency_expr(rps, c1u[g], c1s[g], c2u[g], c2s[g], m[g], M[g], tpr[g],
-                                    token_offset=offset, xp=pt, iterations=FIXED_POINT_STEPS,
-                                    newton_steps=NEWTON_STEPS)
+    c2u_point, c2s_point = c2u[g], c2s[g]
+    if data.get("cap_utilisation", False):
+        # Models whose C2 comes from trends (hierarchical) can put a point past the fully
+        # covered saturation rate, where eq. (4) has no fixed point (the solve gives a
+        # negative or NaN latency: a NaN log-density at a third of the prior draws of the
+        # bundled MoE data). Capping the fully covered C2 and scaling both parts by the
+        # same factor keeps every phi's C2 below the pole; the cap is applied here, once,
+        # so the likelihood's noise term sees the same C2 as the mean.
+        full = c2u_point + c2s_point
+        scale = soft_utilisation_cap(rps, full) / full
+        c2u_point, c2s_point = c2u_point * scale, c2s_point * scale
+        data = {**data, "cap_utilisation": False}
+    mean_latency = moe_latency_expr(rps, c1u[g], c1s[g], c2u_point, c2s_point, m[g], M[g],
+                                    tpr[g], token_offset=offset, xp=pt,
+                                    iterations=FIXED_POINT_STEPS, newton_steps=NEWTON_STEPS)
     phi = expert_coverage_expr(offset + rps * mean_latency * tpr[g], m[g], M[g], xp=pt)
     zero_load_c1 = c1u + expert_coverage_expr(offset, m, M, xp=pt) * c1s
     return latency_likelihood(zero_load_c1, c2, cfg, data, mean_latency=mean_latency,
-                              c2_point=c2u[g] + phi * c2s[g])
+                              c2_point=c2u_point + phi * c2s_point)
