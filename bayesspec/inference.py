@@ -25,7 +25,7 @@ ESS_LIMIT = 400
 @dataclass
 class SamplerSettings:
     draws: int = 1000
-    tune: int = 1000
+    tune: int | None = 1000   # None: the model's default_tune
     chains: int = 2
     seed: int | None = None
     progress: bool = True
@@ -34,16 +34,23 @@ class SamplerSettings:
     target_accept: float | None = None
     # nutpie mass-matrix adaptation: "diag" or "low_rank" (None: the model's default).
     adaptation: str | None = None
+    # Chain starts: "jitter" (nutpie's: the prior's support point, jittered) or
+    # "optimised" (see optimised_starts). None: the model's default.
+    init: str | None = None
 
 
 def settings_for(latency_model, settings: SamplerSettings) -> SamplerSettings:
-    """Fill the settings a user left to the model (target_accept, adaptation)."""
+    """Fill the settings a user left to the model (tune, target_accept, adaptation)."""
     from dataclasses import replace
 
+    if settings.tune is None:
+        settings = replace(settings, tune=latency_model.default_tune)
     if settings.target_accept is None:
         settings = replace(settings, target_accept=latency_model.target_accept)
     if settings.adaptation is None:
         settings = replace(settings, adaptation=latency_model.adaptation)
+    if settings.init is None:
+        settings = replace(settings, init=getattr(latency_model, "init", "jitter"))
     return settings
 
 
@@ -70,6 +77,8 @@ def sample_compiled(compiled, settings: SamplerSettings,
 
     if data:
         compiled = compiled.with_data(**data)
+    if settings.init == "optimised":
+        compiled = with_optimised_starts(compiled, settings)
     started = time.perf_counter()
     _log(f"sampling {settings.chains} chains x ({settings.tune} tune + {settings.draws} "
          f"draws)...", settings.progress)
@@ -81,6 +90,86 @@ def sample_compiled(compiled, settings: SamplerSettings,
                          adaptation=settings.adaptation or "diag")
     _log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
     return tree
+
+
+def log_density(compiled):
+    """``f(x) -> (logp, gradient)`` at an unconstrained point: the very function nutpie
+    samples (its compiled numba callback, with the model's current data), so no second
+    compilation. A point where it fails or is not finite gives (-inf, zeros)."""
+    import ctypes
+
+    callback = compiled.compiled_logp_func.ctypes
+    n = compiled.n_dim
+    user_data = ctypes.c_void_p(compiled.user_data.ctypes.data)
+    double_p = ctypes.POINTER(ctypes.c_double)
+
+    def f(x):
+        x = np.ascontiguousarray(x, dtype=float)
+        gradient, logp = np.zeros(n), np.zeros(1)
+        code = callback(n, x.ctypes.data_as(double_p), gradient.ctypes.data_as(double_p),
+                        logp.ctypes.data_as(double_p), user_data)
+        if code != 0 or not np.isfinite(logp[0]):
+            return -np.inf, np.zeros(n)
+        return float(logp[0]), gradient
+    return f
+
+
+def optimised_starts(compiled, seed: int | None, candidates: int = 8, keep: int = 4,
+                     max_iterations: int = 300) -> list[np.ndarray]:
+    """Chain starts near the posterior's mode(s): ``candidates`` of nutpie's own jittered
+    starts, the ``keep`` with the highest density each climbed by L-BFGS, best first.
+
+    Why: with broad priors a jittered start can land where the model misfits the data
+    (a design pushed past saturation, the noise scale inflated to explain it) and a
+    chain can spend the whole run in that local mode. Measured on the hierarchical SBC
+    design: 4 of the first 31 simulations had one chain stuck so (R-hat 1.83-1.85);
+    started here, the same simulations gave R-hat 1.020 and 1.009. The climbs start from
+    different points, so chains still start apart when the posterior has several modes,
+    and R-hat still sees them.
+    """
+    from scipy import optimize
+    from threadpoolctl import threadpool_limits
+
+    f = log_density(compiled)
+    rng = np.random.default_rng(seed)
+    points = [np.asarray(compiled.initial_point_func(int(s)), dtype=float)
+              for s in rng.integers(0, 2**31, candidates)]
+    values = np.array([f(x)[0] for x in points])
+    order = [i for i in np.argsort(-values) if np.isfinite(values[i])][:keep]
+    climbed = []
+    for i in order:
+        # One BLAS thread: L-BFGS on a few hundred dimensions is tiny work, and threads
+        # fighting over 2 busy cores made it 40x slower (16.6 s vs 0.45 s, measured).
+        with threadpool_limits(1):
+            result = optimize.minimize(lambda x: tuple(-v for v in f(x)), points[i],
+                                       jac=True, method="L-BFGS-B",
+                                       options={"maxiter": max_iterations})
+        best = result.x if np.isfinite(result.fun) and -result.fun >= values[i] else points[i]
+        climbed.append((f(best)[0], best))
+    climbed.sort(key=lambda item: -item[0])
+    return [x for _, x in climbed] or points[:1]
+
+
+def with_optimised_starts(compiled, settings: SamplerSettings):
+    """The compiled model with chain c starting at the c-th optimised start (cycling),
+    jittered by +-0.1 on the unconstrained scale."""
+    import dataclasses
+    import itertools
+    import threading
+
+    starts = optimised_starts(compiled, settings.seed)
+    _log(f"started {settings.chains} chains from {len(starts)} optimised points",
+         settings.progress)
+    turn, lock = itertools.count(), threading.Lock()
+
+    def initial_point(seed):
+        with lock:
+            index = next(turn)
+        jitter = np.random.default_rng([index, int(seed) % 2**32]).uniform(
+            -0.1, 0.1, len(starts[0]))
+        return starts[index % len(starts)] + jitter
+
+    return dataclasses.replace(compiled, initial_point_func=initial_point)
 
 
 def sample_model(pm_model, settings: SamplerSettings) -> xr.DataTree:

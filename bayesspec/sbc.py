@@ -41,6 +41,10 @@ from .errors import BadInput
 LEVEL = 0.01
 BAND_PROB = 0.99
 DEFAULT_THIN_TO = 100
+# A sweep whose slowest point is 20x its fastest runs at 95% utilisation or more; real
+# load tests stop before that (see plausible_sweeps).
+MAX_LATENCY_RATIO = 20.0
+MAX_DRAW_ROUNDS = 20
 
 
 # --------------------------------------------------------------------------- designs
@@ -213,6 +217,69 @@ def coefficient_table(prior, variables: list[str]):
     return names, owners, np.asarray(elements), np.column_stack(columns), duplicates
 
 
+def plausible_sweeps(log_latency: np.ndarray, group_index: np.ndarray,
+                     max_ratio: float | None) -> np.ndarray:
+    """Which simulated data sets (rows of ``log_latency``, one column per point) look like
+    a load test someone would run: every latency finite and, within every sweep, the
+    slowest point at most ``max_ratio`` times the fastest.
+
+    The rule reads the simulated data only, never the parameters, so keeping only the
+    data sets it accepts leaves SBC valid: for an accepted data set y the posterior is
+    p(theta | y) whether or not the rule was applied, hence ranks stay uniform (the
+    prior the ranks are checked against is the prior conditioned on plausible data).
+    What it removes are draws whose rates push a fixed design deep into saturation
+    (latencies hundreds of times the zero-load value), which no real sweep contains
+    and whose posteriors are a different computational problem from the one users meet.
+    """
+    finite = np.isfinite(log_latency).all(axis=1)
+    if max_ratio is None:
+        return finite
+    spread = np.zeros(len(log_latency))
+    safe = np.where(np.isfinite(log_latency), log_latency, 0.0)
+    for g in np.unique(group_index):
+        member = safe[:, group_index == g]
+        spread = np.maximum(spread, member.max(axis=1) - member.min(axis=1))
+    return finite & (spread <= np.log(max_ratio))
+
+
+def _draw_simulations(pm_model, observed, variables, simulations, seed, latency_rv,
+                      group_index, max_latency_ratio, progress):
+    """``simulations`` prior draws (truth and simulated observations) whose data pass
+    :func:`plausible_sweeps`, drawing further rounds as needed, and the number drawn."""
+    import pymc as pm
+
+    kept_truth, kept_data, drawn, set_aside = [], {rv: [] for rv in observed}, 0, 0
+    for round_number in range(MAX_DRAW_ROUNDS):
+        _log(f"sbc: drawing {simulations} parameter and data sets from the prior", progress)
+        random_seed = seed if round_number == 0 else np.random.default_rng([seed, round_number])
+        tree = pm.sample_prior_predictive(draws=simulations, model=pm_model,
+                                          random_seed=random_seed)
+        names, owners, elements, truth, duplicates = coefficient_table(tree["prior"],
+                                                                       variables)
+        data = {rv: _flat(tree["prior_predictive"], rv) for rv in observed}
+        keep = (plausible_sweeps(data[latency_rv], group_index, max_latency_ratio)
+                if latency_rv else np.ones(simulations, dtype=bool))
+        drawn += simulations
+        set_aside += int((~keep).sum())
+        kept_truth.append(truth[keep])
+        for rv in observed:
+            kept_data[rv].append(data[rv][keep])
+        have = sum(len(t) for t in kept_truth)
+        if keep.sum() < simulations:
+            _log(f"sbc: {simulations - keep.sum()} of {simulations} simulated data sets set "
+                 f"aside (a sweep spans more than {max_latency_ratio}x in latency)", progress)
+        if have >= simulations:
+            break
+    else:
+        raise BadInput(f"only {have} of {drawn} prior draws gave plausible sweeps (slowest "
+                       f"point at most {max_latency_ratio}x the fastest); the design's rates "
+                       "are far outside what the prior expects (raise --max-latency-ratio or "
+                       "lower the rates)", column="--max-latency-ratio")
+    truth = np.vstack(kept_truth)[:simulations]
+    simulated = {rv: np.vstack(kept_data[rv])[:simulations] for rv in observed}
+    return names, owners, elements, truth, duplicates, simulated, (drawn, set_aside)
+
+
 # --------------------------------------------------------------------------- statistics
 
 def thin_indices(draws: int, chains: int, thin_to: int) -> tuple[int, np.ndarray]:
@@ -352,6 +419,9 @@ class SBCResult:
     duplicates: dict = field(default_factory=dict)
     level: float = LEVEL
     simulations: int = 0         # requested
+    prior_draws: int = 0         # drawn from the prior to find them
+    set_aside: int = 0           # of those, data sets failing plausible_sweeps
+    max_latency_ratio: float | None = None
     compile_s: float = 0.0
     wall_time_s: float = 0.0
 
@@ -376,6 +446,13 @@ class SBCResult:
             "design": self.design,
             "simulations": self.simulations,
             "simulations_used": int(len(self.ranks)),
+            "prior_draws": self.prior_draws,
+            "set_aside_implausible": self.set_aside,
+            "max_latency_ratio": self.max_latency_ratio,
+            "plausibility_rule": "simulated data sets with a sweep whose slowest point "
+                                 "exceeds max_latency_ratio x its fastest are replaced by "
+                                 "further prior draws (a rule on the data only: ranks stay "
+                                 "uniform under the prior conditioned on plausible data)",
             "non_finite": sims.loc[sims["status"] == "non-finite", "simulation"].tolist(),
             "failed": sims.loc[sims["status"] == "failed", "simulation"].tolist(),
             "settings": self.settings,
@@ -421,38 +498,41 @@ def _log(message: str, enabled: bool) -> None:
 def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | None = None,
             simulations: int = 100, settings=None, seed: int = 0,
             thin_to: int = DEFAULT_THIN_TO, bins: int | None = None, level: float = LEVEL,
-            variables: list[str] | None = None, progress: bool = True) -> SBCResult:
+            variables: list[str] | None = None,
+            max_latency_ratio: float | None = MAX_LATENCY_RATIO,
+            progress: bool = True) -> SBCResult:
     """SBC of ``model`` on the design ``data`` (a tidy table; its latencies only set the
     data-dependent prior constants and are otherwise replaced by simulations).
 
     ``variables``: the model variables to rank (default ``C1``, ``C2`` and the model's
     ``posterior_variables()``). ``settings``: a ``SamplerSettings`` (seed ignored: each
-    simulation gets ``seed + 1 + i``).
+    simulation gets ``seed + 1 + i``; tune, target_accept and adaptation left unset take
+    the model's defaults, the settings its fits use). ``max_latency_ratio``: simulated
+    data sets with a sweep whose slowest point is more than this many times its fastest
+    are set aside and replaced by further prior draws (None: keep all); see
+    :func:`plausible_sweeps`.
     """
-    import pymc as pm
 
     from .bayes import get_model_class
-    from .inference import SamplerSettings, compile_model, diagnostics, sample_compiled
+    from .inference import (SamplerSettings, compile_model, diagnostics, sample_compiled,
+                            settings_for)
 
     if simulations < 2:
         raise BadInput(f"need at least 2 simulations, got {simulations}",
                        column="--simulations")
     started = time.perf_counter()
     latency_model = get_model_class(model)(config)
-    settings = settings or SamplerSettings(draws=500, tune=500, chains=2)
-    settings = replace(settings, progress=False,
-                       target_accept=settings.target_accept or latency_model.target_accept)
+    settings = settings or SamplerSettings(draws=500, tune=None, chains=2)
+    settings = replace(settings_for(latency_model, settings), progress=False)
     pm_model, observed = swappable_observations(latency_model.build(data))
     variables = variables or ["C1", "C2"] + latency_model.posterior_variables()
     variables = [v for v in dict.fromkeys(variables)
                  if v in pm_model.named_vars and v not in observed]
 
-    _log(f"sbc: drawing {simulations} parameter and data sets from the prior", progress)
-    prior_tree = pm.sample_prior_predictive(draws=simulations, model=pm_model,
-                                            random_seed=seed)
-    names, owners, elements, truth, duplicates = coefficient_table(prior_tree["prior"],
-                                                                   variables)
-    simulated = {rv: _flat(prior_tree["prior_predictive"], rv) for rv in observed}
+    latency_rv = "log_latency" if "log_latency" in observed else None
+    names, owners, elements, truth, duplicates, simulated, (drawn, set_aside) = _draw_simulations(
+        pm_model, observed, variables, simulations, seed, latency_rv,
+        latency_model.inputs.group_index, max_latency_ratio, progress)
     templates = {rv: np.asarray(_shared_source(pm_model.rvs_to_values[pm_model[rv]])
                                 .get_value()) for rv in observed}
 
@@ -513,11 +593,13 @@ def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | No
         p_ecdf=band.p_values(ranks), outside_band=band.outside(ranks),
         per_simulation=per_simulation,
         settings={"draws": settings.draws, "tune": settings.tune, "chains": settings.chains,
-                  "target_accept": settings.target_accept, "seed": seed, "thin": step,
+                  "target_accept": settings.target_accept,
+                  "adaptation": settings.adaptation, "seed": seed, "thin": step,
                   "sampler": "nutpie"},
         design={"source": data.attrs.get("source_file", "<data>"), "points": len(rows),
                 "groups": len(latency_model.inputs.groups)},
         duplicates=duplicates, level=level, simulations=simulations,
+        prior_draws=drawn, set_aside=set_aside, max_latency_ratio=max_latency_ratio,
         compile_s=compile_s, wall_time_s=time.perf_counter() - started)
 
 
@@ -535,7 +617,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--simulations", type=int, default=100,
                         help="data sets drawn from the prior (default 100)")
     parser.add_argument("--draws", type=int, default=500, help="draws per chain (default 500)")
-    parser.add_argument("--tune", type=int, default=500, help="tuning steps (default 500)")
+    parser.add_argument("--tune", type=int, default=None,
+                        help="tuning steps (default: the model's, as in fit)")
     parser.add_argument("--chains", type=int, default=2, help="chains (default 2)")
     parser.add_argument("--target-accept", type=float, default=None,
                         help="NUTS target acceptance (default: the model's)")
@@ -545,6 +628,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--bins", type=int, default=None,
                         help="bins of the chi-square test (default: about 10 ranks per bin)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--max-latency-ratio", type=float, default=MAX_LATENCY_RATIO,
+                        help="set aside simulated data sets with a sweep whose slowest point "
+                             f"is more than this many times its fastest (default "
+                             f"{MAX_LATENCY_RATIO:g}; 0: keep all)")
     parser.add_argument("--max-rps", type=float, default=None,
                         help="treat points above this rate as saturated")
     parser.add_argument("--catalog", action="append", default=None,
@@ -580,10 +667,13 @@ def run(args) -> int:
     from .inference import SamplerSettings
 
     for name, low in (("simulations", 2), ("draws", 2), ("tune", 0), ("chains", 1),
-                      ("thin_to", 2)):
-        if getattr(args, name) < low:
+                      ("thin_to", 2), ("max_latency_ratio", 0)):
+        if getattr(args, name) is not None and getattr(args, name) < low:
             raise BadInput(f"must be >= {low}, got {getattr(args, name)}",
                            column=f"--{name.replace('_', '-')}")
+    if 0 < args.max_latency_ratio <= 1:
+        raise BadInput(f"must be > 1 (or 0 to keep all), got {args.max_latency_ratio}",
+                       column="--max-latency-ratio")
     if args.bins is not None and args.bins < 2:
         raise BadInput(f"must be >= 2, got {args.bins}", column="--bins")
     if args.target_accept is not None and not 0.5 <= args.target_accept < 1.0:
@@ -607,6 +697,7 @@ def run(args) -> int:
                                target_accept=args.target_accept, progress=False)
     result = run_sbc(data, args.model, config=config, simulations=args.simulations,
                      settings=settings, seed=args.seed, thin_to=args.thin_to, bins=args.bins,
+                     max_latency_ratio=args.max_latency_ratio or None,
                      progress=not args.quiet)
     document = result.document()
     plot = args.plot or (str(out / "sbc_ecdf.png") if out is not None else None)
@@ -647,6 +738,10 @@ def _print_summary(document: dict) -> None:
     lines.append(f"simulations with divergences: {diag['divergent_simulations']} "
                  f"({diag['divergences']} divergent transitions); R-hat > 1.01 in "
                  f"{diag['rhat_over_1.01']}")
+    if document["set_aside_implausible"]:
+        lines.append(f"set aside before sampling: {document['set_aside_implausible']} of "
+                     f"{document['prior_draws']} prior draws (a sweep spans more than "
+                     f"{document['max_latency_ratio']:g}x in latency)")
     if document["non_finite"] or document["failed"]:
         lines.append(f"non-finite simulated data: {len(document['non_finite'])}; sampler "
                      f"failures: {len(document['failed'])}")

@@ -73,6 +73,8 @@ class LatencyModel:
     target_accept: float = 0.9
     # nutpie mass-matrix adaptation ("diag" or "low_rank"), chosen by measurement.
     adaptation: str = "diag"
+    # Chain starts ("jitter" or "optimised", see inference.optimised_starts).
+    init: str = "jitter"
     # Tuning steps per chain when the user does not say (``bayesspec fit --tune``).
     default_tune: int = 1000
 
