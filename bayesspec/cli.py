@@ -160,7 +160,8 @@ def _check_prob(args) -> None:
 
 def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("sampler")
-    group.add_argument("--draws", type=int, default=1000, help="draws per chain (default 1000)")
+    group.add_argument("--draws", type=int, default=None,
+                       help="draws per chain (default: the model's, 1000; hierarchical 2000)")
     group.add_argument("--tune", type=int, default=None,
                        help="tuning steps per chain (default: the model's, 1000; "
                             "hierarchical 2000)")
@@ -184,12 +185,12 @@ def _settings(args):
     if args.target_accept is not None and not 0.5 <= args.target_accept < 1.0:
         raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
                        column="--target-accept")
-    tune = args.tune
-    if tune is None:
-        from .bayes import get_model_class
+    from .bayes import get_model_class
 
-        tune = get_model_class(getattr(args, "model", None) or "dense").default_tune
-    return SamplerSettings(draws=args.draws, tune=tune, chains=args.chains,
+    model_class = get_model_class(getattr(args, "model", None) or "dense")
+    tune = model_class.default_tune if args.tune is None else args.tune
+    draws = model_class.default_draws if args.draws is None else args.draws
+    return SamplerSettings(draws=draws, tune=tune, chains=args.chains,
                            seed=args.seed, progress=not args.quiet, sampler=args.sampler,
                            target_accept=args.target_accept)
 
@@ -617,7 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="extra folder of model/GPU cards (repeatable)")
     _add_sampler_options(check)
     _add_common(check)
-    check.set_defaults(handler=cmd_check, draws=1000, chains=2)
+    check.set_defaults(handler=cmd_check)
 
     compare_models = verbs.add_parser(
         "compare-models", help="PSIS-LOO comparison of fits of the same data (az.compare)")

@@ -314,12 +314,12 @@ def case_hierarchical_fit(quick: bool) -> dict:
                               pd.read_csv(datasets.path("speculative"))], ignore_index=True))
     from bayesspec.bayes import HierarchicalLatencyModel
 
-    tune = HierarchicalLatencyModel.default_tune
-    log(f"hierarchical_fit: {len(data)} rows, CLI defaults (4 chains x {tune} tune + "
-        "1000 draws)...")
+    model = HierarchicalLatencyModel
+    log(f"hierarchical_fit: {len(data)} rows, CLI defaults (4 chains x {model.default_tune} "
+        f"tune + {model.default_draws} draws)...")
     started = time.perf_counter()
     result = fit(data, "hierarchical", settings=SamplerSettings(seed=1, progress=False,
-                                                                tune=tune))
+                                                                tune=None, draws=None))
     bayes_s = time.perf_counter() - started
     diag = result.diagnostics
     return {"name": "hierarchical_fit", "bayes_s": bayes_s, "baseline_s": 300.0,

@@ -78,7 +78,7 @@ def test_prior_predictive_admits_the_data(one_verifier_csv, capsys):
 def test_leave_out_check_predicts_held_out_combinations(one_verifier_csv, tmp_path, capsys):
     plot = tmp_path / "holdout.png"
     code = main(["check", str(one_verifier_csv), "--leave-out", "4", "--folds", "2",
-                 "--draws", "200", "--tune", "300", "--seed", "2", "--json",
+                 "--draws", "200", "--tune", "300", "--chains", "2", "--seed", "2", "--json",
                  "--plot", str(plot)])
     assert code == 0
     document = json.loads(capsys.readouterr().out)

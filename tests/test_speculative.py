@@ -417,10 +417,19 @@ def test_learning_overdispersion_costs_little_without_it():
 @pytest.mark.parametrize("per_position", [True, False], ids=["per_position", "totals"])
 @pytest.mark.parametrize("concentration", [300.0, 3000.0, None])
 def test_alpha_coverage_over_many_replicates(per_position, concentration):
-    """4 groups x 40 replicates: 90% intervals cover 85-96% of 160 (2.5 sd either side)."""
+    """4 groups x 40 replicates: 90% intervals cover 85-96% of 160 (2.5 sd either side).
+
+    Without overdispersion (concentration None) the truth sits at the boundary the
+    learned concentration cannot reach (infinity), so the intervals are a little wider
+    than a Binomial's and cover more: measured 2026-12-01, 0.950 per position and 0.963
+    on totals. There only the lower bound applies; what the extra width costs is bounded
+    by test_learning_overdispersion_costs_little_without_it. Measured with overdispersion:
+    0.906 / 0.919 (300, per position / totals), 0.900 / 0.856 (3000); no divergences.
+    """
     result = acceptance_only_coverage({}, concentration, per_position=per_position,
                                       replicates=40, seed=200)
     print(f"coverage {result['covers'].mean():.3f}, median width "
           f"{result['width'].median():.4f}, divergences {result['divergences'].sum()}")
-    assert 0.85 <= result["covers"].mean() <= 0.96, result["covers"].mean()
+    upper = 0.96 if concentration is not None else 1.0
+    assert 0.85 <= result["covers"].mean() <= upper, result["covers"].mean()
     assert (result["divergences"] == 0).all()

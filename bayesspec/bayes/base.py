@@ -75,8 +75,9 @@ class LatencyModel:
     adaptation: str = "diag"
     # Chain starts ("jitter" or "optimised", see inference.optimised_starts).
     init: str = "jitter"
-    # Tuning steps per chain when the user does not say (``bayesspec fit --tune``).
+    # Tuning steps and draws per chain when the user does not say (``--tune``, ``--draws``).
     default_tune: int = 1000
+    default_draws: int = 1000
 
     def __init__(self, config: dict | None = None):
         unknown = set(config or {}) - set(self.default_config)
