@@ -146,8 +146,8 @@ def optimised_starts(compiled, seed: int | None, candidates: int = 8, keep: int 
             result = optimize.minimize(lambda x: tuple(-v for v in f(x)), points[i],
                                        jac=True, method="L-BFGS-B",
                                        options={"maxiter": max_iterations})
-        best = result.x if np.isfinite(result.fun) and -result.fun >= values[i] else points[i]
-        climbed.append((f(best)[0], best))
+        improved = np.isfinite(result.fun) and -result.fun >= values[i]
+        climbed.append((-result.fun, result.x) if improved else (values[i], points[i]))
     climbed.sort(key=lambda item: -item[0])
     return [x for _, x in climbed] or points[:1]
 
