@@ -414,7 +414,8 @@ def sbc_ecdf_plot(result, *, prob: float = 0.99, columns: int = 4, seed: int = 0
         axis.set_xlabel("fractional rank", fontsize=8)
     figure.suptitle(f"SBC of the {result.model} model: {n} simulations, ranks "
                     f"0..{result.max_rank}, {prob:.0%} simultaneous band", fontsize=10)
-    figure.tight_layout()
+    # Keep about half an inch above the panels for the title, whatever the figure's height.
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.45 / figure.get_figheight()))
     return figure
 
 

@@ -201,9 +201,10 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
     # gave R-hat 1.007 and none, in 47 s.
     target_accept = 0.98
     default_tune = 2000
-    # The verifier spread and the trend levels mix slowly (bulk ESS 110-440 of 4 x 1000
-    # draws on the bundled data, R-hat 1.007-1.012 over runs): twice the draws keep R-hat
-    # under 1.01 at about 30 s more.
+    # Version 1 mixed slowly along the verifier spread and the trend levels (bulk ESS
+    # 110-440 of 4 x 1000 draws on the bundled data, R-hat 1.007-1.012 over runs). With
+    # version 2 the slowest variable is the cell spread, at bulk ESS 594-736 of 4 x 2000
+    # and R-hat 1.002-1.009 over three seeds in 75-78 s: 2000 draws keep that margin.
     default_draws = 2000
     # Measured on the bundled dense data (2 chains x 500): diagonal adaptation R-hat 1.12,
     # bulk ESS 17; low-rank 1.05 and 28 (the level/share/deviation directions are
