@@ -185,12 +185,8 @@ def _settings(args):
     if args.target_accept is not None and not 0.5 <= args.target_accept < 1.0:
         raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
                        column="--target-accept")
-    from .bayes import get_model_class
-
-    model_class = get_model_class(getattr(args, "model", None) or "dense")
-    tune = model_class.default_tune if args.tune is None else args.tune
-    draws = model_class.default_draws if args.draws is None else args.draws
-    return SamplerSettings(draws=draws, tune=tune, chains=args.chains,
+    # tune and draws left as None take the fitted model's defaults (inference.settings_for).
+    return SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
                            seed=args.seed, progress=not args.quiet, sampler=args.sampler,
                            target_accept=args.target_accept)
 

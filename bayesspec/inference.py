@@ -53,7 +53,7 @@ def settings_for(latency_model, settings: SamplerSettings) -> SamplerSettings:
     if settings.adaptation is None:
         settings = replace(settings, adaptation=latency_model.adaptation)
     if settings.init is None:
-        settings = replace(settings, init=getattr(latency_model, "init", "jitter"))
+        settings = replace(settings, init=latency_model.init)
     return settings
 
 
