@@ -41,10 +41,10 @@ def combination_folds(cells: pd.DataFrame, leave_out: int, folds: int | None,
     combos = sorted({(int(p), int(g)) for p, g in zip(cells["prefill_tokens"],
                                                       cells["decode_tokens"])})
     if leave_out < 1:
-        raise BadInput(f"--leave-out must be >= 1, got {leave_out}", column="--leave-out")
+        raise BadInput(f"must be >= 1, got {leave_out}", argument="leave_out")
     if leave_out >= len(combos):
-        raise BadInput(f"--leave-out {leave_out} leaves nothing to fit: the data hold "
-                       f"{len(combos)} (prefill, decode) combinations", column="--leave-out")
+        raise BadInput(f"{leave_out} leaves nothing to fit: the data hold "
+                       f"{len(combos)} (prefill, decode) combinations", argument="leave_out")
     if leave_out == 1 and folds is None:
         return [[c] for c in combos]
     from math import comb
@@ -108,7 +108,7 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
     """The CONTRACT ``check`` document (plus per-point predictions under ``points``)."""
     if model not in CHECK_MODELS:
         raise BadInput(f"check needs a model that predicts configurations it was not fitted "
-                       f"on ({', '.join(CHECK_MODELS)}), got '{model}'", column="--model")
+                       f"on ({', '.join(CHECK_MODELS)}), got '{model}'", argument="model")
     settings = settings or SamplerSettings(draws=500, tune=500, chains=2, progress=False)
     latency_model = get_model_class(model)({**(config or {}), "holdout_mask": True})
     settings = settings_for(latency_model, settings)
@@ -128,12 +128,12 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
             if name.lower() not in known:
                 raise BadInput(f"no verifier '{name}' in the data; have "
                                f"{', '.join(systems['verifier'].astype(str))}",
-                               column="--leave-out-model")
+                               argument="verifiers")
             fold_sets.append(("verifier", name, np.flatnonzero(
                 cells["system_index"].to_numpy(int) == known[name.lower()])))
         if len(systems) < 2:
-            raise BadInput("--leave-out-model needs data with at least two verifiers",
-                           column="--leave-out-model")
+            raise BadInput("holding out verifiers needs data with at least two",
+                           argument="verifiers")
     else:
         fold_sets = []
         for combos in combination_folds(cells, leave_out, folds, seed):
@@ -287,7 +287,7 @@ def compare_models(fits: dict) -> dict:
         trees[name] = fit.tree
     if len(sizes) > 1:
         raise BadInput("compare-models needs fits of the same data points; got "
-                       f"{sorted(sizes)} points", column="FIT")
+                       f"{sorted(sizes)} points", argument="fits")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         table = az.compare(trees, var_name="log_latency")

@@ -36,15 +36,15 @@ def parse_list(text: str, *, option: str = "--rps") -> np.ndarray:
             start, stop, step = parts
             count = int(math.floor((stop - start) / step + 1e-9)) + 1
             if count > 100_000:
-                raise BadInput("too many values (more than 100000)", column=option)
+                raise BadInput("too many values (more than 100000)", option=option)
             values = start + step * np.arange(count)
         else:
             values = np.array([float(p) for p in text.split(",") if p.strip()])
     except ValueError:
         raise BadInput(f"expected comma-separated numbers or start:stop:step, got {text!r}",
-                       column=option) from None
+                       option=option) from None
     if values.size == 0 or not np.all(np.isfinite(values)):
-        raise BadInput(f"expected finite numbers, got {text!r}", column=option)
+        raise BadInput(f"expected finite numbers, got {text!r}", option=option)
     return values
 
 
@@ -126,15 +126,15 @@ def _group_criteria(args) -> dict:
 
 def _check_alpha_k(alpha: float, k: int) -> None:
     if not 0.0 <= alpha <= 1.0:
-        raise BadInput(f"must be within [0, 1], got {alpha:g}", column="--alpha")
+        raise BadInput(f"must be within [0, 1], got {alpha:g}", option="--alpha")
     if k < 1:
-        raise BadInput(f"must be an integer >= 1, got {k}", column="--k")
+        raise BadInput(f"must be an integer >= 1, got {k}", option="--k")
 
 
 def _rates(text: str) -> np.ndarray:
     rps = parse_list(text)
     if np.any(rps < 0):
-        raise BadInput("rates must be >= 0", column="--rps")
+        raise BadInput("rates must be >= 0", option="--rps")
     return rps
 
 
@@ -155,7 +155,7 @@ def _add_common(parser: argparse.ArgumentParser, *, prob: bool = True) -> None:
 
 def _check_prob(args) -> None:
     if hasattr(args, "prob") and not 0.0 < args.prob < 1.0:
-        raise BadInput(f"must be within (0, 1), got {args.prob}", column="--prob")
+        raise BadInput(f"must be within (0, 1), got {args.prob}", option="--prob")
 
 
 def _add_sampler_options(parser: argparse.ArgumentParser) -> None:
@@ -181,10 +181,10 @@ def _settings(args):
     for name in ("draws", "tune", "chains"):
         value = getattr(args, name)
         if value is not None and value < (2 if name == "draws" else 1 if name == "chains" else 0):
-            raise BadInput(f"must be a positive number, got {value}", column=f"--{name}")
+            raise BadInput(f"must be a positive number, got {value}", option=f"--{name}")
     if args.target_accept is not None and not 0.5 <= args.target_accept < 1.0:
         raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
-                       column="--target-accept")
+                       option="--target-accept")
     # tune and draws left as None take the fitted model's defaults (inference.settings_for).
     return SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
                            seed=args.seed, progress=not args.quiet, sampler=args.sampler,
@@ -400,10 +400,10 @@ def cmd_kstar(args) -> int:
     _check_prob(args)
     alphas = parse_list(args.alpha, option="--alpha")
     if np.any((alphas < 0) | (alphas > 1)):
-        raise BadInput("values must be within [0, 1]", column="--alpha")
+        raise BadInput("values must be within [0, 1]", option="--alpha")
     rps = _rates(args.rps)
     if not 1 <= args.kmax <= 64:
-        raise BadInput(f"must be within 1..64, got {args.kmax}", column="--kmax")
+        raise BadInput(f"must be within 1..64, got {args.kmax}", option="--kmax")
     fit = _load_fit(args.fit)
     costs = speculative_costs(fit, _group_criteria(args))
     document = kstar_table(costs, alphas, rps, ks=range(0, args.kmax + 1),
@@ -435,7 +435,7 @@ def cmd_compare(args) -> int:
     if args.by:
         if args.b is not None:
             raise BadInput("with --by give one data file (or a two-version fit), not two",
-                           column="--by")
+                           option="--by")
         fits = [_versions_fit(args)]
         document = compare_versions(fits[0], rope=args.rope, prob=args.prob)
     else:
@@ -699,6 +699,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Library arguments whose flag is not "--" + the name with dashes.
+ARGUMENT_FLAGS = {"verifiers": "--leave-out-model", "fits": "FIT", "prefill": "--prefill",
+                  "decode": "--decode", "k": "--k", "alpha": "--alpha"}
+
+
+def flag_of(argument: str) -> str:
+    """The command-line flag that sets a library argument (for error messages)."""
+    return ARGUMENT_FLAGS.get(argument, "--" + argument.replace("_", "-"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -709,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
             warnings.filterwarnings("ignore", category=DeprecationWarning)
             return int(args.handler(args) or 0)
     except BadInput as error:
-        print(f"{PROG}: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {error.text(flag_of)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -429,7 +429,7 @@ def kstar_table(costs: SpeculativeCosts, alphas, rps, *, ks=range(0, 11),
     the k that is best at zero load instead. An MoE verifier's latencies follow eq. (4).
     """
     if objective not in {"mean", "q10"}:
-        raise BadInput(f"objective must be mean or q10, got {objective!r}", column="--objective")
+        raise BadInput(f"objective must be mean or q10, got {objective!r}", argument="objective")
     alphas = np.asarray(alphas, dtype=float)
     rps = np.asarray(rps, dtype=float)
     ks = np.asarray(list(ks), dtype=int)
@@ -509,7 +509,7 @@ def compare_fits(fit_a, fit_b, *, rope: float = 0.02, prob: float = DEFAULT_PROB
     Speculative fits also compare the six cycle coefficients of shared setups.
     """
     if not 0.0 <= rope < 1.0:
-        raise BadInput(f"must be within [0, 1), got {rope}", column="--rope")
+        raise BadInput(f"must be within [0, 1), got {rope}", argument="rope")
     labels_a = list(fit_a.groups["label"])
     labels_b = list(fit_b.groups["label"])
     shared = [label for label in labels_a if label in labels_b]
@@ -556,7 +556,7 @@ def compare_versions(fit, *, rope: float = 0.02, prob: float = DEFAULT_PROB) -> 
         raise BadInput("this fit is not a two-version fit; use compare A.nc B.nc or "
                        "compare DATA --by COLUMN")
     if not 0.0 <= rope < 1.0:
-        raise BadInput(f"must be within [0, 1), got {rope}", column="--rope")
+        raise BadInput(f"must be within [0, 1), got {rope}", argument="rope")
     if fit.model_name == "speculative_versions":
         return _compare_speculative_versions(fit, rope=rope, prob=prob)
     bases = [str(b) for b in fit.posterior["base"].values]

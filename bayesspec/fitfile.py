@@ -198,7 +198,7 @@ class Fit:
                 continue
             column = SELECTORS[option]
             if column not in groups.columns:
-                raise BadInput(f"the fit has no '{column}' column", column=f"--{option}")
+                raise BadInput(f"the fit has no '{column}' column", argument=option)
             mask &= _matches(groups[column], value)
         matches = np.flatnonzero(mask)
         if len(matches) == 1:

@@ -274,7 +274,7 @@ def _draw_simulations(pm_model, observed, variables, simulations, seed, latency_
         raise BadInput(f"only {have} of {drawn} prior draws gave plausible sweeps (slowest "
                        f"point at most {max_latency_ratio}x the fastest); the design's rates "
                        "are far outside what the prior expects (raise --max-latency-ratio or "
-                       "lower the rates)", column="--max-latency-ratio")
+                       "lower the rates)", argument="max_latency_ratio")
     truth = np.vstack(kept_truth)[:simulations]
     simulated = {rv: np.vstack(kept_data[rv])[:simulations] for rv in observed}
     return names, owners, elements, truth, duplicates, simulated, (drawn, set_aside)
@@ -519,7 +519,7 @@ def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | No
 
     if simulations < 2:
         raise BadInput(f"need at least 2 simulations, got {simulations}",
-                       column="--simulations")
+                       argument="simulations")
     started = time.perf_counter()
     latency_model = get_model_class(model)(config)
     settings = settings or SamplerSettings(draws=500, tune=None, chains=2)
@@ -651,7 +651,7 @@ def _options(items: list[str]) -> dict:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise BadInput(f"expected KEY=VALUE, got {item!r}", column="--option")
+            raise BadInput(f"expected KEY=VALUE, got {item!r}", option="--option")
         try:
             config[key.strip()] = json.loads(value)
         except ValueError:
@@ -670,15 +670,15 @@ def run(args) -> int:
                       ("thin_to", 2), ("max_latency_ratio", 0)):
         if getattr(args, name) is not None and getattr(args, name) < low:
             raise BadInput(f"must be >= {low}, got {getattr(args, name)}",
-                           column=f"--{name.replace('_', '-')}")
+                           option=f"--{name.replace('_', '-')}")
     if 0 < args.max_latency_ratio <= 1:
         raise BadInput(f"must be > 1 (or 0 to keep all), got {args.max_latency_ratio}",
-                       column="--max-latency-ratio")
+                       option="--max-latency-ratio")
     if args.bins is not None and args.bins < 2:
-        raise BadInput(f"must be >= 2, got {args.bins}", column="--bins")
+        raise BadInput(f"must be >= 2, got {args.bins}", option="--bins")
     if args.target_accept is not None and not 0.5 <= args.target_accept < 1.0:
         raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
-                       column="--target-accept")
+                       option="--target-accept")
     out = Path(args.out) if args.out else None
     if out is not None and not out.is_dir():
         raise BadInput("output folder does not exist", file=str(out))
@@ -691,7 +691,7 @@ def run(args) -> int:
     try:
         model_class(config)
     except ValueError as error:
-        raise BadInput(str(error), column="--option") from None
+        raise BadInput(str(error), option="--option") from None
     data = _read_data(args.data, args) if args.data else default_design(args.model)
     settings = SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
                                target_accept=args.target_accept, progress=False)

@@ -29,7 +29,7 @@ def get_model_class(name: str) -> type[LatencyModel]:
         return MODEL_CLASSES[name]
     except KeyError:
         raise BadInput(f"unknown model '{name}'; available: {', '.join(MODEL_CLASSES)}",
-                       column="--model") from None
+                       argument="model") from None
 
 
 __all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "SpeculativeLatencyModel", "MoELatencyModel", "VersionEffectModel",

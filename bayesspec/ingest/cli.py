@@ -71,7 +71,7 @@ def _flags(args) -> dict:
             value = kind(str(text).strip())
         except ValueError:
             what = "a whole number" if kind is int else "a number"
-            raise BadInput(f"expected {what}, got {text!r}", column=option) from None
+            raise BadInput(f"expected {what}, got {text!r}", option=option) from None
         flags[{"prefill": "prefill_tokens", "decode": "decode_tokens"}.get(name, name)] = value
     return flags
 

@@ -252,7 +252,7 @@ def ingest_files(paths, *, flags: dict | None = None, sidecar: str | None = None
     if cli_pairs and len(cli_pairs) != total:
         raise BadInput(f"{len(cli_pairs)} --metrics pairs for {total} load points (one pair "
                        f"per point, in file order; or use a sidecar's [[metrics]] with "
-                       f"point = ...)", column="--metrics")
+                       f"point = ...)", argument="metrics")
 
     frames, files, offset = [], [], 0
     for path, report in zip(paths, reports):
