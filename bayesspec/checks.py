@@ -18,20 +18,19 @@ in-sample counterpart of the leave-n-out check.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
-from .bayes import get_model_class
+from .bayes import MODEL_CLASSES, get_model_class
 from .errors import BadInput
-from .inference import (SamplerSettings, compile_model, diagnostics, sample_compiled,
+from .inference import (SamplerSettings, compile_model, convergence_verdict, sample_compiled,
                         settings_for, stacked_draws)
-from .laws import latency, load_amplification_expr
+from .fitfile import Fit
+from .outputs import log
 
-CHECK_MODELS = ("hierarchical",)
 PARETO_K_LIMIT = 0.7
 
 
@@ -60,31 +59,6 @@ def combination_folds(cells: pd.DataFrame, leave_out: int, folds: int | None,
     return [[combos[i] for i in subset] for subset in chosen]
 
 
-def predictive_draws(tree, groups_of_points: np.ndarray, rps: np.ndarray,
-                     log_se: np.ndarray, rng: np.random.Generator):
-    """Mean-latency draws (the law) and predictive log-latency draws at given points."""
-    c1 = stacked_draws(tree, "C1")[:, groups_of_points]
-    c2 = stacked_draws(tree, "C2")[:, groups_of_points]
-    mean = latency(rps[None, :], c1, c2)
-    noise_base = stacked_draws(tree, "noise_base")[:, None]
-    noise_load = stacked_draws(tree, "noise_load")[:, None]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        amplification = load_amplification_expr(rps[None, :], c2)
-    sigma = np.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + log_se[None, :] ** 2)
-    predictive = np.log(mean) + sigma * rng.standard_normal(mean.shape)
-    return mean, sigma, predictive
-
-
-def _lpd(observed_log: np.ndarray, mean: np.ndarray, sigma: np.ndarray) -> np.ndarray:
-    """Log pointwise predictive density of log latency (saturated draws count as 0)."""
-    with np.errstate(invalid="ignore", divide="ignore"):
-        z = (observed_log[None, :] - np.log(mean)) / sigma
-        logp = -0.5 * z**2 - np.log(sigma) - 0.5 * np.log(2 * np.pi)
-    logp = np.where(np.isfinite(logp), logp, -np.inf)
-    top = np.max(logp, axis=0)
-    return top + np.log(np.mean(np.exp(logp - top[None, :]), axis=0))
-
-
 def r_squared(observed: np.ndarray, predicted: np.ndarray) -> float:
     observed, predicted = np.asarray(observed, float), np.asarray(predicted, float)
     ok = np.isfinite(observed) & np.isfinite(predicted)
@@ -95,22 +69,21 @@ def r_squared(observed: np.ndarray, predicted: np.ndarray) -> float:
     return float(1.0 - residual / total) if total > 0 else float("nan")
 
 
-def _log(message: str, enabled: bool) -> None:
-    if enabled:
-        print(message, file=sys.stderr, flush=True)
-
-
 def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_out: int = 1,
                     folds: int | None = None, verifiers: list[str] | None = None,
                     by_verifier: bool = False, seed: int = 0, prob: float = 0.9,
                     settings: SamplerSettings | None = None, config: dict | None = None,
-                    progress: bool = True) -> dict:
-    """The CONTRACT ``check`` document (plus per-point predictions under ``points``)."""
-    if model not in CHECK_MODELS:
+                    progress: bool = True, catalog=None) -> dict:
+    """The CONTRACT ``check`` document (plus per-point predictions under ``_points``).
+
+    ``settings`` left unset take the model's defaults (as ``bayesspec fit`` does)."""
+    if not get_model_class(model).predicts_unseen_configurations:
+        able = [name for name, cls in MODEL_CLASSES.items()
+                if cls.predicts_unseen_configurations]
         raise BadInput(f"check needs a model that predicts configurations it was not fitted "
-                       f"on ({', '.join(CHECK_MODELS)}), got '{model}'", argument="model")
-    settings = settings or SamplerSettings(draws=500, tune=500, chains=2, progress=False)
-    latency_model = get_model_class(model)({**(config or {}), "holdout_mask": True})
+                       f"on ({', '.join(able)}), got '{model}'", argument="model")
+    latency_model = get_model_class(model)({**(config or {}), "holdout_mask": True},
+                                           catalog=catalog)
     settings = settings_for(latency_model, settings)
     pm_model = latency_model.build(data)
     inputs = latency_model.inputs
@@ -148,8 +121,9 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
     observed = rows["latency_mean_s"].to_numpy(float)
     log_se = inputs.extras["log_se"]
     rng = np.random.default_rng(seed)
+    decision = latency_model.decision_variables()
 
-    _log(f"reference fit on all {len(rows)} points...", progress)
+    log(f"reference fit on all {len(rows)} points...", progress)
     full_tree = sample_compiled(compiled, quiet, data={"fit_mask": np.ones(len(rows))})
     full_c1 = stacked_draws(full_tree, "C1").mean(axis=0)
     full_c2 = stacked_draws(full_tree, "C2").mean(axis=0)
@@ -164,16 +138,30 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
             continue
         fold_started = time.perf_counter()
         tree = sample_compiled(compiled, quiet, data={"fit_mask": (~held_points).astype(float)})
-        diag = diagnostics(tree, latency_model.posterior_variables() + ["C1", "C2"])
+        verdict = convergence_verdict(tree, decision)
+        fold = Fit.from_sampling(latency_model, data, tree)
         index = np.flatnonzero(held_points)
-        mean, sigma, predictive = predictive_draws(tree, group_of_point[index], rps[index],
-                                                   log_se[index], rng)
-        finite = np.where(np.isfinite(mean), mean, np.nan)
-        predicted = np.nanmean(finite, axis=0)
-        lo, hi = np.exp(np.nanquantile(predictive, [tail, 1 - tail], axis=0))
-        inside = (lo <= observed[index]) & (observed[index] <= hi)
-        lpd = _lpd(np.log(observed[index]), mean, sigma)
         held_groups = np.unique(group_of_point[index])
+        fold_records = []
+        for g in held_groups:
+            members = index[group_of_point[index] == g]
+            curve = latency_model.group_curve(fold, int(g))
+            mean = curve.latency(rps[members])
+            predictive = curve.predictive(rps[members], rng, log_se[members])
+            lpd = curve.log_predictive_density(rps[members], observed[members],
+                                               log_se[members])
+            finite = np.where(np.isfinite(mean), mean, np.nan)
+            with np.errstate(invalid="ignore"):
+                predicted = np.nanmean(finite, axis=0)
+                lo, hi = np.nanquantile(predictive, [tail, 1 - tail], axis=0)
+            for j, i in enumerate(members):
+                fold_records.append({
+                    "fold": number, "group": str(groups["label"].iloc[g]),
+                    "rps": float(rps[i]), "observed_s": float(observed[i]),
+                    "predicted_s": float(predicted[j]), "lo": float(lo[j]),
+                    "hi": float(hi[j]),
+                    "inside": bool(lo[j] <= observed[i] <= hi[j]), "lpd": float(lpd[j]),
+                    "p_saturated": float(np.mean(~np.isfinite(mean[:, j])))})
         c1_fold = stacked_draws(tree, "C1").mean(axis=0)
         c2_fold = stacked_draws(tree, "C2").mean(axis=0)
         cell_fold = {n: stacked_draws(tree, f"cell_{n}").mean(axis=0) for n in ("c2p", "c2v")}
@@ -183,28 +171,27 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
         for c in held_cells:
             for n in ("c2p", "c2v"):
                 trend_pairs.append((n, full_cell[n][c], cell_fold[n][c]))
-        for j, i in enumerate(index):
-            point_records.append({"fold": number, "group": str(groups["label"].iloc[
-                group_of_point[i]]), "rps": float(rps[i]), "observed_s": float(observed[i]),
-                "predicted_s": float(predicted[j]), "lo": float(lo[j]), "hi": float(hi[j]),
-                "inside": bool(inside[j]), "lpd": float(lpd[j]),
-                "p_saturated": float(np.mean(~np.isfinite(mean[:, j])))})
+        point_records += fold_records
+        fold_points = pd.DataFrame(fold_records)
+        inside = fold_points["inside"].to_numpy(bool)
         per_fold.append({
-            "held_out": what, "kind": kind, "points": int(index.size),
-            "r2": r_squared(observed[index], predicted), "coverage": float(inside.mean()),
-            "elpd": float(lpd.sum()), "rhat_max": diag["rhat_max"],
-            "ess_bulk_min": diag["ess_bulk_min"], "divergences": diag["divergences"],
-            "converged": diag["converged"],
+            "held_out": what, "kind": kind, "points": int(len(fold_points)),
+            "r2": r_squared(fold_points["observed_s"], fold_points["predicted_s"]),
+            "coverage": float(inside.mean()), "elpd": float(fold_points["lpd"].sum()),
+            "rhat_max": verdict["rhat_max"], "ess_bulk_min": verdict["ess_bulk_min"],
+            "divergences": verdict["divergences"], "converged": verdict["converged"],
+            "convergence": verdict["status"], "convergence_text": verdict["text"],
             "seconds": round(time.perf_counter() - fold_started, 2)})
-        _log(f"fold {len(per_fold)}/{len(fold_sets)}: held out {what}: coverage "
-             f"{inside.mean():.2f}, R^2 {per_fold[-1]['r2']:.4f}, "
-             f"{time.perf_counter() - started:.0f} s elapsed", progress)
+        log(f"fold {len(per_fold)}/{len(fold_sets)}: held out {what}: coverage "
+            f"{inside.mean():.2f}, R^2 {per_fold[-1]['r2']:.4f}, {verdict['status']}, "
+            f"{time.perf_counter() - started:.0f} s elapsed", progress)
 
     points = pd.DataFrame(point_records)
     trends = pd.DataFrame(trend_pairs, columns=["quantity", "full_fit", "held_out_fit"])
     trend_r2 = {q: r_squared(t["full_fit"], t["held_out_fit"])
                 for q, t in trends.groupby("quantity", sort=False)}
-    unconverged = [f for f in per_fold if not f["converged"]]
+    unconverged = [f for f in per_fold if f["convergence"] == "not converged"]
+    slow = [f for f in per_fold if f["convergence"] == "decisions converged"]
     document = {
         "leave_out": leave_out if not by_verifier else "verifier",
         "folds": len(per_fold), "prob": prob,
@@ -218,18 +205,24 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
     }
     if unconverged:
         document["warning"] = (f"{len(unconverged)} of {len(per_fold)} folds did not converge "
-                               "(see per_fold): their predictions are unreliable")
+                               "(see per_fold): their predictions are unreliable; "
+                               + unconverged[0]["convergence_text"].split("What to do: ")[-1])
+    document["convergence_summary"] = (
+        f"{len(per_fold) - len(unconverged)} of {len(per_fold)} folds usable"
+        + (f" ({len(slow)} with a slowly mixing pooling parameter, harmless for the "
+           "predictions)" if slow else "")
+        + (f"; {len(unconverged)} did not converge" if unconverged else ""))
     document["_points"] = points
     return document
 
 
 def prior_predictive_check(data: pd.DataFrame, *, model: str = "hierarchical",
                            config: dict | None = None, draws: int = 500,
-                           seed: int = 0) -> dict:
+                           seed: int = 0, catalog=None) -> dict:
     """Share of observed log latencies inside the 50/90/99% prior predictive intervals."""
     import pymc as pm
 
-    latency_model = get_model_class(model)(config)
+    latency_model = get_model_class(model)(config, catalog=catalog)
     pm_model = latency_model.build(data)
     with pm_model:
         prior = pm.sample_prior_predictive(draws=draws, random_seed=seed,

@@ -442,3 +442,18 @@ def _mark_saturated(out: pd.DataFrame, rule: SaturationRule) -> None:
         reason = reason.where(~above, f"rps above --max-rps {rule.max_rps:g}")
     out["exclusion_reason"] = reason.astype(str)
     out["excluded"] = reason.ne("")
+
+
+def describe_exclusions(data: pd.DataFrame) -> list[str]:
+    """One line per row set aside from the likelihood: its 1-based data row, the verifier
+    and lengths, the rate and why."""
+    lines = []
+    for position in np.flatnonzero(data["excluded"].to_numpy(bool)):
+        row = data.iloc[position]
+        where = " ".join(str(part) for part in (
+            row.get("verifier", ""), "" if _isna(row.get("prefill_tokens")) else
+            f"p{row['prefill_tokens']}", "" if _isna(row.get("decode_tokens")) else
+            f"g{row['decode_tokens']}") if str(part))
+        lines.append(f"row {position + 1} ({where}, RPS {row['rps']:.4g}): "
+                     f"{row['exclusion_reason']}")
+    return lines

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from . import datasets
 from .data import read_tidy
 from .errors import BadInput
 from .inference import SamplerSettings
+from .outputs import emit_json, json_text, write_text_atomic
 
 DEMO_ALPHAS = (0.6, 0.8)
 DEMO_LOAD_FRACTIONS = (0.2, 0.6)   # of the dense saturation rate
@@ -36,7 +36,6 @@ def _fmt(u: dict) -> str:
 
 def run_demo(*, out: str = "demo-out", quick: bool = False, as_json: bool = False,
              seed: int = 2026) -> int:
-    from .cli import _clean, emit_json, write_text_atomic
     from .plots import collapse_plot, group_fit_plots, save_figure
     from .reports import summary_document, summary_text
     from .workflow import fit
@@ -60,10 +59,8 @@ def run_demo(*, out: str = "demo-out", quick: bool = False, as_json: bool = Fals
     dense.save(out_dir / "dense_fit.nc")
     dense_doc = summary_document(dense)
     if not dense.diagnostics["converged"]:
-        dense_doc["warning"] = "posterior did not converge: " + "; ".join(
-            dense.diagnostics["problems"])
-    write_text_atomic(out_dir / "dense_summary.json",
-                      json.dumps(_clean(dense_doc), indent=2) + "\n")
+        dense_doc["warning"] = dense.diagnostics["text"]
+    write_text_atomic(out_dir / "dense_summary.json", json_text(dense_doc))
     report["figures"].append(save_figure(collapse_plot(dense), out_dir / "collapse.png"))
     for i, figure in enumerate(group_fit_plots(dense), start=1):
         report["figures"].append(save_figure(figure, out_dir / f"dense_group_fits_{i}.png"))
@@ -72,7 +69,7 @@ def run_demo(*, out: str = "demo-out", quick: bool = False, as_json: bool = Fals
                        **({"warning": dense_doc["warning"]} if "warning" in dense_doc else {})}
     if not as_json:
         print()
-        print(summary_text(dense, dense_doc))
+        print(summary_text(dense_doc))
         print()
 
     # ---------------------------------------------------------------- speculative
@@ -91,8 +88,7 @@ def run_demo(*, out: str = "demo-out", quick: bool = False, as_json: bool = Fals
         report["speculative"]["warning"] = deployment["warning"]
     report["figures"] += speculative_figures(spec, spec_data, out_dir, settings,
                                              joint_check=not quick)
-    write_text_atomic(out_dir / "deployment.json",
-                      json.dumps(_clean(deployment), indent=2) + "\n")
+    write_text_atomic(out_dir / "deployment.json", json_text(deployment))
 
     elapsed = time.perf_counter() - started
     report["seconds"] = round(elapsed, 1)
@@ -117,17 +113,19 @@ def _setup_options(setup) -> dict:
 
 def deployment_summary(spec) -> dict:
     """What to run, per setup, at two acceptance rates and two loads."""
-    from .decisions import crossover, kstar_table, speculative_costs, speedup_curve
+    from .decisions import crossover, kstar_table, speedup_curve
 
     diag = spec.diagnostics
     lines = ["Deployment summary (90% intervals; k = 0 means 'do not speculate'):"]
     warning = None
     if not diag["converged"]:
-        warning = "posterior did not converge: " + "; ".join(diag["problems"])
+        warning = diag["text"]
         lines.insert(0, f"WARNING: {warning}. Do not act on the numbers below.")
+    elif diag["status"] != "converged":
+        lines.insert(0, f"note: {diag['text']}")
     decisions = []
     for _, setup in spec.setups.iterrows():
-        costs = speculative_costs(spec, _setup_options(setup))
+        costs = spec.law(_setup_options(setup))
         saturation = float(np.median(1.0 / costs.c2_dense))
         lines.append(f"{setup['setup']} (dense saturates at {saturation:.3g} RPS):")
         for alpha in DEMO_ALPHAS:
@@ -163,14 +161,14 @@ def deployment_summary(spec) -> dict:
 
 
 def speculative_figures(spec, spec_data, out_dir: Path, settings, *, joint_check: bool):
-    from .decisions import kstar_table, speculative_costs
+    from .decisions import kstar_table
     from .plots import (cost_ratio_plot, joint_vs_per_config_plot, kstar_map_plot,
                         save_figure, speedup_bands_plot)
     from .workflow import fit
 
     figures = []
     setup = spec.setups.iloc[0]
-    costs = speculative_costs(spec, _setup_options(setup))
+    costs = spec.law(_setup_options(setup))
     saturation = float(np.median(1.0 / costs.c2_dense))
     figures.append(save_figure(speedup_bands_plot(costs, 0.8, [1, 2, 4, 6, 8],
                                                   rps_max=saturation),

@@ -9,15 +9,15 @@ Layout of the file:
   (JSON), ``model_id`` (hash), ``bayesspec_version``, ``bayesspec_fit_format``,
   ``sampler_settings`` (JSON), ``created``.
 
-:meth:`Fit.load` refuses a file written by another model version or fit format, so a
-posterior is never read with a meaning it was not fitted under.
+Loading (:func:`bayesspec.bayes.load_fit`) refuses a file written by another model
+version or fit format, so a posterior is never read with a meaning it was not fitted
+under.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
@@ -29,7 +29,8 @@ import xarray as xr
 from . import __version__
 from .data import row_group_labels
 from .errors import BadInput, FitFileError
-from .inference import dataset_to_frame, diagnostics, frame_to_dataset
+from .inference import convergence_verdict, dataset_to_frame, frame_to_dataset
+from .outputs import atomic_path
 
 FIT_FORMAT = "1"
 
@@ -39,11 +40,40 @@ SELECTORS = {"verifier": "verifier", "drafter": "drafter", "prefill": "prefill_t
              "engine_version": "engine_version"}
 
 
-class Fit:
-    """A posterior plus the data, groups and identity of the model that produced it."""
+def read_tree(path: str | os.PathLike) -> xr.DataTree:
+    """A fit file's tree, checked to be a bayesspec fit of this fit format (which model
+    made it, and whether this bayesspec has that model's version, is checked by the model
+    classes: :func:`bayesspec.bayes.load_fit`)."""
+    path = Path(path)
+    if not path.exists():
+        raise FitFileError("no such fit file", file=str(path))
+    try:
+        tree = xr.open_datatree(path, engine="h5netcdf")
+        tree.load()
+    except Exception as error:
+        reason = str(error).splitlines()[0][:80] if str(error) else type(error).__name__
+        raise FitFileError(f"not a readable fit file ({reason})", file=str(path)) from None
+    attrs = tree.attrs
+    if attrs.get("bayesspec_model") is None or "posterior" not in tree.children:
+        raise FitFileError("not a bayesspec fit file (no model name or posterior)",
+                           file=str(path))
+    if attrs.get("bayesspec_fit_format") != FIT_FORMAT:
+        raise FitFileError(f"fit format {attrs.get('bayesspec_fit_format')} is not "
+                           f"supported by this bayesspec (format {FIT_FORMAT}); refit",
+                           file=str(path))
+    return tree
 
-    def __init__(self, tree: xr.DataTree, path: str | None = None):
+
+class Fit:
+    """A posterior plus the data, groups and identity of the model that produced it.
+
+    Made by a model's ``fit`` (:meth:`bayesspec.bayes.LatencyModel.fit`) or read back by
+    :func:`bayesspec.bayes.load_fit`; answers through its model's prediction contract
+    (:meth:`law`, :meth:`group_curve`)."""
+
+    def __init__(self, tree: xr.DataTree, model, path: str | None = None):
         self.tree = tree
+        self._model = model
         self.path = path
 
     # ---------------------------------------------------------------- construction
@@ -67,9 +97,10 @@ class Fit:
             "bayesspec_fit_format": FIT_FORMAT,
             "sampler_settings": json.dumps(settings or {}, sort_keys=True, default=str),
             "source_file": str(data.attrs.get("source_file", "")),
+            "model_record": json.dumps(model.recorded, sort_keys=True),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         })
-        return cls(tree)
+        return cls(tree, model)
 
     # ---------------------------------------------------------------- persistence
     def save(self, path: str | os.PathLike) -> None:
@@ -78,15 +109,8 @@ class Fit:
         folder = path.parent if str(path.parent) else Path(".")
         if not folder.is_dir():
             raise BadInput("output folder does not exist", file=str(path))
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp",
-                                             dir=folder)
-        os.close(handle)
-        try:
+        with atomic_path(path) as temporary:
             self._writable_tree().to_netcdf(temporary, engine="h5netcdf")
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
         self.path = str(path)
 
     def _writable_tree(self) -> xr.DataTree:
@@ -99,39 +123,6 @@ class Fit:
                 tree[name] = xr.DataTree(stats[keep])
         return tree
 
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> "Fit":
-        from .bayes import MODEL_CLASSES
-
-        path = Path(path)
-        if not path.exists():
-            raise FitFileError("no such fit file", file=str(path))
-        try:
-            tree = xr.open_datatree(path, engine="h5netcdf")
-            tree.load()
-        except Exception as error:
-            reason = str(error).splitlines()[0][:80] if str(error) else type(error).__name__
-            raise FitFileError(f"not a readable fit file ({reason})", file=str(path)) from None
-        attrs = tree.attrs
-        name = attrs.get("bayesspec_model")
-        if name is None or "posterior" not in tree.children:
-            raise FitFileError("not a bayesspec fit file (no model name or posterior)",
-                               file=str(path))
-        if attrs.get("bayesspec_fit_format") != FIT_FORMAT:
-            raise FitFileError(f"fit format {attrs.get('bayesspec_fit_format')} is not "
-                               f"supported by this bayesspec (format {FIT_FORMAT}); refit",
-                               file=str(path))
-        model_class = MODEL_CLASSES.get(name)
-        if model_class is None:
-            raise FitFileError(f"made by model '{name}', unknown to this bayesspec",
-                               file=str(path))
-        if str(attrs.get("bayesspec_model_version")) != model_class.version:
-            raise FitFileError(
-                f"made by {name} model version {attrs.get('bayesspec_model_version')}, this "
-                f"bayesspec has version {model_class.version}; refit the data",
-                file=str(path))
-        return cls(tree, str(path))
-
     # ---------------------------------------------------------------- contents
     @property
     def model_name(self) -> str:
@@ -141,10 +132,15 @@ class Fit:
     def model_config(self) -> dict:
         return json.loads(self.tree.attrs.get("model_config", "{}"))
 
-    def model(self):
-        from .bayes import MODEL_CLASSES
+    @property
+    def model_record(self) -> dict:
+        """What the model's build recorded (e.g. prior centres from catalog cards)."""
+        return json.loads(self.tree.attrs.get("model_record", "{}"))
 
-        return MODEL_CLASSES[self.model_name](self.model_config)
+    def model(self):
+        """The model that made this fit (an instance of its class, with its config and
+        what its build recorded)."""
+        return self._model
 
     @cached_property
     def data(self) -> pd.DataFrame:
@@ -178,9 +174,26 @@ class Fit:
 
     @cached_property
     def diagnostics(self) -> dict:
-        model = self.model()
-        variables = ["C1", "C2"] + model.posterior_variables()
-        return diagnostics(self.tree, variables)
+        """The convergence verdict (:func:`bayesspec.inference.convergence_verdict`):
+        decision quantities judged apart from the rest."""
+        return convergence_verdict(self.tree, self.model().decision_variables())
+
+    # ---------------------------------------------------------------- predictions
+    def law(self, selection: dict | None = None):
+        """The :class:`~bayesspec.prediction.Law` of the setup the group options in
+        ``selection`` name (the model's prediction contract)."""
+        return self.model().law(self, dict(selection or {}))
+
+    def group_curve(self, group: int):
+        """One fitted group's :class:`~bayesspec.prediction.Curve`."""
+        return self.model().group_curve(self, group)
+
+    def rps_measured_max(self, groups) -> float:
+        """The highest rate the data reached in these groups (indices), saturated points
+        included: what the server was actually seen to sustain."""
+        labels = set(self.groups["label"].iloc[np.atleast_1d(groups)])
+        rows = self.data.loc[self.data["group"].isin(labels), "rps"]
+        return float(rows.max()) if len(rows) else float("nan")
 
     # ---------------------------------------------------------------- groups
     def select_setup(self, **criteria) -> int:

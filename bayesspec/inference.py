@@ -7,59 +7,69 @@ the data and the model's identity into a :class:`bayesspec.fitfile.Fit`.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
-import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .errors import ConvergenceWarning
+from .outputs import log
 
 RHAT_LIMIT = 1.01
 ESS_LIMIT = 400
 
 
+#: Chains when nobody says (the CLI and the Python API alike): four chains give R-hat
+#: something to compare and keep two cores busy.
+DEFAULT_CHAINS = 4
+
+
 @dataclass
 class SamplerSettings:
-    draws: int | None = 1000  # None: the model's default_draws
-    tune: int | None = 1000   # None: the model's default_tune
-    chains: int = 2
+    """How to sample. Every field left None is resolved in one place,
+    :func:`settings_for`, from the model's measured defaults (draws, tune,
+    target_accept, adaptation, init) and from the machine (cores)."""
+
+    draws: int | None = None
+    tune: int | None = None
+    chains: int | None = None
+    cores: int | None = None     # None: one per chain, at most the usable cores
     seed: int | None = None
     progress: bool = True
-    sampler: str = "nutpie"   # "nutpie" or "pymc"
-    # None: the model's own default (its ``target_accept``), chosen by measurement.
+    sampler: str = "nutpie"      # "nutpie" or "pymc"
     target_accept: float | None = None
-    # nutpie mass-matrix adaptation: "diag" or "low_rank" (None: the model's default).
+    # nutpie mass-matrix adaptation: "diag" or "low_rank".
     adaptation: str | None = None
     # Chain starts: "jitter" (nutpie's: the prior's support point, jittered) or
-    # "optimised" (see optimised_starts). None: the model's default.
+    # "optimised" (see optimised_starts).
     init: str | None = None
 
 
-def settings_for(latency_model, settings: SamplerSettings) -> SamplerSettings:
-    """Fill the settings a user left to the model (tune, draws, target_accept,
-    adaptation, init)."""
-    from dataclasses import replace
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return os.cpu_count() or 1
 
-    if settings.tune is None:
-        settings = replace(settings, tune=latency_model.default_tune)
-    if settings.draws is None:
-        settings = replace(settings, draws=latency_model.default_draws)
-    if settings.target_accept is None:
-        settings = replace(settings, target_accept=latency_model.target_accept)
-    if settings.adaptation is None:
-        settings = replace(settings, adaptation=latency_model.adaptation)
-    if settings.init is None:
-        settings = replace(settings, init=latency_model.init)
+
+def settings_for(latency_model, settings: SamplerSettings | None = None) -> SamplerSettings:
+    """The settings with every unset field filled: the model's defaults for draws, tune,
+    target_accept, adaptation and init, DEFAULT_CHAINS chains, one core per chain up to
+    the usable cores."""
+    settings = settings or SamplerSettings()
+    model_defaults = {"tune": latency_model.default_tune, "draws": latency_model.default_draws,
+                      "target_accept": latency_model.target_accept,
+                      "adaptation": latency_model.adaptation, "init": latency_model.init,
+                      "chains": DEFAULT_CHAINS}
+    filled = {name: value for name, value in model_defaults.items()
+              if getattr(settings, name) is None}
+    settings = replace(settings, **filled)
+    if settings.cores is None:
+        settings = replace(settings, cores=max(1, min(settings.chains, usable_cores())))
     return settings
-
-
-def _log(message: str, enabled: bool) -> None:
-    if enabled:
-        print(message, file=sys.stderr, flush=True)
 
 
 def compile_model(pm_model, settings: SamplerSettings):
@@ -67,9 +77,9 @@ def compile_model(pm_model, settings: SamplerSettings):
     import nutpie
 
     started = time.perf_counter()
-    _log("compiling model (numba)...", settings.progress)
+    log("compiling model (numba)...", settings.progress)
     compiled = nutpie.compile_pymc_model(pm_model)
-    _log(f"compiled in {time.perf_counter() - started:.1f} s", settings.progress)
+    log(f"compiled in {time.perf_counter() - started:.1f} s", settings.progress)
     return compiled
 
 
@@ -83,15 +93,15 @@ def sample_compiled(compiled, settings: SamplerSettings,
     if settings.init == "optimised":
         compiled = with_optimised_starts(compiled, settings)
     started = time.perf_counter()
-    _log(f"sampling {settings.chains} chains x ({settings.tune} tune + {settings.draws} "
+    log(f"sampling {settings.chains} chains x ({settings.tune} tune + {settings.draws} "
          f"draws)...", settings.progress)
     tree = nutpie.sample(compiled, draws=settings.draws, tune=settings.tune,
                          chains=settings.chains, seed=settings.seed,
                          progress_bar=settings.progress and sys.stderr.isatty(),
-                         cores=min(settings.chains, 2),
+                         cores=settings.cores or 1,
                          target_accept=settings.target_accept or 0.9,
                          adaptation=settings.adaptation or "diag")
-    _log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
+    log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
     return tree
 
 
@@ -163,17 +173,15 @@ def with_optimised_starts(compiled, settings: SamplerSettings):
     warm-up, so R-hat measures their mixing; what it no longer sees is a mode that no
     chain is started in.
     """
-    import dataclasses
-
     starts = optimised_starts(compiled, settings.seed)
-    _log(f"starting {settings.chains} chains near the best of {len(starts)} optimised "
+    log(f"starting {settings.chains} chains near the best of {len(starts)} optimised "
          f"points", settings.progress)
 
     def initial_point(seed):
         jitter = np.random.default_rng(int(seed) % 2**32).uniform(-0.1, 0.1, len(starts[0]))
         return starts[0] + jitter
 
-    return dataclasses.replace(compiled, initial_point_func=initial_point)
+    return replace(compiled, initial_point_func=initial_point)
 
 
 def sample_model(pm_model, settings: SamplerSettings) -> xr.DataTree:
@@ -187,9 +195,9 @@ def sample_model(pm_model, settings: SamplerSettings) -> xr.DataTree:
         with pm_model:
             tree = pm.sample(draws=settings.draws, tune=settings.tune, chains=settings.chains,
                              random_seed=settings.seed, progressbar=settings.progress,
-                             nuts_sampler="pymc", cores=min(settings.chains, 2),
+                             nuts_sampler="pymc", cores=settings.cores or 1,
                              target_accept=settings.target_accept or 0.9)
-        _log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
+        log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
         return tree
     raise ValueError(f"unknown sampler {settings.sampler!r}")
 
@@ -200,55 +208,155 @@ def stacked_draws(tree: xr.DataTree, name: str) -> np.ndarray:
     return np.asarray(values.values, dtype=float)
 
 
-def diagnostics(tree: xr.DataTree, variables: list[str] | None = None) -> dict:
-    """R-hat max, bulk-ESS min and divergences over the named posterior variables."""
+def _variable_diagnostics(tree: xr.DataTree, names: list[str]) -> dict[str, tuple]:
+    """Per posterior variable: (R-hat max, bulk ESS min) over its finite elements.
+
+    Deterministics that are NaN by construction (a setup without a dense baseline) carry
+    no information about convergence and are left out."""
     import arviz as az
 
     posterior = tree["posterior"].to_dataset()
-    names = variables or [v for v in posterior.data_vars]
-    names = [n for n in names if n in posterior.data_vars]
-    # Deterministics that are NaN by construction (a setup without a dense baseline)
-    # carry no information about convergence.
-    names = [n for n in names if not np.isnan(posterior[n].values).all()]
+    names = [n for n in names if n in posterior.data_vars
+             and not np.isnan(posterior[n].values).all()]
+    if not names:
+        return {}
     subset = posterior[names]
     n_chains = subset.sizes.get("chain", 1)
-    rhat_max = float("nan")
-    if n_chains > 1:
-        rhat = az.rhat(subset)
-        rhat_max = float(max(_finite_extreme(rhat[v].values, np.max) for v in rhat.data_vars))
+    rhat = az.rhat(subset) if n_chains > 1 else None
     ess = az.ess(subset, method="bulk")
-    ess_min = float(min(_finite_extreme(ess[v].values, np.min) for v in ess.data_vars))
-    divergences = 0
+    return {n: (_finite_extreme(rhat[n].values, np.max) if rhat is not None else float("nan"),
+                _finite_extreme(ess[n].values, np.min)) for n in names}
+
+
+def divergences_of(tree: xr.DataTree) -> int:
     if "sample_stats" in tree.children and "diverging" in tree["sample_stats"].data_vars:
-        divergences = int(tree["sample_stats"]["diverging"].values.sum())
+        return int(tree["sample_stats"]["diverging"].values.sum())
+    return 0
+
+
+def diagnostics(tree: xr.DataTree, variables: list[str] | None = None) -> dict:
+    """R-hat max, bulk-ESS min and divergences over the named posterior variables (all
+    when None), and whether they pass (R-hat <= RHAT_LIMIT, ESS >= ESS_LIMIT, no
+    divergent transition, more than one chain)."""
+    posterior = tree["posterior"].to_dataset()
+    per_variable = _variable_diagnostics(tree, list(variables or posterior.data_vars))
+    rhat_max = max((r for r, _ in per_variable.values() if not np.isnan(r)),
+                   default=float("nan"))
+    ess_min = min((e for _, e in per_variable.values() if not np.isnan(e)),
+                  default=float("nan"))
+    divergences = divergences_of(tree)
+    n_chains = posterior.sizes.get("chain", 1)
+    problems = _problems(rhat_max, ess_min, n_chains)
+    if divergences:
+        problems.append(f"{divergences} divergent transitions")
+    return {"rhat_max": rhat_max, "ess_bulk_min": ess_min, "divergences": divergences,
+            "converged": not problems, "problems": problems}
+
+
+def _problems(rhat_max: float, ess_min: float, n_chains: int) -> list[str]:
     problems = []
     if n_chains > 1 and not rhat_max <= RHAT_LIMIT:
         problems.append(f"R-hat {rhat_max:.3f} > {RHAT_LIMIT}")
     if not ess_min >= ESS_LIMIT:
         problems.append(f"bulk ESS {ess_min:.0f} < {ESS_LIMIT}")
-    if divergences:
-        problems.append(f"{divergences} divergent transitions")
     if n_chains < 2:
         problems.append("one chain: R-hat cannot be computed")
-    return {"rhat_max": rhat_max, "ess_bulk_min": ess_min, "divergences": divergences,
-            "converged": not problems, "problems": problems}
+    return problems
+
+
+def convergence_verdict(tree: xr.DataTree, decision_variables: list[str]) -> dict:
+    """Whether the answers drawn from a posterior can be trusted, in words.
+
+    The *decision quantities* (what answers are computed from: C1, C2, the cycle
+    coefficients, noise scales, latent alpha; the model's ``decision_variables``) are
+    judged apart from the rest (pooling means and spreads, standardised deviations,
+    shares): a pooling spread that mixes slowly while every C1 and C2 has converged
+    makes no answer wrong, and is said as such instead of failing the fit. Divergent
+    transitions fail it whatever the variable: the sampler could not explore part of
+    the posterior, so any summary may be biased.
+
+    Returns ``status`` ("converged", "decisions converged" or "not converged"), ``text``
+    (one line), ``advice`` (what to do, when not converged), and the diagnostics:
+    ``rhat_max``/``ess_bulk_min`` over every variable, ``decision`` and ``other``
+    (``rhat_max``, ``ess_bulk_min``, ``worst``: the variable behind them),
+    ``divergences``, ``converged`` (the decision quantities can be used),
+    ``problems``.
+    """
+    posterior = tree["posterior"].to_dataset()
+    names = list(posterior.data_vars)
+    per_variable = _variable_diagnostics(tree, names)
+    decision = {n: v for n, v in per_variable.items() if n in set(decision_variables)}
+    other = {n: v for n, v in per_variable.items() if n not in decision}
+    n_chains = posterior.sizes.get("chain", 1)
+    divergences = divergences_of(tree)
+
+    def summary(group: dict) -> dict:
+        if not group:
+            return {"rhat_max": float("nan"), "ess_bulk_min": float("nan"), "worst": None,
+                    "variables": 0}
+        rhat = {n: r for n, (r, _) in group.items() if not np.isnan(r)}
+        ess = {n: e for n, (_, e) in group.items() if not np.isnan(e)}
+        worst_rhat = max(rhat, key=rhat.get) if rhat else None
+        worst_ess = min(ess, key=ess.get) if ess else None
+        problems = _problems(rhat.get(worst_rhat, float("nan")),
+                             ess.get(worst_ess, float("nan")), n_chains)
+        worst = worst_rhat if rhat and rhat[worst_rhat] > RHAT_LIMIT else worst_ess
+        return {"rhat_max": rhat.get(worst_rhat, float("nan")),
+                "ess_bulk_min": ess.get(worst_ess, float("nan")), "worst": worst,
+                "variables": len(group), "problems": problems}
+
+    decided, rest = summary(decision), summary(other)
+    every = summary(per_variable)
+    problems = list(decided.get("problems", []))
+    if divergences:
+        problems.append(f"{divergences} divergent transitions")
+    if problems:
+        status = "not converged"
+        where = (f" (worst: {decided['worst']})" if decided["worst"] and
+                 decided.get("problems") else "")
+        text = ("posterior did not converge: " + "; ".join(problems) + where +
+                ": intervals and decisions from it are unreliable")
+        advice = _advice(problems, divergences)
+        text += f". What to do: {advice}"
+    elif rest.get("problems"):
+        status = "decisions converged"
+        text = (f"decision quantities converged (R-hat <= {decided['rhat_max']:.3f}, bulk ESS "
+                f">= {decided['ess_bulk_min']:.0f}, no divergences); {rest['worst']} mixes "
+                f"slowly (R-hat {rest['rhat_max']:.3f}, ESS {rest['ess_bulk_min']:.0f}): a "
+                "pooling or shape parameter, harmless for these answers")
+        advice = ""
+    else:
+        status = "converged"
+        text = (f"converged (R-hat <= {every['rhat_max']:.3f}, bulk ESS >= "
+                f"{every['ess_bulk_min']:.0f}, no divergences)")
+        advice = ""
+    return {"status": status, "converged": status != "not converged", "text": text,
+            "advice": advice, "rhat_max": every["rhat_max"],
+            "ess_bulk_min": every["ess_bulk_min"], "divergences": divergences,
+            "decision": {k: decided[k] for k in ("rhat_max", "ess_bulk_min", "worst")},
+            "other": {k: rest[k] for k in ("rhat_max", "ess_bulk_min", "worst")},
+            "problems": problems}
+
+
+def _advice(problems: list[str], divergences: int) -> str:
+    steps = []
+    if divergences:
+        steps.append("raise --target-accept (e.g. 0.99)")
+        steps.append("look for saturated points the data do not mark (a load point past "
+                     "the ceiling; `bayesspec fit` lists those it sets aside; --max-rps "
+                     "sets more aside)")
+    if any(p.startswith(("R-hat", "bulk ESS")) for p in problems):
+        steps.append("run longer (e.g. --tune 2000 --draws 2000)")
+    if any(p.startswith("one chain") for p in problems):
+        steps.append("use 2 or more --chains")
+    steps.append("--strict makes scripts stop on this")
+    return "; ".join(steps)
 
 
 def _finite_extreme(values: np.ndarray, reduce) -> float:
     finite = np.asarray(values, dtype=float)
     finite = finite[~np.isnan(finite)]
     return float(reduce(finite)) if finite.size else float("nan")
-
-
-def warn_if_unconverged(diag: dict) -> str | None:
-    """Emit a ConvergenceWarning and return its text when diagnostics are bad."""
-    if diag["converged"]:
-        return None
-    text = ("posterior did not converge (" + "; ".join(diag["problems"]) +
-            "): intervals and decisions from it are unreliable; rerun with more "
-            "--tune/--draws or check the data")
-    warnings.warn(text, ConvergenceWarning, stacklevel=2)
-    return text
 
 
 def frame_to_dataset(frame: pd.DataFrame, dim: str) -> xr.Dataset:
@@ -301,9 +409,8 @@ def add_log_likelihood(fit):
     """Add the pointwise log-likelihood group to a Fit (for PSIS-LOO and az.compare)."""
     import pymc as pm
 
-    model = fit.model()
-    pm_model = model.build(fit.data)
     if "log_likelihood" not in fit.tree.children:
+        pm_model = fit.model().build(fit.data)
         pointwise = pm.compute_log_likelihood(fit.tree, model=pm_model,
                                               var_names=["log_latency"],
                                               extend_inferencedata=False, progressbar=False)

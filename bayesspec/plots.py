@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .decisions import latency_draws, predictive_latency_draws  # noqa: E402
+from .prediction import Curve, Noise  # noqa: E402
 
 BAND_PROB = 0.9
 
@@ -55,8 +55,9 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
     data = fit.data
     rows = data.loc[~data["excluded"] & data["group"].ne("")]
     groups = fit.groups
-    c1_median = np.median(fit.draws("C1"), axis=0)
-    c2_median = np.median(fit.draws("C2"), axis=0)
+    curves = [fit.group_curve(g) for g in range(len(groups))]
+    c1_median = np.array([np.median(c.zero_load) for c in curves])
+    c2_median = np.array([np.median(c.saturation_cost) for c in curves])
     label_to_index = {label: i for i, label in enumerate(groups["label"])}
     index = rows["group"].map(label_to_index).to_numpy(int)
 
@@ -70,10 +71,10 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
 
     grid = np.linspace(0.0, min(0.985, max(0.9, float(np.nanmax(x)) + 0.02)), 200)
     rng = np.random.default_rng(seed)
-    noise_base = fit.draws("noise_base")[:max_draws]
-    noise_load = fit.draws("noise_load")[:max_draws]
-    ones = np.ones_like(noise_base)
-    normalised = predictive_latency_draws(ones, ones, grid, noise_base, noise_load, rng)
+    noise = curves[0].noise
+    noise = Noise(noise.base[:max_draws], noise.load[:max_draws])
+    ones = np.ones_like(noise.base)
+    normalised = Curve(ones, ones, noise=noise).predictive(grid, rng)
     lo, _, hi = _quantiles(normalised)
     axis.fill_between(grid, lo, hi, color="0.6", alpha=0.35,
                       label=f"{BAND_PROB:.0%} predictive band")
@@ -104,17 +105,14 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
         for panel, g in enumerate(chunk):
             axis = axes.flat[panel]
             label = groups["label"].iloc[g]
-            c1 = fit.draws("C1", g)[:max_draws]
-            c2 = fit.draws("C2", g)[:max_draws]
+            law = fit.group_curve(g)
             points = data.loc[row_labels == label]
-            saturation = 1.0 / c2
+            saturation = 1.0 / law.saturation_cost
             top = max(float(points["rps"].max()) if len(points) else 0.0,
                       float(np.median(saturation)))
             grid = np.linspace(0.0, top * 1.02, 160)
-            curve = latency_draws(c1, c2, grid)
-            predictive = predictive_latency_draws(c1, c2, grid,
-                                                  fit.draws("noise_base")[:max_draws],
-                                                  fit.draws("noise_load")[:max_draws], rng)
+            curve = law.latency(grid)[:max_draws]
+            predictive = law.predictive(grid, rng)[:max_draws]
             lo, _, hi = _quantiles(np.where(np.isfinite(curve), curve, np.nan), prob)
             plo, _, phi = _quantiles(np.where(np.isfinite(predictive), predictive, np.nan), prob)
             with np.errstate(invalid="ignore"), warnings.catch_warnings():
@@ -161,7 +159,7 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
                        prob: float = BAND_PROB, points: int = 120):
     """Speedup vs RPS for several k at one alpha, with bands and the crossovers marked.
 
-    ``costs`` (:class:`bayesspec.decisions.SpeculativeCosts`) evaluates its own law: eq.
+    ``costs`` (a :class:`bayesspec.prediction.Law`) evaluates its own law: eq.
     (1) latencies, or eq. (4) for an MoE verifier."""
     dense_saturation = float(np.median(1.0 / costs.c2_dense))
     top = min(rps_max * 1.05, dense_saturation) if rps_max else dense_saturation
@@ -182,7 +180,7 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
                 axis.plot([s_med], [1.0], marker="o", color=colour, ms=6, zorder=4)
     axis.axhline(1.0, color="black", lw=1, ls="--")
     axis.set_xlabel("RPS (requests/s)")
-    law = " (MoE law, eq. 4)" if getattr(costs, "moe", None) is not None else ""
+    law = " (MoE law, eq. 4)" if costs.law_name == "eq. (4)" else ""
     axis.set_ylabel(f"speedup = L_dense / L_SD{law}")
     axis.set_title(f"{costs.label}: speedup at alpha = {alpha:g} "
                    f"(median, {prob:.0%} band; dots: crossover RPS*)", fontsize=9)
@@ -311,7 +309,6 @@ def compare_forest_plot(document: dict, *, max_rows: int = 40):
 
 def moe_low_load_plot(dense_fit, moe_fit, *, per_figure: int = 8, prob: float = BAND_PROB):
     """Low-load zoom: data vs the dense law and the MoE-aware law, one panel per sweep."""
-    from .decisions import group_latency_draws
 
     labels = [label for label in moe_fit.groups["label"] if label in set(dense_fit.groups["label"])]
     labels = labels[:per_figure]
@@ -328,7 +325,7 @@ def moe_low_load_plot(dense_fit, moe_fit, *, per_figure: int = 8, prob: float = 
         for fit, colour, name in ((dense_fit, "tab:orange", "dense law"),
                                   (moe_fit, "tab:blue", "MoE-aware")):
             g = list(fit.groups["label"]).index(label)
-            curve = group_latency_draws(fit, g, grid)
+            curve = fit.group_curve(g).latency(grid)
             lo, median, hi = _quantiles(curve, prob)
             axis.fill_between(grid, lo, hi, color=colour, alpha=0.25, lw=0)
             axis.plot(grid, median, color=colour, lw=1.3, label=name)
@@ -348,16 +345,15 @@ def moe_low_load_plot(dense_fit, moe_fit, *, per_figure: int = 8, prob: float = 
 
 def expert_coverage_plot(moe_fit, *, rps_points: int = 80):
     """phi (share of experts touched) vs RPS for each MoE sweep, at posterior medians."""
-    from .decisions import group_latency_draws
     from .laws import expert_coverage
 
     figure, axis = plt.subplots(figsize=(7, 4.2))
     groups = moe_fit.groups
     for g, row in groups.iterrows():
-        saturation = float(np.median(1.0 / moe_fit.draws("C2", g)))
+        saturation = float(np.median(1.0 / moe_fit.group_curve(g).saturation_cost))
         grid = np.geomspace(0.01, min(0.95 * saturation, 1.2 * float(row["rps_max"])),
                             rps_points)
-        latency = np.median(group_latency_draws(moe_fit, g, grid), axis=0)
+        latency = np.median(moe_fit.group_curve(g).latency(grid), axis=0)
         tokens = grid * latency * float(row["tokens_per_request"])
         phi = expert_coverage(tokens, float(row["experts_active"]), float(row["experts_total"]))
         axis.plot(grid, phi, lw=1, label=row["label"] if g < 10 else None)
@@ -385,7 +381,7 @@ def sbc_ecdf_plot(result, *, prob: float = 0.99, columns: int = 4, seed: int = 0
     """
     import textwrap
 
-    from .sbc import ecdf_band
+    from .ranks import ecdf_band
 
     ranks = np.asarray(result.ranks)
     n, count = ranks.shape

@@ -1,11 +1,18 @@
-"""Fit summaries as CONTRACT JSON documents and as tables a person reads."""
+"""Fit summaries as CONTRACT JSON documents and as tables a person reads.
+
+Terms, as the tables use them: C1 is the batch-1 (zero-load) latency of a request, in
+seconds; C2 the marginal cost of one more concurrent request, in seconds per request, so
+1/C2 is the saturation rate (the RPS at which latency diverges); every number is a
+posterior median with its equal-tailed credible interval (the range holding the true
+value with the stated probability, given the model and the data).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .data import plain_value
-from .decisions import uncertain
+from .uncertainty import uncertain
 
 GROUP_FIELDS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens",
                 "gpu", "engine", "engine_version", "method")
@@ -13,17 +20,17 @@ GROUP_FIELDS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_t
 
 def summary_document(fit, *, prob: float = 0.9) -> dict:
     groups = fit.groups
-    c1 = fit.draws("C1")
-    c2 = fit.draws("C2")
     entries = []
     for g, row in groups.iterrows():
+        curve = fit.group_curve(g)
         entry = {"label": row["label"]}
         for field in GROUP_FIELDS:
             if field in groups.columns:
                 entry[field] = plain_value(row[field])
-        entry["C1"] = uncertain(c1[:, g], prob)
-        entry["C2"] = uncertain(c2[:, g], prob)
-        entry["saturation_rps"] = uncertain(1.0 / c2[:, g], prob)
+        entry["C1"] = uncertain(curve.zero_load, prob)
+        entry["C2"] = uncertain(curve.saturation_cost, prob)
+        entry["saturation_rps"] = uncertain(1.0 / curve.saturation_cost, prob)
+        entry["rps_measured_max"] = fit.rps_measured_max(g)
         if "n_points" in groups.columns:
             entry["n_points"] = plain_value(row["n_points"])
         entries.append(entry)
@@ -44,13 +51,15 @@ def summary_document(fit, *, prob: float = 0.9) -> dict:
                 continue
             key = name if variable.shape[-1] == 1 else f"{name}[{label}]"
             coefficients[key] = uncertain(draws[:, j], prob)
-    diag = fit.diagnostics
+    verdict = fit.diagnostics
     return {
         "model": fit.model_name,
         "groups": entries,
         "coefficients": coefficients,
-        "diagnostics": {"rhat_max": diag["rhat_max"], "ess_bulk_min": diag["ess_bulk_min"],
-                        "divergences": diag["divergences"]},
+        "diagnostics": {"rhat_max": verdict["rhat_max"],
+                        "ess_bulk_min": verdict["ess_bulk_min"],
+                        "divergences": verdict["divergences"]},
+        "convergence": verdict,
         "n_rows": int(len(fit.data)),
         "n_excluded": int(fit.data["excluded"].sum()),
         "prob": prob,
@@ -63,17 +72,21 @@ def _cell(u: dict) -> str:
     return f"{u['median']:.4g} [{u['lo']:.4g}, {u['hi']:.4g}]"
 
 
-def summary_text(fit, document: dict) -> str:
+def summary_text(document: dict) -> str:
     prob = document["prob"]
     lines = [f"model: {document['model']}   groups: {len(document['groups'])}   rows: "
              f"{document['n_rows']} ({document['n_excluded']} excluded as saturated)   "
-             f"intervals: {prob:.0%} equal-tailed"]
+             f"intervals: {prob:.0%} equal-tailed (posterior median [lo, hi])",
+             "C1: batch-1 latency; C2: marginal cost of one more concurrent request; "
+             "1/C2: saturation rate; measured max: the highest rate the data reached"]
     width = max([len(e["label"]) for e in document["groups"]] + [5])
     lines.append(f"{'group':<{width}}  {'C1 (s)':>28}  {'C2 (s/request)':>30}  "
-                 f"{'saturation RPS':>28}")
+                 f"{'saturation RPS 1/C2':>28}  {'measured max':>12}")
     for entry in document["groups"]:
+        ceiling = entry.get("rps_measured_max")
         lines.append(f"{entry['label']:<{width}}  {_cell(entry['C1']):>28}  "
-                     f"{_cell(entry['C2']):>30}  {_cell(entry['saturation_rps']):>28}")
+                     f"{_cell(entry['C2']):>30}  {_cell(entry['saturation_rps']):>28}  "
+                     f"{ceiling if ceiling is None else f'{ceiling:.4g}':>12}")
     if document["coefficients"]:
         lines.append("")
         lines.append("population and noise:")
@@ -81,9 +94,9 @@ def summary_text(fit, document: dict) -> str:
         for name, u in document["coefficients"].items():
             lines.append(f"  {name:<{name_width}} {_cell(u)}")
     d = document["diagnostics"]
-    diag = fit.diagnostics
-    status = "OK" if diag["converged"] else "NOT CONVERGED: " + "; ".join(diag["problems"])
+    verdict = document["convergence"]
     lines.append("")
     lines.append(f"diagnostics: R-hat max {d['rhat_max']:.4f}, bulk ESS min "
-                 f"{d['ess_bulk_min']:.0f}, divergences {d['divergences']} -> {status}")
+                 f"{d['ess_bulk_min']:.0f}, divergences {d['divergences']}")
+    lines.append(f"verdict: {verdict['text']}")
     return "\n".join(lines)

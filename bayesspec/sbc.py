@@ -29,7 +29,6 @@ reported next to it, never hidden.
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field, replace
 
@@ -37,9 +36,10 @@ import numpy as np
 import pandas as pd
 
 from .errors import BadInput
+from .outputs import log
+from .ranks import chi_square_pvalues, default_bins, ecdf_band, ranks_of, thin_indices
 
 LEVEL = 0.01
-BAND_PROB = 0.99
 DEFAULT_THIN_TO = 100
 # A sweep whose slowest point is 20x its fastest runs at 95% utilisation or more; real
 # load tests stop before that (see plausible_sweeps).
@@ -50,55 +50,10 @@ MAX_DRAW_ROUNDS = 20
 # --------------------------------------------------------------------------- designs
 
 def default_design(model: str) -> pd.DataFrame:
-    """A small built-in design suited to ``model`` (rates from the law's own sweeps).
-
-    - speculative: Llama-3.1-8B + EAGLE-3 at 512/512 tokens, the dense baseline and
-      (alpha, k) in {0.6, 0.8} x {1, 4} with alpha known; 8 rates per curve, the top one
-      saturated and excluded (7 points per curve, 35 in all).
-    - moe: the first two groups of the bundled ``sim_moe`` dataset.
-    - hierarchical: three Qwen3 verifiers (1.7B, 8B, 14B) at prefill/decode 256 and
-      1024 (12 dense cells on the roofline trends, 1% cell deviations) plus the
-      speculative design, so the trends, both spreads and the drafter terms are all
-      exercised (17 curves, 7 points each).
-    - any other speculative model (a subclass of the speculative model class): the
-      speculative design.
-    - dense and any other model: Qwen3-8B on H100 at (prefill, decode) 256/256,
-      512/512, 1024/1024 (three groups, so the pooled prior of log C1 is exercised),
-      8 rates each.
-    """
-    from .data import prepare
-    from .synthetic import generate_sweeps, placeholder_truth, speculative_truth
-
+    """The built-in design of ``model`` (its class's ``default_sbc_design``)."""
     from .bayes import get_model_class
-    from .bayes.speculative import SpeculativeLatencyModel
 
-    if model == "hierarchical":
-        import pandas as pd
-
-        from .synthetic import hierarchical_truth
-
-        truth = pd.concat([hierarchical_truth(("Qwen3-1.7B", "Qwen3-8B", "Qwen3-14B"),
-                                              (256, 1024)),
-                           speculative_truth(alphas=(0.6, 0.8), ks=(1, 4))],
-                          ignore_index=True)
-        return prepare(generate_sweeps(truth, n_rates=8, seed=0), source="<sbc design>")
-    if issubclass(get_model_class(model), SpeculativeLatencyModel):
-        truth = speculative_truth(alphas=(0.6, 0.8), ks=(1, 4))
-        return prepare(generate_sweeps(truth, n_rates=8, seed=0), source="<sbc design>")
-    if model == "moe":
-        from . import datasets
-        from .data import read_tidy
-
-        data = read_tidy(datasets.path("moe"))
-        keys = data[["verifier", "drafter", "k", "prefill_tokens", "decode_tokens"]]
-        keys = keys.astype(str).agg("|".join, axis=1)
-        return data.loc[keys.isin(keys.unique()[:2])].reset_index(drop=True)
-    truth = placeholder_truth()
-    pairs = {(256, 256), (512, 512), (1024, 1024)}
-    keep = truth["verifier"].eq("Qwen3-8B").to_numpy() & np.array(
-        [(p, g) in pairs for p, g in zip(truth["prefill_tokens"], truth["decode_tokens"])])
-    return prepare(generate_sweeps(truth.loc[keep], n_rates=8, seed=0),
-                   source="<sbc design>")
+    return get_model_class(model).default_sbc_design()
 
 
 # --------------------------------------------------------------------------- model
@@ -250,7 +205,7 @@ def _draw_simulations(pm_model, observed, variables, simulations, seed, latency_
 
     kept_truth, kept_data, drawn, set_aside = [], {rv: [] for rv in observed}, 0, 0
     for round_number in range(MAX_DRAW_ROUNDS):
-        _log(f"sbc: drawing {simulations} parameter and data sets from the prior", progress)
+        log(f"sbc: drawing {simulations} parameter and data sets from the prior", progress)
         random_seed = seed if round_number == 0 else np.random.default_rng([seed, round_number])
         tree = pm.sample_prior_predictive(draws=simulations, model=pm_model,
                                           random_seed=random_seed)
@@ -266,7 +221,7 @@ def _draw_simulations(pm_model, observed, variables, simulations, seed, latency_
             kept_data[rv].append(data[rv][keep])
         have = sum(len(t) for t in kept_truth)
         if keep.sum() < simulations:
-            _log(f"sbc: {simulations - keep.sum()} of {simulations} simulated data sets set "
+            log(f"sbc: {simulations - keep.sum()} of {simulations} simulated data sets set "
                  f"aside (a sweep spans more than {max_latency_ratio}x in latency)", progress)
         if have >= simulations:
             break
@@ -278,125 +233,6 @@ def _draw_simulations(pm_model, observed, variables, simulations, seed, latency_
     truth = np.vstack(kept_truth)[:simulations]
     simulated = {rv: np.vstack(kept_data[rv])[:simulations] for rv in observed}
     return names, owners, elements, truth, duplicates, simulated, (drawn, set_aside)
-
-
-# --------------------------------------------------------------------------- statistics
-
-def thin_indices(draws: int, chains: int, thin_to: int) -> tuple[int, np.ndarray]:
-    """Every ``step``-th draw of each chain, ``step`` chosen to keep about ``thin_to``."""
-    step = max(1, (draws * chains) // max(thin_to, 1))
-    return step, np.arange(step - 1, draws, step)
-
-
-def ranks_of(draws: np.ndarray, truth: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Rank of each ``truth[j]`` among ``draws[:, j]`` (0..S), ties broken at random."""
-    below = (draws < truth).sum(axis=0)
-    equal = (draws == truth).sum(axis=0)
-    return below + rng.integers(0, equal + 1)
-
-
-def chi_square_pvalues(ranks: np.ndarray, max_rank: int, bins: int) -> np.ndarray:
-    """Per column: chi-square test that ranks are uniform on 0..max_rank, in ``bins``.
-
-    Bins split the max_rank + 1 values as evenly as possible; their exact probabilities
-    are used, so max_rank + 1 need not be a multiple of ``bins``.
-    """
-    from scipy import stats
-
-    ranks = np.atleast_2d(np.asarray(ranks)).reshape(len(ranks), -1)
-    n = ranks.shape[0]
-    bin_of_value = (np.arange(max_rank + 1) * bins) // (max_rank + 1)
-    expected = n * np.bincount(bin_of_value, minlength=bins) / (max_rank + 1)
-    observed = np.stack([np.bincount(bin_of_value[ranks[:, j]], minlength=bins)
-                         for j in range(ranks.shape[1])])
-    statistic = ((observed - expected) ** 2 / expected).sum(axis=1)
-    return stats.chi2.sf(statistic, bins - 1)
-
-
-def default_bins(n: int, max_rank: int) -> int:
-    """About ten expected ranks per bin, between 5 and 20 bins."""
-    return int(min(max_rank + 1, max(5, min(20, n // 10))))
-
-
-def _ecdf_thresholds(max_rank: int, points: int = 100) -> np.ndarray:
-    """Rank thresholds j: the ECDF is evaluated as the share of ranks below j."""
-    return np.unique(np.linspace(1, max_rank, min(points, max_rank)).round().astype(int))
-
-
-def _counts_below(ranks: np.ndarray, max_rank: int, thresholds: np.ndarray) -> np.ndarray:
-    """Per column of ``ranks`` (simulations, columns): how many are below each threshold."""
-    ranks = np.asarray(ranks, dtype=int)
-    columns = ranks.shape[1]
-    offset = ranks + (max_rank + 1) * np.arange(columns)[None, :]
-    histogram = np.bincount(offset.ravel(), minlength=columns * (max_rank + 1))
-    cumulative = np.cumsum(histogram.reshape(columns, max_rank + 1), axis=1)
-    return cumulative[:, thresholds - 1]
-
-
-def _tail_probability(counts: np.ndarray, n: int, z: np.ndarray) -> np.ndarray:
-    """Two-sided binomial tail probability of each count (the ECDF test's pointwise p).
-
-    ``counts`` is (rows, points), ``z`` the uniform CDF at each point; evaluated through
-    a (points, n + 1) table, since scipy's binomial CDF is slow per element.
-    """
-    from scipy import stats
-
-    values = np.arange(n + 1)[None, :]
-    table = np.minimum(1.0, 2 * np.minimum(stats.binom.cdf(values, n, z[:, None]),
-                                           stats.binom.sf(values - 1, n, z[:, None])))
-    return table[np.arange(len(z))[None, :], counts]
-
-
-@dataclass
-class EcdfBand:
-    """Simultaneous band of the rank ECDF under uniformity (Säilynoja et al. 2022)."""
-
-    z: np.ndarray         # evaluation points (the uniform CDF there)
-    lower: np.ndarray     # ECDF bounds, as shares
-    upper: np.ndarray
-    null_statistic: np.ndarray  # smallest pointwise tail probability, per null draw
-    n: int
-    max_rank: int
-
-    def p_values(self, ranks: np.ndarray) -> np.ndarray:
-        """Per column: share of null ECDFs at least as extreme as the observed one."""
-        statistic = self.statistic(ranks)
-        return (1 + (self.null_statistic[None, :] <= statistic[:, None]).sum(axis=1)) / (
-            1 + self.null_statistic.size)
-
-    def counts(self, ranks: np.ndarray) -> np.ndarray:
-        """(coefficients, points): how many ranks fall below each threshold."""
-        thresholds = np.rint(self.z * (self.max_rank + 1)).astype(int)
-        return _counts_below(ranks, self.max_rank, thresholds)
-
-    def statistic(self, ranks: np.ndarray) -> np.ndarray:
-        return _tail_probability(self.counts(ranks), self.n, self.z).min(axis=1)
-
-    def outside(self, ranks: np.ndarray) -> np.ndarray:
-        share = self.counts(ranks) / self.n
-        return ((share < self.lower - 1e-12) | (share > self.upper + 1e-12)).any(axis=1)
-
-
-def ecdf_band(n: int, max_rank: int, *, prob: float = BAND_PROB, null_draws: int = 10000,
-              seed: int = 0) -> EcdfBand:
-    """The simultaneous ``prob`` band of the ECDF of ``n`` uniform ranks on 0..max_rank.
-
-    Simulation method: the pointwise binomial band is narrowed (its level gamma chosen)
-    until the whole null ECDF stays inside it with probability ``prob``.
-    """
-    from scipy import stats
-
-    thresholds = _ecdf_thresholds(max_rank)
-    z = thresholds / (max_rank + 1)
-    rng = np.random.default_rng(seed)
-    null = rng.integers(0, max_rank + 1, size=(n, null_draws))
-    counts = _counts_below(null, max_rank, thresholds)
-    statistic = _tail_probability(counts, n, z).min(axis=1)
-    gamma = float(np.quantile(statistic, 1 - prob))
-    lower = stats.binom.ppf(gamma / 2, n, z) / n
-    upper = stats.binom.ppf(1 - gamma / 2, n, z) / n
-    return EcdfBand(z=z, lower=lower, upper=upper, null_statistic=statistic, n=n,
-                    max_rank=max_rank)
 
 
 # --------------------------------------------------------------------------- result
@@ -412,7 +248,7 @@ class SBCResult:
     bins: int
     p_values: np.ndarray         # chi-square, per coefficient
     p_ecdf: np.ndarray           # simultaneous ECDF test, per coefficient
-    outside_band: np.ndarray     # ECDF leaves the simultaneous BAND_PROB band
+    outside_band: np.ndarray     # ECDF leaves the simultaneous ranks.BAND_PROB band
     per_simulation: pd.DataFrame
     settings: dict
     design: dict
@@ -490,11 +326,6 @@ class SBCResult:
 
 # --------------------------------------------------------------------------- run
 
-def _log(message: str, enabled: bool) -> None:
-    if enabled:
-        print(message, file=sys.stderr, flush=True)
-
-
 def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | None = None,
             simulations: int = 100, settings=None, seed: int = 0,
             thin_to: int = DEFAULT_THIN_TO, bins: int | None = None, level: float = LEVEL,
@@ -537,7 +368,7 @@ def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | No
                                 .get_value()) for rv in observed}
 
     compile_started = time.perf_counter()
-    _log("sbc: compiling the model once (numba)", progress)
+    log("sbc: compiling the model once (numba)", progress)
     compiled = compile_model(pm_model, settings)
     compile_s = time.perf_counter() - compile_started
 
@@ -572,7 +403,7 @@ def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | No
         records.append(record)
         elapsed = time.perf_counter() - loop_started
         eta = elapsed / (i + 1) * (simulations - i - 1)
-        _log(f"sbc: simulation {i + 1}/{simulations} {record['status']}, "
+        log(f"sbc: simulation {i + 1}/{simulations} {record['status']}, "
              f"divergences {record['divergences']}, R-hat max {record['rhat_max']:.3f}; "
              f"elapsed {elapsed:.0f} s, ETA {eta:.0f} s", progress)
 
@@ -601,148 +432,3 @@ def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | No
         duplicates=duplicates, level=level, simulations=simulations,
         prior_draws=drawn, set_aside=set_aside, max_latency_ratio=max_latency_ratio,
         compile_s=compile_s, wall_time_s=time.perf_counter() - started)
-
-
-# --------------------------------------------------------------------------- command line
-
-def add_arguments(parser) -> None:
-    parser.add_argument("data", nargs="?",
-                        help="tidy CSV or Parquet file giving the design (rates, groups, "
-                             "covariates); default: a small built-in design for --model")
-    parser.add_argument("--model", default="speculative",
-                        help="registered latency model (default speculative)")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="model configuration option (repeatable), e.g. "
-                             "latent_alpha=always")
-    parser.add_argument("--simulations", type=int, default=100,
-                        help="data sets drawn from the prior (default 100)")
-    parser.add_argument("--draws", type=int, default=500, help="draws per chain (default 500)")
-    parser.add_argument("--tune", type=int, default=None,
-                        help="tuning steps (default: the model's, as in fit)")
-    parser.add_argument("--chains", type=int, default=2, help="chains (default 2)")
-    parser.add_argument("--target-accept", type=float, default=None,
-                        help="NUTS target acceptance (default: the model's)")
-    parser.add_argument("--thin-to", type=int, default=DEFAULT_THIN_TO,
-                        help=f"posterior draws kept per simulation, so ranks are 0..about "
-                             f"this (default {DEFAULT_THIN_TO})")
-    parser.add_argument("--bins", type=int, default=None,
-                        help="bins of the chi-square test (default: about 10 ranks per bin)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--max-latency-ratio", type=float, default=MAX_LATENCY_RATIO,
-                        help="set aside simulated data sets with a sweep whose slowest point "
-                             f"is more than this many times its fastest (default "
-                             f"{MAX_LATENCY_RATIO:g}; 0: keep all)")
-    parser.add_argument("--max-rps", type=float, default=None,
-                        help="treat points above this rate as saturated")
-    parser.add_argument("--catalog", action="append", default=None,
-                        help="extra folder of model/GPU cards (repeatable)")
-    parser.add_argument("--plot", help="write the rank ECDF plot to this PNG")
-    parser.add_argument("--out", help="folder for sbc.json, ranks.csv, simulations.csv and "
-                                      "(without --plot) sbc_ecdf.png")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON document on stdout and nothing else there")
-    parser.add_argument("--quiet", action="store_true", help="no progress output on stderr")
-
-
-def _options(items: list[str]) -> dict:
-    import json
-
-    config = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise BadInput(f"expected KEY=VALUE, got {item!r}", option="--option")
-        try:
-            config[key.strip()] = json.loads(value)
-        except ValueError:
-            config[key.strip()] = value
-    return config
-
-
-def run(args) -> int:
-    """``bayesspec sbc``: exit 0 when no coefficient is rejected family-wise, else 1."""
-    from pathlib import Path
-
-    from .cli import _read_data, emit_json, write_text_atomic
-    from .inference import SamplerSettings
-
-    for name, low in (("simulations", 2), ("draws", 2), ("tune", 0), ("chains", 1),
-                      ("thin_to", 2), ("max_latency_ratio", 0)):
-        if getattr(args, name) is not None and getattr(args, name) < low:
-            raise BadInput(f"must be >= {low}, got {getattr(args, name)}",
-                           option=f"--{name.replace('_', '-')}")
-    if 0 < args.max_latency_ratio <= 1:
-        raise BadInput(f"must be > 1 (or 0 to keep all), got {args.max_latency_ratio}",
-                       option="--max-latency-ratio")
-    if args.bins is not None and args.bins < 2:
-        raise BadInput(f"must be >= 2, got {args.bins}", option="--bins")
-    if args.target_accept is not None and not 0.5 <= args.target_accept < 1.0:
-        raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
-                       option="--target-accept")
-    out = Path(args.out) if args.out else None
-    if out is not None and not out.is_dir():
-        raise BadInput("output folder does not exist", file=str(out))
-    if args.plot and not Path(args.plot).resolve().parent.is_dir():
-        raise BadInput("output folder does not exist", file=args.plot)
-    config = _options(args.option)
-    from .bayes import get_model_class
-
-    model_class = get_model_class(args.model)
-    try:
-        model_class(config)
-    except ValueError as error:
-        raise BadInput(str(error), option="--option") from None
-    data = _read_data(args.data, args) if args.data else default_design(args.model)
-    settings = SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
-                               target_accept=args.target_accept, progress=False)
-    result = run_sbc(data, args.model, config=config, simulations=args.simulations,
-                     settings=settings, seed=args.seed, thin_to=args.thin_to, bins=args.bins,
-                     max_latency_ratio=args.max_latency_ratio or None,
-                     progress=not args.quiet)
-    document = result.document()
-    plot = args.plot or (str(out / "sbc_ecdf.png") if out is not None else None)
-    if plot:
-        from .plots import sbc_ecdf_plot, save_figure
-
-        document["plot"] = save_figure(sbc_ecdf_plot(result), plot)
-    if out is not None:
-        import json
-
-        from .cli import _clean
-
-        ranks = pd.DataFrame(result.ranks, columns=result.names)
-        write_text_atomic(out / "ranks.csv", ranks.to_csv(index_label="simulation"))
-        write_text_atomic(out / "simulations.csv", result.per_simulation.to_csv(index=False))
-        write_text_atomic(out / "sbc.json", json.dumps(_clean(document), indent=2,
-                                                       allow_nan=False) + "\n")
-    if args.json:
-        emit_json(document)
-    else:
-        _print_summary(document)
-    return 0 if result.passed else 1
-
-
-def _print_summary(document: dict) -> None:
-    diag = document["diagnostics"]
-    lines = [f"SBC of the {document['model']} model: {document['simulations_used']} of "
-             f"{document['simulations']} simulations sampled, ranks 0..{document['max_rank']}, "
-             f"{document['bins']} bins, {document['wall_time_s']:.0f} s"]
-    for row in document["coefficients"]:
-        flag = " REJECTED" if row["rejected"] else ""
-        lines.append(f"  {row['name']:<60} p {row['p_value']:.3f}  p_ecdf "
-                     f"{row['p_ecdf']:.3f}{flag}")
-    lines.append(f"per coefficient at {document['level']:.0%}: {len(document['rejected'])} "
-                 f"rejected ({document['expected_false_rejections']:.2f} expected by chance); "
-                 f"family-wise ({document['family_wise_rule']}): "
-                 f"{'pass' if document['passed'] else 'FAIL'}")
-    lines.append(f"simulations with divergences: {diag['divergent_simulations']} "
-                 f"({diag['divergences']} divergent transitions); R-hat > 1.01 in "
-                 f"{diag['rhat_over_1.01']}")
-    if document["set_aside_implausible"]:
-        lines.append(f"set aside before sampling: {document['set_aside_implausible']} of "
-                     f"{document['prior_draws']} prior draws (a sweep spans more than "
-                     f"{document['max_latency_ratio']:g}x in latency)")
-    if document["non_finite"] or document["failed"]:
-        lines.append(f"non-finite simulated data: {len(document['non_finite'])}; sampler "
-                     f"failures: {len(document['failed'])}")
-    print("\n".join(lines))

@@ -199,17 +199,17 @@ def case_speculative_fit(quick: bool) -> dict:
 
 
 def case_decisions(quick: bool) -> dict:
-    from bayesspec.decisions import SpeculativeCosts, kstar_table, _speedup_draws
-    from bayesspec.laws import effective_costs
+    from bayesspec.decisions import kstar_table
+    from bayesspec.laws import effective_costs, latency
+    from bayesspec.prediction import CoefficientLaw, Curve
     from bayesspec.synthetic import DENSE_TRUTH_8B, SPECULATIVE_TRUTH_8B
 
     rng = np.random.default_rng(0)
     draws = 4000
     jitter = lambda value: value * np.exp(rng.normal(0, 0.02, draws))  # noqa: E731
-    costs = SpeculativeCosts(
-        label="bench", decode_tokens=512.0, c1_dense=jitter(DENSE_TRUTH_8B["C1"]),
-        c2_dense=jitter(DENSE_TRUTH_8B["C2"]),
-        coefficients={n: jitter(v) for n, v in SPECULATIVE_TRUTH_8B.items()}, per_config={})
+    costs = CoefficientLaw(
+        "bench", Curve(jitter(DENSE_TRUTH_8B["C1"]), jitter(DENSE_TRUTH_8B["C2"])),
+        {n: jitter(v) for n, v in SPECULATIVE_TRUTH_8B.items()}, 512.0)
     alphas = np.linspace(0.5, 1.0, 11)
     rps = np.linspace(0, 25, 50)
     ks = range(0, 11)
@@ -229,8 +229,9 @@ def case_decisions(quick: bool) -> dict:
         for a, alpha in enumerate(alphas):
             c1, c2 = effective_costs(alpha, sd_ks, 512, *(c[n][s] for n in
                                      ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")))
-            speed = _speedup_draws(costs.c1_dense[s], costs.c2_dense[s], c1[:, None],
-                                   c2[:, None], rps[None, :])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                speed = (latency(rps[None, :], costs.c1_dense[s], costs.c2_dense[s])
+                         / latency(rps[None, :], c1[:, None], c2[:, None]))
             speed = np.vstack([np.ones((1, len(rps))), speed])
             loop_best[s, a] = np.argmax(speed, axis=0)
     baseline_s = time.perf_counter() - started

@@ -15,8 +15,8 @@ import sys
 import numpy as np
 
 from bayesspec.data import included
-from bayesspec.decisions import crossover, kstar_table, speculative_costs
-from bayesspec.fitfile import Fit
+from bayesspec.bayes import load_fit
+from bayesspec.decisions import crossover, kstar_table
 
 
 def curve(points):
@@ -76,7 +76,7 @@ def predictive_direct_crossover(fit, dense, sd, draws=400, seed=0):
     return np.quantile(stats, [0.05, 0.95])
 
 
-fit = Fit.load(sys.argv[1])
+fit = load_fit(sys.argv[1])
 data = included(fit.data)
 inside = outside = absent_agree = absent_disagree = predictive_inside = 0
 for s, setup in fit.setups.iterrows():
@@ -84,7 +84,7 @@ for s, setup in fit.setups.iterrows():
                 & (data["prefill_tokens"] == setup["prefill_tokens"])
                 & (data["decode_tokens"] == setup["decode_tokens"])]
     dense = rows[rows["k"] == 0]
-    costs = speculative_costs(fit, {"verifier": setup["verifier"], "drafter": setup["drafter"],
+    costs = fit.law({"verifier": setup["verifier"], "drafter": setup["drafter"],
                                     "prefill": int(setup["prefill_tokens"]),
                                     "decode": int(setup["decode_tokens"])})
     print(f"== {setup['setup']}")
@@ -121,7 +121,7 @@ for s, setup in fit.setups.iterrows():
     rows = data[(data["verifier"] == setup["verifier"])
                 & (data["prefill_tokens"] == setup["prefill_tokens"])
                 & (data["decode_tokens"] == setup["decode_tokens"])]
-    costs = speculative_costs(fit, {"verifier": setup["verifier"], "drafter": setup["drafter"],
+    costs = fit.law({"verifier": setup["verifier"], "drafter": setup["drafter"],
                                     "prefill": int(setup["prefill_tokens"]),
                                     "decode": int(setup["decode_tokens"])})
     dense = rows[rows["k"] == 0]

@@ -26,7 +26,6 @@ import arviz as az
 from bayesspec import datasets
 from bayesspec.checks import r_squared
 from bayesspec.data import included, read_tidy
-from bayesspec.decisions import group_latency_draws
 from bayesspec.inference import SamplerSettings, add_log_likelihood
 from bayesspec.plots import expert_coverage_plot, moe_low_load_plot, save_figure
 from bayesspec.workflow import fit
@@ -51,7 +50,7 @@ def low_load_r2(result):
         for label, sweep in part.groupby("group"):
             g = list(result.groups["label"]).index(label)
             low = sweep[sweep["rps"] <= sweep["rps"].median()]
-            mean = group_latency_draws(result, g, low["rps"].to_numpy()).mean(axis=0)
+            mean = result.group_curve(g).latency(low["rps"].to_numpy()).mean(axis=0)
             observed += list(low["latency_mean_s"])
             predicted += list(mean)
         per_verifier[verifier] = round(r_squared(observed, predicted), 4)

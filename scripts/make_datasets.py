@@ -20,8 +20,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bayesspec.simulate.cli import _Progress, write_tidy  # noqa: E402
+from bayesspec.outputs import ProgressLine, write_table  # noqa: E402
 from bayesspec.simulate.grid import expand_grid, load_grid, run_grid  # noqa: E402
+
+#: As ``bayesspec simulate`` writes (the simulator is not more precise than this).
+FLOAT_FORMAT = "%.6g"
 
 DATASETS = {
     "dense": ("paper-dense", "sim_dense.csv"),
@@ -48,8 +51,8 @@ def main(argv=None) -> int:
         n = len(expand_grid(grid))
         sys.stderr.write(f"{filename}: grid {grid_name!r}, {n} sweeps\n")
         start = time.monotonic()
-        rows, _ = run_grid(grid, progress=_Progress(True))
-        write_tidy(out / filename, rows)
+        rows, _ = run_grid(grid, progress=ProgressLine("simulate"))
+        write_table(out / filename, rows, float_format=FLOAT_FORMAT)
         size = (out / filename).stat().st_size
         sys.stderr.write(f"{filename}: {len(rows)} rows, {size / 1e3:.0f} kB, "
                          f"{int(rows['saturated'].sum())} saturated, "

@@ -122,9 +122,9 @@ def test_a_file_that_is_not_a_fit_is_refused(capsys, tmp_path):
 
 
 def test_a_fit_from_another_model_version_is_refused(capsys, real_fit_path, tmp_path):
-    from bayesspec.fitfile import Fit
+    from bayesspec.bayes import load_fit
 
-    fit = Fit.load(real_fit_path)
+    fit = load_fit(real_fit_path)
     fit.tree.attrs["bayesspec_model_version"] = "0"
     other = tmp_path / "old.nc"
     fit.save(other)
@@ -146,7 +146,9 @@ def test_fit_verb_end_to_end(tmp_path, truth_16):
     document = json.loads(result.stdout)
     assert document["groups"] == 3 and document["excluded"] == 3
     assert out.exists()
-    assert "3 of 27 points excluded" in result.stderr
+    # which rows were set aside, and why, one line each
+    assert "3 of 27 points set aside as saturated" in result.stderr
+    assert result.stderr.count("marked saturated") == 3
     listing = [p.name for p in tmp_path.iterdir()]
     assert not [name for name in listing if name.endswith(".tmp")]
 

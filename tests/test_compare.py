@@ -9,7 +9,8 @@ import pytest
 
 from bayesspec.cli import main
 from bayesspec.data import prepare
-from bayesspec.decisions import COEFFICIENT_NAMES, compare_fits, compare_versions
+from bayesspec.decisions import compare_fits, compare_versions
+from bayesspec.prediction import COEFFICIENT_NAMES
 from bayesspec.errors import BadInput
 from bayesspec.inference import SamplerSettings
 from bayesspec.synthetic import generate_sweeps
@@ -167,7 +168,8 @@ def test_sd_compare_by_version_picks_the_speculative_variant(capsys, tmp_path):
 
 
 def test_sd_verdict_names_unidentified_and_traded_off_effects():
-    from bayesspec.decisions import _identified, _ratio_entry, _tradeoffs
+    from bayesspec.bayes.versions import _identified, _tradeoffs
+    from bayesspec.uncertainty import ratio_entry as _ratio_entry
 
     rng = np.random.default_rng(0)
     prior_like = np.exp(rng.normal(0.0, 0.19, 4000))        # prior sd 0.2

@@ -10,6 +10,7 @@ from pymc.testing import mock_sample
 
 from bayesspec.bayes import DenseLatencyModel
 from bayesspec.data import prepare
+from bayesspec.bayes import load_fit
 from bayesspec.fitfile import Fit
 from bayesspec.inference import diagnostics
 from bayesspec.synthetic import generate_sweeps
@@ -54,7 +55,7 @@ def test_plumbing_with_mock_sample_saves_and_loads(tmp_path, truth_16, monkeypat
     result = Fit.from_sampling(model_obj, data, tree)
     path = tmp_path / "fit.nc"
     result.save(path)
-    loaded = Fit.load(path)
+    loaded = load_fit(path)
     assert loaded.model_name == "dense"
     assert len(loaded.groups) == 16
     assert loaded.draws("C1").shape == (40, 16)

@@ -203,13 +203,13 @@ def scalar_first_crossing(l_sd, l_dense, ceiling, grid=4000):
 
 
 def test_split_model_records_the_split_and_decisions_use_eq4(split_fit):
-    from bayesspec.decisions import crossover, kstar_table, speculative_costs, speedup_curve
+    from bayesspec.decisions import crossover, kstar_table, speedup_curve
 
     fit = split_fit
     assert {"C1u", "C1s", "C2u", "C2s", "share_C1s", "share_C2s_dense"} <= set(fit.posterior)
     assert fit.groups["moe_split"].all() and fit.setups["moe_split"].all()
     criteria = {"verifier": "gpt-oss-20b", "prefill": 512, "decode": 512}
-    costs = speculative_costs(fit, criteria)
+    costs = fit.law(criteria)
     s = fit.select_setup(**criteria)
     assert costs.moe is not None and costs.moe.M == 32
     rps = np.array([0.0, 0.5, 2.0, 5.0])
@@ -270,11 +270,11 @@ def test_split_follows_the_verifier_and_can_be_switched_off(moe_data):
 
 def test_moe_fit_speedup_and_crossover_per_configuration(moe_data):
     """A per-configuration moe fit answers the (alpha, k) it has groups for, by eq. (4)."""
-    from bayesspec.decisions import crossover, kstar_table, speculative_costs, speedup_curve
+    from bayesspec.decisions import crossover, kstar_table, speedup_curve
 
     fit = mock_fit(MoELatencyModel({"token_offset": 1.0}), moe_data)
     criteria = {"verifier": "Qwen3-30B-A3B", "prefill": 1024, "decode": 256}
-    costs = speculative_costs(fit, criteria)
+    costs = fit.law(criteria)
     groups = fit.groups
     pick = {}
     for name, mask in (("dense", groups["k"] == 0),
@@ -373,7 +373,6 @@ def test_hierarchical_fit_on_moe_data_follows_the_low_load_bend(moe_data):
     the MoE path, not of convergence)."""
     from bayesspec.checks import r_squared
     from bayesspec.data import included
-    from bayesspec.decisions import group_latency_draws
     from bayesspec.inference import SamplerSettings
     from bayesspec.workflow import fit
 
@@ -385,7 +384,7 @@ def test_hierarchical_fit_on_moe_data_follows_the_low_load_bend(moe_data):
     labels = list(result.groups["label"])
     for label, sweep in included(result.data).groupby("group"):
         low = sweep[sweep["rps"] <= sweep["rps"].median()]
-        curve = group_latency_draws(result, labels.index(label), low["rps"].to_numpy())
+        curve = result.group_curve(labels.index(label)).latency(low["rps"].to_numpy())
         verifier = sweep["verifier"].iloc[0]
         observed.setdefault(verifier, []).extend(low["latency_mean_s"])
         predicted.setdefault(verifier, []).extend(curve.mean(axis=0))

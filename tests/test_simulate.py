@@ -13,9 +13,9 @@ from scipy.optimize import curve_fit
 
 from bayesspec.errors import BadInput
 from bayesspec.simulate import (Arrivals, ForwardCost, RooflineParams, SpecConfig, StepModel, Workload, at_rates, default_step_model,
-                                expected_cycles, guidellm_report, parse_rates, public_llama8b_h100,
+                                expected_cycles, guidellm_report, public_llama8b_h100,
                                 roofline, setup, simulate_point, sweep, zero_load_latency)
-from bayesspec.simulate import cli as sim_cli
+from bayesspec.cli import simulate as sim_cli
 from bayesspec.simulate.grid import expand_grid, load_grid
 
 DATASETS = Path(__file__).resolve().parents[1] / "bayesspec" / "datasets"
@@ -277,11 +277,13 @@ def test_workload_length_distributions():
 
 
 def test_constant_arrivals_and_rate_lists():
-    assert parse_rates("1,2,5") == [1.0, 2.0, 5.0]
-    assert parse_rates("1:2:0.25") == [1.0, 1.25, 1.5, 1.75, 2.0]
+    from bayesspec.cli.common import rates
+
+    assert rates("1,2,5", positive=True).tolist() == [1.0, 2.0, 5.0]
+    assert rates("1:2:0.25", positive=True).tolist() == [1.0, 1.25, 1.5, 1.75, 2.0]
     for bad in ("", "1:2", "a,b", "0,1", "2:1:1", "1:2:0"):
         with pytest.raises(BadInput):
-            parse_rates(bad)
+            rates(bad, positive=True)
     s = setup("Qwen3-8B", "H100", prefill=256, decode=128)
     res = at_rates(s, [2.0, 4.0], n_requests=300, seed=1, arrivals="constant")
     assert (res.rows["strategy"] == "constant").all()

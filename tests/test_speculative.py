@@ -14,7 +14,7 @@ from bayesspec import laws
 from bayesspec.bayes import SpeculativeLatencyModel
 from bayesspec.cli import main
 from bayesspec.data import prepare
-from bayesspec.decisions import crossover, kstar_table, speculative_costs, speedup_curve
+from bayesspec.decisions import crossover, kstar_table, speedup_curve
 from bayesspec.errors import BadInput
 from bayesspec.fitfile import Fit
 from bayesspec.inference import SamplerSettings
@@ -83,7 +83,7 @@ def test_recovers_the_six_coefficients_and_converges(spec_fit):
 
 
 def test_crossover_interval_contains_the_true_crossover(spec_fit):
-    costs = speculative_costs(spec_fit, {})
+    costs = spec_fit.law({})
     for alpha, k in ((0.6, 3), (0.7, 2)):
         true_star = laws.crossover_rps(DENSE_TRUTH_8B["C1"], DENSE_TRUTH_8B["C2"],
                                        *true_costs(alpha, k))
@@ -93,7 +93,7 @@ def test_crossover_interval_contains_the_true_crossover(spec_fit):
 
 
 def test_speedup_curve_matches_truth_and_flags_slowdown(spec_fit):
-    costs = speculative_costs(spec_fit, {})
+    costs = spec_fit.law({})
     rps = np.array([0.0, 4.0, 12.0])
     document = speedup_curve(costs, 0.6, 3, rps)
     truth = laws.speedup(rps, DENSE_TRUTH_8B["C1"], DENSE_TRUTH_8B["C2"], *true_costs(0.6, 3))
@@ -105,7 +105,7 @@ def test_speedup_curve_matches_truth_and_flags_slowdown(spec_fit):
 
 
 def test_kstar_agrees_with_true_best_k_where_the_margin_is_clear(spec_fit):
-    costs = speculative_costs(spec_fit, {})
+    costs = spec_fit.law({})
     alphas = np.array([0.5, 0.7, 0.9])
     rps = np.array([0.0, 5.0, 10.0])
     ks = np.arange(0, 11)
@@ -123,7 +123,7 @@ def test_kstar_agrees_with_true_best_k_where_the_margin_is_clear(spec_fit):
 
 
 def test_kstar_objectives_and_batch1_loss(spec_fit):
-    costs = speculative_costs(spec_fit, {})
+    costs = spec_fit.law({})
     mean = kstar_table(costs, [0.8], [0.0, 15.0], objective="mean")
     risk = kstar_table(costs, [0.8], [0.0, 15.0], objective="q10")
     for row in mean["table"] + risk["table"]:

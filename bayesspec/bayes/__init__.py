@@ -32,7 +32,29 @@ def get_model_class(name: str) -> type[LatencyModel]:
                        argument="model") from None
 
 
+def load_fit(path) -> "Fit":
+    """Read a fit file back with the model class that made it (its name and version
+    checked: a file from another model version is refused, never misread)."""
+    from ..errors import FitFileError
+    from ..fitfile import read_tree
+
+    tree = read_tree(path)
+    name = tree.attrs.get("bayesspec_model")
+    model_class = MODEL_CLASSES.get(name)
+    if model_class is None:
+        raise FitFileError(f"made by model '{name}', unknown to this bayesspec", file=str(path))
+    return model_class.from_tree(tree, path)
+
+
+def versions_model_for(data) -> str:
+    """The two-version model for ``data``: version effects on the six cycle
+    coefficients when the (unsaturated) data have speculative rows, else on C1 and C2."""
+    rows = data.loc[~data["excluded"]] if "excluded" in data.columns else data
+    return (SpeculativeVersionEffectModel.name if (rows["k"] > 0).any()
+            else VersionEffectModel.name)
+
+
 __all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "SpeculativeLatencyModel", "MoELatencyModel", "VersionEffectModel",
            "SpeculativeVersionEffectModel",
            "HierarchicalLatencyModel", "MODEL_CLASSES",
-           "get_model_class"]
+           "get_model_class", "versions_model_for", "load_fit"]

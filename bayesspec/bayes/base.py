@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..data import assign_groups, included
-from ..errors import BadInput
+from ..data import assign_groups, group_label, included
+from ..errors import BadInput, FitFileError
+from ..fitfile import Fit, read_tree
+from ..prediction import ConfigurationLaw, Curve, Noise
 
 
 @dataclass
@@ -79,12 +81,33 @@ class LatencyModel:
     default_tune: int = 1000
     default_draws: int = 1000
 
-    def __init__(self, config: dict | None = None):
+    def __init__(self, config: dict | None = None, *, catalog=None):
         unknown = set(config or {}) - set(self.default_config)
         if unknown:
             raise ValueError(f"unknown {self.name} model option(s): {sorted(unknown)}")
         self.config = {**self.default_config, **(config or {})}
         self.inputs: ModelInputs | None = None
+        self._catalog = catalog
+        self.fitted: Fit | None = None
+        # What a build derived from outside the data and the config (e.g. prior centres
+        # from catalog cards): stored in the fit file, and used instead of re-deriving it
+        # when a fit's model is rebuilt (``restore``), so a rebuilt model is the fitted one.
+        self.recorded: dict = {}
+
+    @property
+    def catalog(self):
+        """The catalog of model and GPU cards this model reads (the default one unless
+        given)."""
+        if self._catalog is None:
+            from ..catalog import default_catalog
+
+            self._catalog = default_catalog()
+        return self._catalog
+
+    def restore(self, recorded: dict) -> "LatencyModel":
+        """Use what a fitted build recorded (see ``recorded``)."""
+        self.recorded = dict(recorded)
+        return self
 
     @property
     def identity(self) -> str:
@@ -138,6 +161,172 @@ class LatencyModel:
     def build(self, data: pd.DataFrame):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # ------------------------------------------------------------------ fit, save, load
+    def fit(self, data: pd.DataFrame, settings=None) -> Fit:
+        """Build on validated tidy ``data``, sample the posterior (settings left unset:
+        the model's measured defaults) and return the :class:`~bayesspec.fitfile.Fit`
+        (also kept as ``self.fitted``). Warns (``ConvergenceWarning``) when the decision
+        quantities did not converge."""
+        import dataclasses
+        import time
+        import warnings
+
+        from ..errors import ConvergenceWarning
+        from ..inference import sample_model, settings_for
+
+        settings = settings_for(self, settings)
+        started = time.perf_counter()
+        tree = sample_model(self.build(data), settings)
+        result = Fit.from_sampling(self, data, tree, settings=dataclasses.asdict(settings))
+        result.tree.attrs["fit_seconds"] = round(time.perf_counter() - started, 3)
+        verdict = result.diagnostics
+        if not verdict["converged"]:
+            warnings.warn(verdict["text"], ConvergenceWarning, stacklevel=2)
+        self.fitted = result
+        return result
+
+    def save(self, path) -> str:
+        """Save the last fit (``self.fitted``) to a fit file."""
+        if getattr(self, "fitted", None) is None:
+            raise BadInput(f"the {self.name} model has not been fitted; nothing to save")
+        self.fitted.save(path)
+        return str(path)
+
+    @classmethod
+    def from_tree(cls, tree, path=None) -> Fit:
+        """A fit file's tree read back as a fit of this model (version checked)."""
+        attrs = tree.attrs
+        name = attrs.get("bayesspec_model")
+        where = str(path) if path is not None else None
+        if name != cls.name:
+            raise FitFileError(f"made by model '{name}', not '{cls.name}'", file=where)
+        if str(attrs.get("bayesspec_model_version")) != cls.version:
+            raise FitFileError(
+                f"made by {name} model version {attrs.get('bayesspec_model_version')}, this "
+                f"bayesspec has version {cls.version}; refit the data", file=where)
+        model = cls(json.loads(attrs.get("model_config", "{}")))
+        model.restore(json.loads(attrs.get("model_record", "{}")))
+        fit = Fit(tree, model, where)
+        model.fitted = fit
+        return fit
+
+    @classmethod
+    def load(cls, path) -> "LatencyModel":
+        """The model of a saved fit, with the fit as ``fitted`` (``model.predict`` then
+        answers from it)."""
+        return cls.from_tree(read_tree(path), path).model()
+
+    def predict(self, rps, *, fit: Fit | None = None, **selection) -> np.ndarray:
+        """Mean-latency draws (samples, rates) of the fitted group ``selection`` names
+        (group options; may be empty when the fit has one group), from ``fit`` or the
+        last fit."""
+        fit = fit or getattr(self, "fitted", None)
+        if fit is None:
+            raise BadInput(f"the {self.name} model has not been fitted; nothing to predict")
+        return self.group_curve(fit, fit.select_group(**selection)).latency(
+            np.atleast_1d(np.asarray(rps, dtype=float)))
+
     def posterior_variables(self) -> list[str]:
         """Variables worth reporting in ``summary`` besides the per-group costs."""
         return []
+
+    # ------------------------------------------------------------------ prediction contract
+    # What a fit of this model answers (bayesspec.prediction). Decisions, reports, plots,
+    # checks and SBC use these methods only, never the posterior's variable names.
+
+    #: Whether the model predicts configurations it was not fitted on (``bayesspec
+    #: check`` holds some out and predicts them).
+    predicts_unseen_configurations = False
+
+    def decision_variables(self) -> list[str]:
+        """Posterior variables the answers are computed from: their convergence is what
+        the verdict judges (the rest, pooling hyperparameters and the like, are reported
+        but cannot make an answer wrong on their own)."""
+        return ["C1", "C2", "saturation_rps", "noise_base", "noise_load"]
+
+    def noise(self, fit) -> Noise:
+        """The fitted measurement model of a mean latency."""
+        return Noise(fit.draws("noise_base"), fit.draws("noise_load"))
+
+    def group_curve(self, fit, group: int) -> Curve:
+        """One fitted group's mean-latency curve (eq. 1 from its C1, C2)."""
+        return Curve(fit.draws("C1", group), fit.draws("C2", group),
+                     label=str(fit.groups["label"].iloc[group]), noise=self.noise(fit))
+
+    def law(self, fit, selection: dict):
+        """The :class:`~bayesspec.prediction.Law` of the setup ``selection`` names (group
+        options: verifier, drafter, prefill, decode, gpu; k and alpha are ignored).
+
+        Per configuration: the dense baseline is the setup's k = 0 group and SD is known
+        only at the (alpha, k) the fit has groups for (models with cycle coefficients
+        answer any)."""
+        groups = fit.groups
+        columns = [c for c in BASELINE_COLUMNS if c in groups.columns]
+        keys = groups[columns].astype(str).agg("|".join, axis=1).to_numpy()
+        first = np.unique(keys, return_index=True)[1]
+        table = groups.iloc[np.sort(first)][columns].reset_index(drop=True)
+        table["label"] = [group_label({**r, "drafter": "", "k": 0}, columns)
+                          for r in table.to_dict("records")]
+        options = {k: v for k, v in selection.items() if k not in {"k", "alpha", "drafter"}}
+        chosen = fit.select_group(_table=table, **options)
+        same = keys == keys[np.sort(first)[chosen]]
+        k = groups["k"].to_numpy(int)
+        drafters = groups["drafter"].astype(str).str.strip()
+        if selection.get("drafter") is not None:
+            same &= drafters.str.lower().eq(str(selection["drafter"]).strip().lower()).to_numpy()
+        elif drafters[same & (k > 0)].nunique() > 1:
+            raise BadInput(f"setup '{table['label'].iloc[chosen]}' has several drafters ("
+                           f"{', '.join(sorted(drafters[same & (k > 0)].unique()))}); choose "
+                           "one", argument="drafter")
+        dense = np.flatnonzero(same & (k == 0))
+        configurations = {(round(float(groups["alpha"].iloc[g]), 9), int(k[g])):
+                          self.group_curve(fit, int(g)) for g in np.flatnonzero(same & (k > 0))}
+        label = (str(groups["label"].iloc[dense[0]]) if len(dense)
+                 else str(table["label"].iloc[chosen]))
+        return ConfigurationLaw(label, self.group_curve(fit, int(dense[0])) if len(dense) else None,
+                                configurations,
+                                rps_measured_max=fit.rps_measured_max(np.flatnonzero(same)),
+                                dense_hint=dense_hint(table.iloc[chosen]))
+
+    def comparable_parameters(self, fit) -> dict[str, dict[str, np.ndarray]]:
+        """What two fits of this model can be compared on: family -> {entry: draws}
+        (``bayesspec compare A B``)."""
+        labels = fit.groups["label"].tolist()
+        return {name: {label: fit.draws(name, g) for g, label in enumerate(labels)}
+                for name in ("C1", "C2")}
+
+    def version_comparison(self, fit, *, rope: float, prob: float) -> dict:
+        """``compare --by``: only models of two versions in one fit answer."""
+        raise BadInput("this fit is not a two-version fit; use compare A.nc B.nc or "
+                       "compare DATA --by COLUMN")
+
+    @classmethod
+    def default_sbc_design(cls) -> pd.DataFrame:
+        """A small design for ``bayesspec sbc`` without data: Qwen3-8B on H100 at
+        (prefill, decode) 256/256, 512/512 and 1024/1024 (three groups, so the pooled prior
+        of log C1 is exercised), 8 rates each, from the law itself."""
+        from ..data import prepare
+        from ..synthetic import generate_sweeps, placeholder_truth
+
+        truth = placeholder_truth()
+        pairs = {(256, 256), (512, 512), (1024, 1024)}
+        keep = truth["verifier"].eq("Qwen3-8B").to_numpy() & np.array(
+            [(p, g) in pairs for p, g in zip(truth["prefill_tokens"], truth["decode_tokens"])])
+        return prepare(generate_sweeps(truth.loc[keep], n_rates=8, seed=0),
+                       source="<sbc design>")
+
+
+#: Columns that make a setup's baseline (the dense configuration SD is compared with).
+BASELINE_COLUMNS = ("verifier", "prefill_tokens", "decode_tokens", "gpu", "engine",
+                    "engine_version")
+
+
+def dense_hint(row) -> str:
+    """`bayesspec simulate` options that would produce a setup's dense baseline."""
+    parts = [f"--verifier {row['verifier']}"]
+    for column, flag in (("prefill_tokens", "--prefill"), ("decode_tokens", "--decode"),
+                         ("gpu", "--gpu")):
+        value = row.get(column) if hasattr(row, "get") else None
+        if value is not None and not pd.isna(value) and str(value):
+            parts.append(f"{flag} {int(value) if column != 'gpu' else value}")
+    return " ".join(parts)

@@ -50,7 +50,6 @@ import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 
-from ..catalog import default_catalog
 from ..data import EXTRA_GROUP_COLUMNS
 from ..errors import BadInput
 from ..laws import effective_costs_expr
@@ -214,6 +213,8 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
     # design, nutpie's jittered starts left one chain in a misfitting local mode in 4 of
     # 31 simulations (R-hat 1.83).
     init = "optimised"
+    # Held-out configurations get their deviations from the learned spreads.
+    predicts_unseen_configurations = True
     default_config = {
         **SpeculativeLatencyModel.default_config,
         "physics_priors": "auto",       # auto (on when the GPU card is known) | on | off
@@ -308,21 +309,32 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
 
     # ------------------------------------------------------------------ priors
     def prior_centres(self, inputs: ModelInputs) -> tuple[np.ndarray, np.ndarray, bool]:
-        """Log-centre and log-sd of every trend rate, and whether physics priors are on."""
-        catalog = default_catalog()
+        """Log-centre and log-sd of every trend rate, and whether physics priors are on.
+
+        The centres come from the model's catalog (the GPU's card and the verifiers'),
+        and are recorded: a model rebuilt from a fit file uses the recorded ones, so a
+        later change of catalog cannot change the prior of an existing fit."""
         mode = self.config["physics_priors"]
         if mode not in {"auto", "on", "off"}:
-            raise BadInput(f"physics_priors must be auto, on or off, got {mode!r}")
-        card = catalog.find_gpu(self.gpu) if self.gpu else None
-        if mode == "on" and card is None:
-            raise BadInput(f"physics priors need the GPU's catalog card; '{self.gpu or '?'}' "
-                           "has none (add a gpu column and a card, or use physics_priors=off)",
-                           column="gpu")
-        physics = mode != "off" and card is not None
-        verifier_cards = [catalog.find_model(v)
-                          for v in inputs.extras["systems"]["verifier"].astype(str)]
-        centres = physics_centres(card if physics else catalog.gpu(REFERENCE_GPU),
-                                  verifier_cards)
+            raise BadInput(f"physics_priors must be auto, on or off, got {mode!r}",
+                           argument="physics_priors")
+        if "prior_centres" in self.recorded:
+            centres = self.recorded["prior_centres"]
+            physics = bool(self.recorded["physics_priors"])
+        else:
+            catalog = self.catalog
+            card = catalog.find_gpu(self.gpu) if self.gpu else None
+            if mode == "on" and card is None:
+                raise BadInput(f"physics priors need the GPU's catalog card; "
+                               f"'{self.gpu or '?'}' has none (add a gpu column and a card, "
+                               "or use physics_priors=off)", column="gpu")
+            physics = mode != "off" and card is not None
+            verifier_cards = [catalog.find_model(v)
+                              for v in inputs.extras["systems"]["verifier"].astype(str)]
+            centres = physics_centres(card if physics else catalog.gpu(REFERENCE_GPU),
+                                      verifier_cards)
+            self.recorded.update(prior_centres={k: float(v) for k, v in centres.items()},
+                                 physics_priors=physics)
         mean = np.log([centres[name] for name in TERM_NAMES])
         cfg = self.config
         if physics:
@@ -528,6 +540,21 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         shares = weights / totals[owner]
         level = pt.exp(log_level)
         return pm.Deterministic("trend", shares * level[owner] / reference, dims="trend_term")
+
+    @classmethod
+    def default_sbc_design(cls) -> pd.DataFrame:
+        """Three Qwen3 verifiers (1.7B, 8B, 14B) at prefill/decode 256 and 1024 (12 dense
+        cells on the roofline trends, 1% cell deviations) plus the speculative model's
+        design, so the trends, both spreads and the drafter terms are all exercised (17
+        curves, 7 points each)."""
+        from ..data import prepare
+        from ..synthetic import generate_sweeps, hierarchical_truth, speculative_truth
+
+        truth = pd.concat([hierarchical_truth(("Qwen3-1.7B", "Qwen3-8B", "Qwen3-14B"),
+                                              (256, 1024)),
+                           speculative_truth(alphas=(0.6, 0.8), ks=(1, 4))],
+                          ignore_index=True)
+        return prepare(generate_sweeps(truth, n_rates=8, seed=0), source="<sbc design>")
 
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "trend", "system_sd", "cell_sd", "pair_sd",

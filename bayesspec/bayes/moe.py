@@ -29,6 +29,7 @@ import pytensor.tensor as pt
 from ..data import included
 from ..errors import BadInput
 from ..laws import expert_coverage_expr, moe_latency_expr, verification_tokens
+from ..prediction import MoECurve
 from .base import COMMON_CONFIG, LatencyModel, ModelInputs
 from .priors import latency_likelihood, pooled_normal
 
@@ -151,3 +152,29 @@ class MoELatencyModel(LatencyModel):
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "C1u", "C1s", "C2u", "C2s", "log_C1u_mean",
                 "log_C1u_sd"]
+
+    # ------------------------------------------------------------------ prediction contract
+    def decision_variables(self) -> list[str]:
+        return super().decision_variables() + ["C1u", "C1s", "C2u", "C2s"]
+
+    def group_curve(self, fit, group: int) -> MoECurve:
+        """A group's eq. (4) curve from its split costs."""
+        row = fit.groups.iloc[group]
+        m, M = float(row["experts_active"]), float(row["experts_total"])
+        if not np.isfinite(m + M):  # no experts: phi = 0, eq. (1) exactly
+            m, M = 0.0, 1.0
+        return MoECurve(*(fit.draws(n, group) for n in ("C1u", "C1s", "C2u", "C2s")),
+                        m=m, M=M, tokens=float(row["tokens_per_request"]),
+                        offset=float(self.config["token_offset"]), label=str(row["label"]),
+                        noise=self.noise(fit))
+
+    @classmethod
+    def default_sbc_design(cls) -> pd.DataFrame:
+        """The first two groups of the bundled ``sim_moe`` dataset."""
+        from .. import datasets
+        from ..data import read_tidy
+
+        data = read_tidy(datasets.path("moe"))
+        keys = data[["verifier", "drafter", "k", "prefill_tokens", "decode_tokens"]]
+        keys = keys.astype(str).agg("|".join, axis=1)
+        return data.loc[keys.isin(keys.unique()[:2])].reset_index(drop=True)

@@ -35,8 +35,7 @@ counts).
   ``spec_decode_num_accepted_tokens_per_pos``: drafts whose first i tokens were accepted)
   give an exact likelihood: n_i | n_(i-1) ~ BetaBinomial(n_(i-1), alpha*kappa,
   (1-alpha)*kappa), n_0 = N. Acceptance that decays with the position is not modelled
-  (eq. (3) has one alpha); :func:`acceptance_position_check` compares the observed
-  conditional rates with the fit.
+  (eq. (3) has one alpha).
 - Totals only (``accepted_tokens`` with ``num_drafts`` or ``draft_tokens``): accepted
   vs drafted tokens, A ~ BetaBinomial(k*N, ...). accepted/drafted is *not* alpha: its
   mean is rho = sum_{i<=k} alpha^i / k = (expected_accepted(alpha, k) - 1)/k, and a
@@ -59,8 +58,9 @@ import pytensor.tensor as pt
 from ..data import EXTRA_GROUP_COLUMNS, group_label, row_group_labels
 from ..errors import BadInput
 from ..laws import effective_costs_expr, expected_accepted, expected_accepted_expr
+from ..prediction import CoefficientLaw, Curve, MoECurve, MoESplit
 from . import moe_split
-from .base import COMMON_CONFIG, LatencyModel, ModelInputs
+from .base import COMMON_CONFIG, LatencyModel, ModelInputs, dense_hint
 from .priors import latency_likelihood, pooled_normal
 
 SETUP_COLUMNS = ("verifier", "drafter", "prefill_tokens", "decode_tokens")
@@ -235,62 +235,6 @@ def acceptance_likelihood(alpha, data: dict, cfg: dict, *, max_k: int):
         pm.BetaBinomial("acceptance_accepted_tokens", n=trials, alpha=a, beta=b,
                         observed=data["acceptance_totals_accepted"],
                         dims="acceptance_totals_window")
-
-
-def acceptance_position_check(fit, *, prob: float = 0.9, seed: int = 0) -> pd.DataFrame:
-    """Posterior predictive check of i.i.d. acceptance against per-position counters.
-
-    One row per (latent group, position): the observed conditional rate (drafts accepted
-    at position i over those accepted at i - 1, pooled over the group's windows), its
-    ``prob`` predictive interval from the fitted alpha (and concentration) replayed on
-    the same windows, and ``p_above`` (share of replicates above the observation).
-    Observed rates falling with the position below their intervals mean acceptance
-    decays, which eq. (3)'s single alpha averages over.
-    """
-    groups = fit.groups
-    if "alpha_latent" not in fit.posterior or not groups["acceptance_counts"].astype(str) \
-            .str.contains("per_position").any():
-        return pd.DataFrame(columns=["group", "position", "observed", "lo", "hi", "p_above"])
-    data = fit.data.reset_index(drop=True)
-    number = {label: g for g, label in enumerate(groups["label"])}
-    counter_group = np.array([number.get(label, -1) for label in data["group"]], dtype=int)
-    counters = _counter_totals(data, counter_group, len(groups))
-    latent_groups = np.flatnonzero(groups["alpha_latent"].to_numpy(bool))
-    alpha = fit.draws("alpha_latent")
-    kappa = (fit.draws("acceptance_concentration")
-             if "acceptance_concentration" in fit.posterior else None)
-    rng = np.random.default_rng(seed)
-    tail = (1 - prob) / 2
-    records = []
-    for j, g in enumerate(latent_groups):
-        windows = counters["complete"] & (counter_group == g)
-        if not windows.any():
-            continue
-        k = int(counters["k"][windows].max())
-        drafts = np.round(counters["drafts"][windows]).astype(np.int64)
-        observed = counters["positions"][windows, :k].sum(axis=0)
-        before = np.concatenate([[drafts.sum()], observed[:-1]])
-        size = (alpha.shape[0], drafts.size)
-        surviving = np.broadcast_to(drafts, size)
-        replicated = np.zeros((alpha.shape[0], k))
-        for i in range(k):
-            rate = np.broadcast_to(alpha[:, j, None], size)
-            if kappa is not None:
-                c = kappa[:, j, None]
-                rate = rng.beta(alpha[:, j, None] * c, (1 - alpha[:, j, None]) * c, size=size)
-            surviving = rng.binomial(surviving, rate)
-            replicated[:, i] = surviving.sum(axis=1)
-        replicated_before = np.concatenate([np.full((size[0], 1), drafts.sum()),
-                                            replicated[:, :-1]], axis=1)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            rates = replicated / replicated_before
-            seen = observed / before
-        for i in range(k):
-            lo, hi = np.nanquantile(rates[:, i], [tail, 1 - tail])
-            records.append({"group": groups["label"].iloc[g], "position": i + 1,
-                            "observed": float(seen[i]), "lo": float(lo), "hi": float(hi),
-                            "p_above": float(np.nanmean(rates[:, i] > seen[i]))})
-    return pd.DataFrame(records)
 
 
 def median_cycle_anchors(groups: pd.DataFrame, sd_idx: np.ndarray, decode: np.ndarray,
@@ -636,3 +580,76 @@ class SpeculativeLatencyModel(LatencyModel):
         return ["noise_base", "noise_load", "c1p", "c1v", "c1d", "c2p", "c2v", "c2d",
                 "C1_dense", "C2_dense", "alpha_latent", "share_C1s", "share_C2s",
                 "share_C1s_dense", "share_C2s_dense"]
+
+    # ------------------------------------------------------------------ prediction contract
+    def decision_variables(self) -> list[str]:
+        return super().decision_variables() + list(COEFFICIENTS) + [
+            "C1_dense", "C2_dense", "alpha_latent", "C1u", "C1s", "C2u", "C2s"]
+
+    def _split_offset(self) -> float:
+        return float(self.config["moe_token_offset"])
+
+    def group_curve(self, fit, group: int) -> Curve:
+        """A group's curve: eq. (4) with its split costs for a sparse verifier."""
+        row = fit.groups.iloc[group]
+        if not bool(row.get("moe_split", False)):
+            return super().group_curve(fit, group)
+        return MoECurve(*(fit.draws(n, group) for n in ("C1u", "C1s", "C2u", "C2s")),
+                        m=float(row["experts_active"]), M=float(row["experts_total"]),
+                        tokens=float(row["tokens_per_request"]), offset=self._split_offset(),
+                        label=str(row["label"]), noise=self.noise(fit))
+
+    def law(self, fit, selection: dict) -> CoefficientLaw:
+        """Any (alpha, k) of one setup from its six coefficients (eq. 3); a sparse
+        verifier's costs split by its learned shares (eq. 4)."""
+        if fit.setups.empty:
+            raise BadInput("this fit has no speculative rows (k > 0); nothing to compare")
+        s = fit.select_setup(**selection)
+        setup = fit.setups.iloc[s]
+        noise = self.noise(fit)
+        label = str(setup["setup"])
+        c1_dense, c2_dense = fit.draws("C1_dense", setup=s), fit.draws("C2_dense", setup=s)
+        split = None
+        if bool(setup.get("moe_split", False)):
+            config = self.config
+            split = MoESplit(m=float(setup["experts_active"]), M=float(setup["experts_total"]),
+                             offset=self._split_offset(),
+                             verify_tokens=str(config["moe_verify_tokens"]),
+                             sd_shares=(fit.draws("share_C1s", setup=s),
+                                        fit.draws("share_C2s", setup=s)))
+        dense = None
+        if not np.isnan(c1_dense).all():
+            if split is None:
+                dense = Curve(c1_dense, c2_dense, label=f"{label} dense", noise=noise)
+            else:
+                s1 = fit.draws("share_C1s_dense", setup=s)
+                s2 = fit.draws("share_C2s_dense", setup=s)
+                dense = MoECurve(c1_dense * (1 - s1), c1_dense * s1, c2_dense * (1 - s2),
+                                 c2_dense * s2, m=split.m, M=split.M, tokens=1.0,
+                                 offset=split.offset, label=f"{label} dense", noise=noise)
+        groups = fit.groups
+        members = np.flatnonzero((groups["setup_index"].to_numpy(int) == s)
+                                 | (np.arange(len(groups)) == int(setup["dense_group"])))
+        return CoefficientLaw(label, dense, {n: fit.draws(n, setup=s) for n in COEFFICIENTS},
+                              float(setup["decode_tokens"]), moe=split, noise=noise,
+                              rps_measured_max=fit.rps_measured_max(members),
+                              dense_hint=dense_hint(setup))
+
+    def comparable_parameters(self, fit) -> dict:
+        """C1, C2 per group and the six coefficients per setup."""
+        out = super().comparable_parameters(fit)
+        setups = fit.setups["setup"].tolist() if not fit.setups.empty else []
+        for name in COEFFICIENTS:
+            out[name] = {label: fit.draws(name, setup=s) for s, label in enumerate(setups)}
+        return out
+
+    @classmethod
+    def default_sbc_design(cls) -> pd.DataFrame:
+        """Llama-3.1-8B + EAGLE-3 at 512/512 tokens: the dense baseline and (alpha, k) in
+        {0.6, 0.8} x {1, 4} with alpha known; 8 rates per curve, the top one saturated
+        and excluded (7 points per curve, 35 in all)."""
+        from ..data import prepare
+        from ..synthetic import generate_sweeps, speculative_truth
+
+        truth = speculative_truth(alphas=(0.6, 0.8), ks=(1, 4))
+        return prepare(generate_sweeps(truth, n_rates=8, seed=0), source="<sbc design>")

@@ -24,6 +24,7 @@ import pytensor.tensor as pt
 from ..data import EXTRA_GROUP_COLUMNS, GROUP_COLUMNS, group_label
 from ..errors import BadInput
 from ..laws import effective_costs_expr, expected_accepted_expr
+from ..uncertainty import ratio_entry
 from .base import COMMON_CONFIG, LatencyModel, ModelInputs
 from .priors import latency_likelihood, pooled_normal
 from .speculative import (COEFFICIENTS, SpeculativeLatencyModel, _setup_label,
@@ -103,6 +104,24 @@ class VersionEffectModel(LatencyModel):
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "log_effect_C1_mean", "log_effect_C1_sd",
                 "log_effect_C2_mean", "log_effect_C2_sd"]
+
+    def version_comparison(self, fit, *, rope: float, prob: float) -> dict:
+        """CONTRACT ``compare`` from the joint fit: per base group the ratio B/A is
+        exp(version effect); ``C1``/``C2`` are the population ratios (the mean effect
+        across groups, partially pooled)."""
+        bases = [str(b) for b in fit.posterior["base"].values]
+        parameters = {}
+        for name in ("C1", "C2"):
+            draws = fit.draws(f"ratio_{name}")
+            for j, base in enumerate(bases):
+                parameters[f"{name}[{base}]"] = ratio_entry(draws[:, j], rope, prob)
+            parameters[name] = ratio_entry(fit.draws(f"ratio_{name}_population"), rope, prob)
+        levels = sorted(pd.unique(fit.data[self.config["by"]].astype(str)))
+        verdict = (f"{levels[1]} vs {levels[0]}: C1 {parameters['C1']['verdict']}; C2 "
+                   f"{parameters['C2']['verdict']} (population effect over {len(bases)} "
+                   "groups)")
+        return {"parameters": parameters, "verdict": verdict, "shared_groups": len(bases),
+                "a": levels[0], "b": levels[1], "rope": rope, "prob": prob}
 
 
 # --------------------------------------------------------------------------------------
@@ -346,6 +365,82 @@ class SpeculativeVersionEffectModel(SpeculativeLatencyModel):
         c2 = pt.set_subtensor(c2[sd_idx], c2_sd)
         return c1, c2
 
+    def version_comparison(self, fit, *, rope: float, prob: float) -> dict:
+        """CONTRACT ``compare`` from the joint fit of speculative sweeps.
+
+        ``c1p..c2d``: population ratios of the six cycle coefficients (the mean log effect
+        across base setups), then per base setup when there are several. ``C1``/``C2``: the
+        dense baseline's population ratio when the data have dense rows, otherwise the
+        geometric mean over SD configurations; ``C1_sd``/``C2_sd``: the geometric mean ratio
+        of the effective costs over every SD configuration measured in both versions (eq. 3
+        at each configuration's own alpha and k). Draws are paired: one joint posterior.
+        """
+        posterior = fit.posterior
+        groups = fit.groups
+        levels = sorted(pd.unique(fit.data[self.config["by"]].astype(str)))
+        base_setups = [str(b) for b in posterior["base_setup"].values]
+        has_dense = "ratio_C1_dense" in posterior
+        parameters = {}
+        # Effective-cost ratios per SD configuration, paired by the group without version.
+        sd = groups["is_sd"].to_numpy(bool)
+        version = groups["version_index"].to_numpy(int)
+        index_b = {base: g for g, base in enumerate(groups["base"]) if version[g] == 1}
+        pairs = [(g, index_b[base]) for g, base in enumerate(groups["base"])
+                 if sd[g] and version[g] == 0 and base in index_b]
+        headline = {}
+        for name in ("C1", "C2"):
+            draws = fit.draws(name)
+            logs = np.stack([np.log(draws[:, b] / draws[:, a]) for a, b in pairs], axis=1)
+            headline[f"{name}_sd"] = np.exp(logs.mean(axis=1))
+            headline[name] = (fit.draws(f"ratio_{name}_dense_population") if has_dense
+                              else headline[f"{name}_sd"])
+        for name in ("C1", "C2", "C1_sd", "C2_sd"):
+            parameters[name] = ratio_entry(headline[name], rope, prob)
+        config = self.config
+        prior_population, prior_setup = version_effect_prior_sd(config, len(base_setups))
+        population = {name: fit.draws(f"ratio_{name}_population") for name in COEFFICIENTS}
+        for name, draws in population.items():
+            parameters[name] = _identified(ratio_entry(draws, rope, prob), draws,
+                                           prior_population)
+        if len(base_setups) > 1:
+            for name in COEFFICIENTS:
+                draws = fit.draws(f"ratio_{name}")
+                for j, base in enumerate(base_setups):
+                    parameters[f"{name}[{base}]"] = _identified(
+                        ratio_entry(draws[:, j], rope, prob), draws[:, j], prior_setup)
+        tradeoffs = _tradeoffs(population)
+        if has_dense:
+            base_baselines = [str(b) for b in posterior["base_baseline"].values]
+            if len(base_baselines) > 1:
+                for name in ("C1", "C2"):
+                    draws = fit.draws(f"ratio_{name}_dense")
+                    for j, base in enumerate(base_baselines):
+                        parameters[f"{name}[{base}]"] = ratio_entry(draws[:, j], rope, prob)
+        summary = ("C1", "C2") + COEFFICIENTS
+        by_verdict: dict[str, list[str]] = {}
+        for name in summary:
+            by_verdict.setdefault(parameters[name]["verdict"], []).append(name)
+        order = sorted(by_verdict, key=lambda v: (not v.startswith(("higher", "lower")),
+                                                  v.startswith("uncertain"),
+                                                  v.startswith("not identified"), v))
+        flagged = {n for n in COEFFICIENTS
+                   if parameters[n]["verdict"].startswith(("higher", "lower"))}
+        notes = []
+        for tradeoff in tradeoffs:
+            a, b = tradeoff["parameters"]
+            if {a, b} & flagged:
+                notes.append(f"{a} and {b} trade off (correlation {tradeoff['correlation']:+.2f}):"
+                             f" read them together with {a[:2].upper()}_sd")
+        verdict = (f"{levels[1]} vs {levels[0]}: "
+                   + "; ".join(f"{', '.join(by_verdict[v])} {v}" for v in order)
+                   + f" (population effects over {len(base_setups)} SD setup(s); C1, C2 of the "
+                   + ("dense baseline)" if has_dense else "SD configurations)")
+                   + "".join(f"; {note}" for note in notes))
+        return {"parameters": parameters, "verdict": verdict, "shared_groups": len(pairs),
+                "setups": len(base_setups), "headline": "dense" if has_dense else "sd",
+                "tradeoffs": tradeoffs,
+                "a": levels[0], "b": levels[1], "rope": rope, "prob": prob}
+
     def posterior_variables(self) -> list[str]:
         names = ["noise_base", "noise_load"] + [f"ratio_{n}" for n in COEFFICIENTS]
         names += ["alpha_latent"]
@@ -376,3 +471,40 @@ def _pairs(bases, versions, levels, source, by) -> np.ndarray:
         raise BadInput(f"group '{missing}' is measured in only one of {levels}; compare "
                        "needs both versions of every group", file=source, column=by)
     return table
+
+
+# Below this share of the prior variance removed by the data, a version effect's
+# posterior is mostly its prior: "uncertain: collect more data" would mislead, since
+# more sweeps of the same design do not separate it (c1p at one (prefill, decode) pair).
+IDENTIFIED_CONTRACTION = 0.5
+# Log effects this anti-correlated are separated by the design only through their sum
+# (c2p vs c2v at one decode length): a flag on one alone is half the story.
+TRADEOFF_CORRELATION = -0.7
+
+
+def _identified(entry: dict, ratio: np.ndarray, prior_sd: float) -> dict:
+    """Add ``prior_contraction`` (1 - posterior/prior variance of the log effect) and,
+    when the data barely moved the prior, say so instead of asking for more data."""
+    contraction = 1.0 - float(np.var(np.log(ratio))) / prior_sd ** 2
+    entry["prior_contraction"] = contraction
+    if contraction < IDENTIFIED_CONTRACTION and entry["verdict"].startswith("uncertain"):
+        entry["verdict"] = ("not identified: the posterior is mostly the prior (more "
+                            "sweeps of this design will not separate it)")
+    return entry
+
+
+def _tradeoffs(population: dict) -> list[dict]:
+    """Pairs of same-side coefficients (c1*, c2*) whose log effects are strongly
+    anti-correlated in the posterior."""
+    names = list(population)
+    logs = np.log(np.stack([population[n] for n in names]))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        correlation = np.corrcoef(logs)
+    found = []
+    for i, a in enumerate(names):
+        for j in range(i + 1, len(names)):
+            b = names[j]
+            r = float(correlation[i, j])
+            if a[:2] == b[:2] and np.isfinite(r) and r <= TRADEOFF_CORRELATION:
+                found.append({"parameters": [a, b], "correlation": r})
+    return found

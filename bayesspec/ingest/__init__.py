@@ -17,13 +17,13 @@ sidecar that contradicts the file is an error. Every problem is a
 :class:`bayesspec.errors.BadInput` naming the file, the row (JSONL line) and the field path.
 """
 
-from .core import COLUMN_ORDER, IngestResult, ingest_files, parse_report, read_report
+from .core import IngestResult, ingest_files, parse_report, read_report
 from .design import Sidecar, find_sidecars, load_sidecar, parse_sidecar
 from .prometheus import Scrape, parse_scrape, read_scrape, scrape_delta
 from .records import DESIGN_FIELDS, Point, Report
 
 __all__ = [
-    "COLUMN_ORDER", "IngestResult", "ingest_files", "parse_report", "read_report",
+    "IngestResult", "ingest_files", "parse_report", "read_report",
     "Sidecar", "find_sidecars", "load_sidecar", "parse_sidecar",
     "Scrape", "parse_scrape", "read_scrape", "scrape_delta",
     "DESIGN_FIELDS", "Point", "Report",

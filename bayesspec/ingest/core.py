@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..data import plain_value
 from ..errors import BadInput
+from ..schema import order_columns
 from . import guidellm, vllm_bench
 from .design import (SIDECAR_SUFFIXES, MetricsPair, Sidecar, UserValue, find_sidecars,
                      flag_values, load_sidecar, merge_user_values)
@@ -19,15 +20,6 @@ from .loaders import WHAT, load, read_bytes
 from .prometheus import Scrape, read_scrape, scrape_delta
 from .records import COUNTER_COLUMNS, DESIGN_FIELDS, Point, Report, add_fact, same_value
 
-#: Column order of the written file (CONTRACT.md first); columns no row has are dropped.
-COLUMN_ORDER = [
-    "verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens",
-    "rps", "latency_mean_s", "rps_target", "n_requests", "latency_std_s", "latency_p50_s",
-    "latency_p95_s", "latency_p99_s", "ttft_mean_s", "itl_mean_s", "mean_concurrency",
-    "saturated", "strategy", "latency_reconstructed", "gpu", "engine", "engine_version",
-    "method", "num_drafts", "draft_tokens", "accepted_tokens", "acceptance_rate",
-    "acceptance_length",
-]
 ALWAYS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens")
 #: Measured mean token counts of a file's points are pooled when they agree this well.
 POOL_TOLERANCE = 0.10
@@ -309,12 +301,6 @@ def _derive_rates(row: dict) -> None:
         row["acceptance_length"] = 1.0 + accepted / drafts
 
 
-def _position_columns(columns) -> list[str]:
-    found = [c for c in columns if c.startswith(("acceptance_rate_pos", "accepted_tokens_pos"))
-             and c.rsplit("pos", 1)[-1].isdigit()]
-    return sorted(found, key=lambda c: (c.startswith("accepted"), int(c.rsplit("pos", 1)[-1])))
-
-
 def _frame(rows: list[dict]) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     for column, default in (("verifier", "model"), ("drafter", ""), ("k", 0)):
@@ -333,10 +319,7 @@ def _frame(rows: list[dict]) -> pd.DataFrame:
             frame[column] = pd.to_numeric(frame[column]).astype("Int64")
     for column in [c for c in frame.columns if c.startswith("accepted_tokens_pos")]:
         frame[column] = pd.to_numeric(frame[column]).astype("Int64")
-    ordered = [c for c in COLUMN_ORDER if c in frame.columns]
-    ordered += _position_columns(frame.columns)
-    rest = [c for c in frame.columns if c not in ordered and c != "source"]
-    return frame[ordered + rest + (["source"] if "source" in frame.columns else [])]
+    return frame[order_columns(frame.columns)]
 
 
 def _check_duplicates(frames) -> None:

@@ -6,7 +6,7 @@ acceptance, MoE step costs) in wall-clock time behind ``/v1/completions`` and
 ``/v1/chat/completions``, so a real load generator (GuideLLM, ``vllm bench serve``) sees
 latency grow with load through real queueing, and scrapes vLLM-named counters from
 ``/metrics``. Modules: :mod:`.live` (the stepped engine), :mod:`.app` (HTTP),
-:mod:`.metrics` (Prometheus), :mod:`.cli`.
+:mod:`.metrics` (Prometheus); the verb is :mod:`bayesspec.cli.serve`.
 """
 
 from .app import HOST, SimulatedServer

@@ -74,7 +74,7 @@ class SimulatedServer:
         except OSError as error:
             self.engine.stop()
             raise BadInput(f"cannot listen on {HOST}:{self.port}: {error.strerror or error}",
-                           column="port") from None
+                           argument="port") from None
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:

@@ -120,7 +120,7 @@ class LiveEngine:
                  clock=time.monotonic, max_lag_s: float = 0.25):
         if not (time_scale > 0 and math.isfinite(time_scale)):
             raise BadInput(f"time scale must be a positive number, got {time_scale}",
-                           column="time_scale")
+                           argument="time_scale")
         self.setup = setup
         self.model = setup.step_model
         self.server = setup.server

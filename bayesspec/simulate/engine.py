@@ -96,7 +96,7 @@ class Workload:
             value = getattr(self, name)
             if int(value) != value or value < 1:
                 raise BadInput(f"{name} tokens must be a positive integer, got {value}",
-                               column=f"{name}_tokens")
+                               argument=f"{name}_tokens")
         if self.dist not in ("fixed", "uniform", "lognormal"):
             raise BadInput(f"length distribution must be fixed, uniform or lognormal, "
                            f"got {self.dist!r}")
@@ -138,7 +138,7 @@ class Arrivals:
         if self.strategy in ("constant", "poisson"):
             if self.rate is None or not (self.rate > 0 and math.isfinite(self.rate)):
                 raise BadInput(f"a {self.strategy} run needs a positive rate, got {self.rate}",
-                               column="rps")
+                               argument="rps")
         if self.strategy == "concurrent" and not (self.streams and self.streams > 0):
             raise BadInput("a concurrent run needs a positive number of streams")
 
@@ -410,11 +410,11 @@ def simulate_point(step_model: StepModel, server: ServerConfig, workload: Worklo
     """
     if int(n_requests) != n_requests or n_requests < 10:
         raise BadInput(f"need at least 10 requests per load point, got {n_requests}",
-                       column="n_requests")
+                       argument="n_requests")
     if not (0 <= warmup < 0.5 and 0 <= cooldown < 0.5):
         raise BadInput("warm-up and cool-down fractions must each be in [0, 0.5)")
     if spec.k > 0 and step_model.drafter is None:
-        raise BadInput("speculative decoding (k > 0) needs a drafter", column="drafter")
+        raise BadInput("speculative decoding (k > 0) needs a drafter", argument="drafter")
     n = int(n_requests)
     seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
     w = int(math.floor(warmup * n))

@@ -19,16 +19,16 @@ import json
 import math
 import os
 import platform
-import tempfile
 import uuid
 from pathlib import Path
 
 import numpy as np
 
+from ..outputs import write_text_atomic
 from .engine import THROUGHPUT_STREAMS, PointResult
 from .sweep import ENGINE, SweepResult
 
-__all__ = ["guidellm_report", "write_guidellm_json", "distribution", "write_atomic"]
+__all__ = ["guidellm_report", "write_guidellm_json", "distribution"]
 
 #: GuideLLM version whose report layout this mimics (FORMATS.md: 0.8.1 was inspected).
 GUIDELLM_VERSION = "0.8.1"
@@ -232,31 +232,7 @@ def guidellm_report(result: SweepResult) -> dict:
     }
 
 
-def _default_mode(path) -> None:
-    """mkstemp makes 0600 files; give the result the permissions a plain open() would."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
-
-
-def write_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same directory."""
-    path = Path(path)
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        _default_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 def write_guidellm_json(path: str | os.PathLike, result: SweepResult) -> None:
     """Write :func:`guidellm_report` of ``result`` to ``path`` atomically."""
-    write_atomic(path, json.dumps(guidellm_report(result), indent=1, allow_nan=False) + "\n")
+    write_text_atomic(path, json.dumps(guidellm_report(result), indent=1, allow_nan=False)
+                      + "\n")

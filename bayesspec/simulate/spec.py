@@ -30,30 +30,30 @@ class SpecConfig:
 
     def __post_init__(self):
         if int(self.k) != self.k or self.k < 0:
-            raise BadInput(f"k must be an integer >= 0, got {self.k}", column="k")
+            raise BadInput(f"k must be an integer >= 0, got {self.k}", argument="k")
         object.__setattr__(self, "k", int(self.k))
         if self.k == 0:
             if self.rates:
-                raise BadInput("per-position acceptance rates need k > 0", column="rates")
+                raise BadInput("per-position acceptance rates need k > 0", argument="rates")
             return
         if self.rates is not None:
             rates = tuple(float(r) for r in self.rates)
             if len(rates) != self.k:
                 raise BadInput(f"{len(rates)} per-position rates for k = {self.k}; give one per "
-                               "drafted position", column="rates")
+                               "drafted position", argument="rates")
             if any(not (0.0 <= r <= 1.0) for r in rates):
-                raise BadInput("per-position acceptance rates must lie in [0, 1]", column="rates")
+                raise BadInput("per-position acceptance rates must lie in [0, 1]", argument="rates")
             if any(b > a + 1e-12 for a, b in zip(rates, rates[1:])):
                 raise BadInput("per-position acceptance rates are unconditional "
                                "(P(at least j accepted)) and must not increase with j",
-                               column="rates")
+                               argument="rates")
             object.__setattr__(self, "rates", rates)
         else:
             if self.alpha is None:
                 raise BadInput("speculative decoding (k > 0) needs --alpha or per-position "
-                               "rates", column="alpha")
+                               "rates", argument="alpha")
             if not (0.0 <= float(self.alpha) <= 1.0) or math.isnan(float(self.alpha)):
-                raise BadInput(f"alpha must lie in [0, 1], got {self.alpha}", column="alpha")
+                raise BadInput(f"alpha must lie in [0, 1], got {self.alpha}", argument="alpha")
             object.__setattr__(self, "alpha", float(self.alpha))
 
     @property

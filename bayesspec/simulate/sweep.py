@@ -28,7 +28,7 @@ from .spec import SpecConfig
 from .stepmodel import (RooflineParams, StepModel, default_step_model, kv_capacity_tokens,
                         synthetic_eagle_head)
 
-__all__ = ["Setup", "SweepResult", "setup", "sweep", "at_rates", "parse_rates", "ENGINE"]
+__all__ = ["Setup", "SweepResult", "setup", "sweep", "at_rates", "ENGINE"]
 
 ENGINE = "bayesspec-sim"
 
@@ -96,17 +96,17 @@ def setup(verifier: str, gpu: str = "H100", *, drafter: str | None = None, k: in
     spec = SpecConfig(k=k, alpha=alpha, rates=tuple(rates) if rates is not None else None)
     v_card = catalog.model(verifier)
     if not v_card.is_verifier:
-        raise BadInput(f"{v_card.name} is a drafter, not a verifier", column="verifier")
+        raise BadInput(f"{v_card.name} is a drafter, not a verifier", argument="verifier")
     g_card = catalog.gpu(gpu)
     d_card = None
     if drafter:
         d_card = catalog.model(drafter)
         if not d_card.is_drafter:
             raise BadInput(f"{d_card.name} cannot draft (role {d_card.role!r})",
-                           column="drafter")
+                           argument="drafter")
         if d_card.target and catalog.find_model(d_card.target) is not v_card:
             raise BadInput(f"{d_card.name} is a head for {d_card.target}, not for "
-                           f"{v_card.name}", column="drafter")
+                           f"{v_card.name}", argument="drafter")
     elif spec.k > 0:
         heads = [m for m in catalog.drafters_for(v_card.name) if m.architecture == "eagle3"]
         d_card = heads[0] if heads else synthetic_eagle_head(v_card)
@@ -179,9 +179,9 @@ def _point_seed(s: Setup, seed: int, index: int) -> np.random.SeedSequence:
 def _check_common(n_requests: int, seed) -> None:
     if int(n_requests) != n_requests or n_requests < 10:
         raise BadInput(f"need at least 10 requests per load point, got {n_requests}",
-                       column="requests")
+                       argument="requests")
     if int(seed) != seed or seed < 0:
-        raise BadInput(f"seed must be a non-negative integer, got {seed}", column="seed")
+        raise BadInput(f"seed must be a non-negative integer, got {seed}", argument="seed")
 
 
 def sweep(s: Setup, n_points: int = 9, *, n_requests: int = 1000, seed: int = 0,
@@ -197,7 +197,7 @@ def sweep(s: Setup, n_points: int = 9, *, n_requests: int = 1000, seed: int = 0,
     """
     _check_common(n_requests, seed)
     if int(n_points) != n_points or n_points < 3:
-        raise BadInput(f"a sweep needs at least 3 points, got {n_points}", column="sweep")
+        raise BadInput(f"a sweep needs at least 3 points, got {n_points}", argument="sweep")
     if arrivals not in ("constant", "poisson"):
         raise BadInput(f"sweep arrivals must be constant or poisson, got {arrivals!r}")
     kw = dict(warmup=warmup, cooldown=cooldown)
@@ -227,7 +227,7 @@ def at_rates(s: Setup, rates, *, n_requests: int = 1000, seed: int = 0,
     _check_common(n_requests, seed)
     rates = [float(r) for r in rates]
     if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
-        raise BadInput("rates must be positive numbers", column="rps")
+        raise BadInput("rates must be positive numbers", argument="rps")
     points = [simulate_point(s.step_model, s.server, s.workload, Arrivals(arrivals, r), s.spec,
                              n_requests=n_requests, seed=_point_seed(s, seed, i + 2),
                              warmup=warmup, cooldown=cooldown)
@@ -235,32 +235,3 @@ def at_rates(s: Setup, rates, *, n_requests: int = 1000, seed: int = 0,
     rows = pd.DataFrame([_row(s, p, seed) for p in points])
     return SweepResult(setup=s, rows=rows, points=points, seed=int(seed), profile=arrivals,
                        n_points=len(points))
-
-
-def parse_rates(text: str) -> list[float]:
-    """``"1,2,5"`` or ``"start:stop:step"`` (stop included when it falls on the grid)."""
-    text = str(text).strip()
-    try:
-        if ":" in text:
-            parts = [float(p) for p in text.split(":")]
-            if len(parts) != 3:
-                raise ValueError
-            start, stop, step = parts
-            if step <= 0 or stop < start:
-                raise BadInput(f"rate range {text!r} needs start <= stop and a positive step",
-                               column="rps")
-            count = int(math.floor((stop - start) / step + 1e-9)) + 1
-            values = [start + i * step for i in range(count)]
-        else:
-            values = [float(p) for p in text.split(",") if p.strip()]
-    except ValueError:
-        raise BadInput(f"cannot read rates {text!r}: use '1,2,5' or 'start:stop:step'",
-                       column="rps") from None
-    if not values or any(not (v > 0 and math.isfinite(v)) for v in values):
-        raise BadInput(f"rates must be positive numbers, got {text!r}", column="rps")
-    return [round(v, 12) for v in values]
-
-
-def with_spec(s: Setup, k: int, alpha: float | None) -> Setup:
-    """The same setup at another (k, alpha); the drafter and step model stay."""
-    return replace(s, spec=SpecConfig(k=k, alpha=alpha))

@@ -8,33 +8,27 @@ line on stderr and exit status 2). Outputs are written atomically.
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import os
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pandas as pd
 
-from bayesspec.errors import BadInput
+from ..errors import BadInput
+from ..outputs import ProgressLine, write_table
+from .common import add_catalog, catalog_of
+from .common import rates as rate_list
 
-from .grid import BUILTIN_GRIDS, expand_grid, load_grid, run_grid
-from .report import _default_mode, write_atomic, write_guidellm_json
-from .sweep import at_rates, parse_rates, setup, sweep
+__all__ = ["register", "add_arguments", "run", "acceptance_rates_option"]
 
-__all__ = ["add_arguments", "run", "TIDY_COLUMNS", "write_tidy"]
+#: Digits kept in simulated tables (the simulator is not more precise than this).
+FLOAT_FORMAT = "%.6g"
 
-#: Column order of the CSV files (CONTRACT.md first, then the simulator's own).
-TIDY_COLUMNS = [
-    "verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens",
-    "rps", "latency_mean_s", "rps_target", "n_requests", "latency_std_s", "latency_p50_s",
-    "latency_p95_s", "latency_p99_s", "ttft_mean_s", "itl_mean_s", "mean_concurrency",
-    "saturated", "strategy", "gpu", "engine", "engine_version", "method", "num_drafts",
-    "draft_tokens", "accepted_tokens", "verifier_params_b", "drafter_params_b",
-    "experts_active", "experts_total", "source",
-]
+
+def register(verbs) -> None:
+    parser = verbs.add_parser("simulate", help="synthetic sweeps from the serving simulator")
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
 
 
 def acceptance_rates_option(args) -> tuple[float, ...] | None:
@@ -42,20 +36,18 @@ def acceptance_rates_option(args) -> tuple[float, ...] | None:
     if args.acceptance_rates is None:
         return None
     if args.alpha is not None:
-        raise BadInput("give --alpha or --acceptance-rates, not both", column="alpha")
+        raise BadInput("give --alpha or --acceptance-rates, not both", option="--alpha")
     try:
         return tuple(float(x) for x in args.acceptance_rates.split(",") if x.strip())
     except ValueError:
         raise BadInput(f"cannot read --acceptance-rates {args.acceptance_rates!r}",
-                       column="acceptance_rates") from None
-
-
-def _has(parser: argparse.ArgumentParser, option: str) -> bool:
-    return option in parser._option_string_actions
+                       option="--acceptance-rates") from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``bayesspec simulate``."""
+    from ..simulate.grid import BUILTIN_GRIDS
+
     parser.description = (
         "Synthetic GuideLLM-like sweeps from a simulated vLLM-like server (continuous "
         "batching, chunked prefill, KV-cache limits, speculative decoding, MoE experts).")
@@ -103,69 +95,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--guidellm-json", default=None, metavar="PATH",
                      help="also write GuideLLM-shaped JSON report(s); with --grid, a folder")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    if not _has(parser, "--json"):
-        out.add_argument("--json", action="store_true",
-                         help="print one JSON summary on stdout")
-    if not _has(parser, "--catalog"):
-        out.add_argument("--catalog", action="append", default=None, metavar="DIR",
-                         help="extra catalog cards (repeatable)")
-
-
-def _catalog(args):
-    dirs = getattr(args, "catalog", None)
-    if not dirs:
-        return None
-    from bayesspec.catalog import load_catalog
-
-    return load_catalog(dirs if isinstance(dirs, (list, tuple)) else [dirs])
-
-
-def write_tidy(path: str | os.PathLike, rows: pd.DataFrame) -> None:
-    """CSV or Parquet by suffix, written through a temporary file and ``os.replace``."""
-    path = Path(path)
-    ordered = [c for c in TIDY_COLUMNS if c in rows.columns]
-    rows = rows[ordered + [c for c in rows.columns if c not in ordered]]
-    if path.suffix.lower() in (".parquet", ".pq"):
-        directory = path.parent if str(path.parent) else Path(".")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-        os.close(fd)
-        try:
-            rows.to_parquet(tmp, index=False)
-            _default_mode(tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return
-    buffer = io.StringIO()
-    rows.to_csv(buffer, index=False, float_format="%.6g", lineterminator="\n")
-    write_atomic(path, buffer.getvalue())
-
-
-class _Progress:
-    """A one-line progress bar on stderr (a plain line per item when not a terminal)."""
-
-    def __init__(self, enabled: bool, stream=sys.stderr):
-        self.enabled = enabled
-        self.stream = stream
-        self.tty = hasattr(stream, "isatty") and stream.isatty()
-        self.start = time.monotonic()
-
-    def __call__(self, i: int, total: int, label: str) -> None:
-        if not self.enabled:
-            return
-        elapsed = time.monotonic() - self.start
-        width = 28
-        filled = int(width * i / max(total, 1))
-        eta = elapsed / i * (total - i) if i else float("nan")
-        eta_text = f" eta {eta:4.0f}s" if i and i < total else ""
-        line = (f"simulate [{'#' * filled}{'.' * (width - filled)}] {i}/{total} "
-                f"{elapsed:5.1f}s{eta_text}  {label}")
-        if self.tty:
-            self.stream.write("\r" + line[:120].ljust(120) + ("\n" if i >= total else ""))
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
+    out.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
+    add_catalog(out)
 
 
 def _check_outputs(args) -> None:
@@ -180,18 +111,26 @@ def _check_outputs(args) -> None:
         raise BadInput("output must end in .csv or .parquet", file=args.output)
 
 
+def write_tidy(path, rows: pd.DataFrame) -> None:
+    write_table(path, rows, float_format=FLOAT_FORMAT)
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``bayesspec simulate``; returns the exit status (0)."""
+    from ..simulate import (at_rates, expand_grid, load_grid, run_grid, setup, sweep,
+                            write_guidellm_json)
+
     _check_outputs(args)
-    catalog = _catalog(args)
-    progress = _Progress(not args.quiet)
+    catalog = catalog_of(args)
+    progress = ProgressLine("simulate", enabled=not args.quiet)
     if args.grid:
         single = [o for o in ("verifier", "drafter", "prefill", "decode", "k", "alpha",
                               "acceptance_rates", "sweep", "rps", "gpu")
                   if getattr(args, o, None) is not None]
         if single:
             raise BadInput(f"--grid describes every configuration itself; drop "
-                           f"--{single[0].replace('_', '-')}", column=single[0])
+                           f"--{single[0].replace('_', '-')}",
+                           option=f"--{single[0].replace('_', '-')}")
         grid = dict(load_grid(args.grid))
         for key in ("requests", "seed", "arrivals"):
             if getattr(args, key) is not None:
@@ -216,11 +155,11 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     if args.verifier is None:
-        raise BadInput("--verifier is required (or --grid)", column="verifier")
+        raise BadInput("required (or --grid)", option="--verifier")
     rates = acceptance_rates_option(args)
     k = args.k if args.k is not None else (len(rates) if rates else 0)
     if args.requests is not None and args.requests < 10:
-        raise BadInput(f"--requests must be at least 10, got {args.requests}", column="requests")
+        raise BadInput(f"must be at least 10, got {args.requests}", option="--requests")
     s = setup(args.verifier, args.gpu or "H100", drafter=args.drafter, k=k, alpha=args.alpha,
               rates=rates, prefill=args.prefill or 512, decode=args.decode or 512,
               length_dist=args.length_dist, length_cv=args.length_cv, catalog=catalog,
@@ -233,7 +172,8 @@ def run(args: argparse.Namespace) -> int:
         (f" k{s.spec.k}" if s.spec.k else "")
     progress(0, 1, label)
     if args.rps is not None:
-        result = at_rates(s, parse_rates(args.rps), n_requests=n, seed=seed, arrivals=arrivals)
+        result = at_rates(s, rate_list(args.rps, positive=True).tolist(), n_requests=n, seed=seed,
+                          arrivals=arrivals)
     else:
         result = sweep(s, args.sweep or 9, n_requests=n, seed=seed, arrivals=arrivals)
     progress(1, 1, label)

@@ -8,19 +8,24 @@ written); the output is written through a temporary file and ``os.replace``.
 from __future__ import annotations
 
 import argparse
-import io
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from ..errors import BadInput
+from ..outputs import write_table
 
-__all__ = ["add_arguments", "run", "write_rows"]
+__all__ = ["register", "add_arguments", "run"]
 
 _NUMERIC_FLAGS = {"k": ("--k", int), "alpha": ("--alpha", float),
                   "prefill": ("--prefill", int), "decode": ("--decode", int)}
+
+
+def register(verbs) -> None:
+    parser = verbs.add_parser("ingest", help="GuideLLM / vllm bench / metrics files to tidy "
+                                             "rows")
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,9 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Prometheus scrapes taken before and after a load point; repeat "
                              "once per load point of all FILEs, in order")
     parser.add_argument("--quiet", action="store_true", help="no summary line")
-    if "--json" not in parser._option_string_actions:
-        parser.add_argument("--json", action="store_true",
-                            help="print one JSON summary on stdout")
+    parser.add_argument("--json", action="store_true", help="print one JSON summary on stdout")
 
 
 def _flags(args) -> dict:
@@ -87,43 +90,16 @@ def _check_output(path: str, inputs: list[str]) -> None:
         raise BadInput("output would overwrite an input file", file=path)
 
 
-def _default_mode(path: str) -> None:
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(path, 0o666 & ~mask)
-
-
-def write_rows(path: str | os.PathLike, rows) -> None:
-    """CSV (full float precision) or Parquet, through a temporary file and os.replace."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        if path.suffix.lower() in (".parquet", ".pq"):
-            os.close(fd)
-            rows.to_parquet(tmp, index=False)
-        else:
-            buffer = io.StringIO()
-            rows.to_csv(buffer, index=False, lineterminator="\n")
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-                handle.write(buffer.getvalue())
-        _default_mode(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``bayesspec ingest``; returns the exit status (0)."""
-    from .core import ingest_files
+    from ..ingest.core import ingest_files
 
     _check_output(args.output, args.files)
     flags = _flags(args)
     result = ingest_files(args.files, flags=flags, sidecar=args.sidecar,
                           metrics=[tuple(pair) for pair in args.metrics or []])
     rows = result.rows
-    write_rows(args.output, rows)
+    write_table(args.output, rows)
     saturated = int(rows["saturated"].sum()) if "saturated" in rows.columns else 0
     reconstructed = int(rows["latency_reconstructed"].sum()) \
         if "latency_reconstructed" in rows.columns else 0

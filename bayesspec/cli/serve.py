@@ -12,20 +12,27 @@ import argparse
 import asyncio
 import json
 import math
-import os
 import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from bayesspec.errors import BadInput
+from ..errors import BadInput
+from ..outputs import write_text_atomic
+from .common import add_catalog, catalog_of
 
-__all__ = ["add_arguments", "run", "build_setup"]
+__all__ = ["register", "add_arguments", "run", "build_setup"]
 
 #: Below this (scaled) batch-1 step time, Python's own per-step work on a small machine
 #: is a noticeable share of each step and real step times drift from simulated ones.
 MIN_STEP_S = 0.010
+
+
+def register(verbs) -> None:
+    parser = verbs.add_parser("serve", help="OpenAI-compatible HTTP server backed by the "
+                                            "simulator in wall-clock time")
+    add_arguments(parser)
+    parser.set_defaults(handler=run)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,9 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="KV-cache tokens (default: from GPU memory and model sizes)")
     what.add_argument("--step-jitter", type=float, default=0.02,
                       help="log-normal spread of step times (default 0.02, as simulate)")
-    if "--catalog" not in parser._option_string_actions:
-        what.add_argument("--catalog", action="append", default=None, metavar="DIR",
-                          help="extra catalog cards (repeatable), e.g. a slow GPU card")
+    add_catalog(what)
     live = parser.add_argument_group("live server")
     live.add_argument("--port", type=int, default=8000,
                       help="TCP port on 127.0.0.1 (0: any free port; default 8000)")
@@ -82,24 +87,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     live.add_argument("--quiet", action="store_true", help="no start-up line on stderr")
 
 
-def _catalog(args):
-    dirs = getattr(args, "catalog", None)
-    if not dirs:
-        return None
-    from bayesspec.catalog import load_catalog
-
-    return load_catalog(dirs if isinstance(dirs, (list, tuple)) else [dirs])
-
-
 def build_setup(args):
     """The simulator :class:`~bayesspec.simulate.Setup` the options describe."""
-    from bayesspec.simulate.cli import acceptance_rates_option
-    from bayesspec.simulate.sweep import setup
+    from ..simulate.sweep import setup
+    from .simulate import acceptance_rates_option
 
     rates = acceptance_rates_option(args)
     k = args.k if args.k else (len(rates) if rates else 0)
     return setup(args.verifier, args.gpu, drafter=args.drafter, k=k, alpha=args.alpha,
-                 rates=rates, catalog=_catalog(args),
+                 rates=rates, catalog=catalog_of(args),
                  max_num_batched_tokens=args.max_num_batched_tokens,
                  max_num_seqs=args.max_num_seqs, kv_capacity=args.kv_capacity,
                  step_jitter=args.step_jitter)
@@ -107,35 +103,22 @@ def build_setup(args):
 
 def _check(args) -> None:
     if not (args.time_scale > 0 and math.isfinite(args.time_scale)):
-        raise BadInput(f"--time-scale must be a positive number, got {args.time_scale}",
-                       column="time_scale")
+        raise BadInput(f"must be a positive number, got {args.time_scale}",
+                       option="--time-scale")
     if not 0 <= args.port <= 65535:
-        raise BadInput(f"--port must be in 0..65535, got {args.port}", column="port")
+        raise BadInput(f"must be in 0..65535, got {args.port}", option="--port")
     if args.prompt_tokens is not None and args.prompt_tokens < 1:
-        raise BadInput("--prompt-tokens must be at least 1", column="prompt_tokens")
+        raise BadInput("must be at least 1", option="--prompt-tokens")
     if not (args.bytes_per_token > 0 and math.isfinite(args.bytes_per_token)):
-        raise BadInput("--bytes-per-token must be a positive number", column="bytes_per_token")
+        raise BadInput("must be a positive number", option="--bytes-per-token")
     if args.default_max_tokens < 1:
-        raise BadInput("--default-max-tokens must be at least 1", column="default_max_tokens")
+        raise BadInput("must be at least 1", option="--default-max-tokens")
     if args.max_runtime is not None and not args.max_runtime > 0:
-        raise BadInput("--max-runtime must be positive", column="max_runtime")
+        raise BadInput("must be positive", option="--max-runtime")
     for name in ("port_file", "stats"):
         value = getattr(args, name)
         if value is not None and str(Path(value).parent) and not Path(value).parent.is_dir():
             raise BadInput("folder does not exist", file=value)
-
-
-def write_atomic(path: str, text: str) -> None:
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp",
-                               dir=target.parent if str(target.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def batch1_step_s(s) -> float:
@@ -147,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``bayesspec serve`` until a signal or ``--max-runtime``; returns 0."""
     _check(args)
     s = build_setup(args)
-    from .app import SimulatedServer
+    from ..serve.app import SimulatedServer
 
     server = SimulatedServer(s, model_name=args.model, port=args.port,
                              time_scale=args.time_scale, seed=args.seed,
@@ -160,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> None:
         await server.start()
         if args.port_file:
-            write_atomic(args.port_file, f"{server.port}\n")
+            write_text_atomic(args.port_file, f"{server.port}\n")
         if not args.quiet:
             spec = f" k={s.spec.k} alpha={s.spec.label():g}" if s.spec.k else " dense"
             print(f"bayesspec serve: {server.model_name} ({s.step_model.name}{spec}, "
@@ -188,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
                   "step_model": s.step_model.name, "k": s.spec.k,
                   "alpha": s.spec.label() if s.spec.k else None})
     if args.stats:
-        write_atomic(args.stats, json.dumps(stats, indent=1) + "\n")
+        write_text_atomic(args.stats, json.dumps(stats, indent=1) + "\n")
     if not args.quiet:
         print(f"bayesspec serve: {stats['steps']} steps, simulated {stats['simulated_step_s_total']:.1f} s, "
               f"real {stats['real_step_s_total']:.1f} s, drift {100 * stats['drift']:+.2f}%, "

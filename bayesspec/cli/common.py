@@ -1,0 +1,232 @@
+"""What every verb of the command line shares: option groups, value parsers, reading
+data and fits, number formatting, and the convergence verdict printed with every answer."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BadInput
+from ..outputs import log
+
+MAX_LIST_VALUES = 100_000
+
+
+# --------------------------------------------------------------------------- values
+
+def parse_list(text: str, *, option: str = "--rps") -> np.ndarray:
+    """'1,2,5' or 'start:stop:step' (stop included when it falls on the grid)."""
+    text = str(text).strip()
+    try:
+        if ":" in text:
+            parts = [float(p) for p in text.split(":")]
+            if len(parts) != 3 or parts[2] <= 0 or parts[1] < parts[0]:
+                raise ValueError
+            start, stop, step = parts
+            count = int(math.floor((stop - start) / step + 1e-9)) + 1
+            if count > MAX_LIST_VALUES:
+                raise BadInput(f"too many values (more than {MAX_LIST_VALUES})", option=option)
+            values = start + step * np.arange(count)
+        else:
+            values = np.array([float(p) for p in text.split(",") if p.strip()])
+    except ValueError:
+        raise BadInput(f"expected comma-separated numbers or start:stop:step, got {text!r}",
+                       option=option) from None
+    if values.size == 0 or not np.all(np.isfinite(values)):
+        raise BadInput(f"expected finite numbers, got {text!r}", option=option)
+    return np.round(values, 12)
+
+
+def rates(text: str, *, option: str = "--rps", positive: bool = False) -> np.ndarray:
+    """Request rates: >= 0 (decisions may start at zero load), > 0 with ``positive``."""
+    values = parse_list(text, option=option)
+    if positive and np.any(values <= 0):
+        raise BadInput(f"rates must be positive numbers, got {text!r}", option=option)
+    if np.any(values < 0):
+        raise BadInput("rates must be >= 0", option=option)
+    return values
+
+
+def check_alpha_k(alpha: float, k: int) -> None:
+    if not 0.0 <= alpha <= 1.0:
+        raise BadInput(f"must be within [0, 1], got {alpha:g}", option="--alpha")
+    if k < 1:
+        raise BadInput(f"must be an integer >= 1, got {k}", option="--k")
+
+
+def check_prob(args) -> None:
+    if hasattr(args, "prob") and not 0.0 < args.prob < 1.0:
+        raise BadInput(f"must be within (0, 1), got {args.prob}", option="--prob")
+
+
+def check_output_path(path: str) -> None:
+    folder = Path(path).parent
+    if str(folder) and not folder.is_dir():
+        raise BadInput("output folder does not exist", file=path)
+
+
+# --------------------------------------------------------------------------- options
+
+def add_common(parser: argparse.ArgumentParser, *, prob: bool = True) -> None:
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON document on stdout and nothing else there")
+    if prob:
+        parser.add_argument("--prob", type=float, default=0.9,
+                            help="probability of the equal-tailed intervals (default 0.9)")
+
+
+def add_catalog(parser: argparse.ArgumentParser, *, hidden: bool = False) -> None:
+    parser.add_argument("--catalog", action="append", default=None, metavar="DIR",
+                        help=argparse.SUPPRESS if hidden else
+                        "extra folder of model/GPU cards (repeatable)")
+
+
+def add_group_options(parser: argparse.ArgumentParser, *, design: bool = True) -> None:
+    group = parser.add_argument_group("group options (needed when the fit holds several groups)")
+    group.add_argument("--verifier")
+    group.add_argument("--drafter")
+    group.add_argument("--prefill", type=int)
+    group.add_argument("--decode", type=int)
+    if design:
+        group.add_argument("--k", type=int, dest="group_k", help="draft length of the group")
+        group.add_argument("--alpha", type=float, dest="group_alpha",
+                           help="acceptance of the group")
+    group.add_argument("--gpu")
+
+
+def group_criteria(args) -> dict:
+    return {"verifier": args.verifier, "drafter": args.drafter, "prefill": args.prefill,
+            "decode": args.decode, "k": getattr(args, "group_k", None),
+            "alpha": getattr(args, "group_alpha", None), "gpu": args.gpu}
+
+
+def add_sampler_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sampler (defaults: the model's, measured; see "
+                                      "`bayesspec fit --help`)")
+    group.add_argument("--draws", type=int, default=None,
+                       help="draws per chain (default: the model's, 1000; hierarchical 2000)")
+    group.add_argument("--tune", type=int, default=None,
+                       help="tuning steps per chain (default: the model's, 1000; "
+                            "hierarchical 2000)")
+    group.add_argument("--chains", type=int, default=None, help="chains (default 4)")
+    group.add_argument("--seed", type=int, default=None, help="random seed")
+    group.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie",
+                       help="NUTS implementation (default nutpie)")
+    group.add_argument("--target-accept", type=float, default=None,
+                       help="NUTS target acceptance (default: the model's, 0.9 to 0.98); "
+                            "raise it if divergences appear")
+    group.add_argument("--strict", action="store_true",
+                       help="exit with status 3 when the posterior did not converge "
+                            "(for scripts and CI)")
+    group.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+
+
+def sampler_settings(args):
+    """SamplerSettings from the sampler options; what is left unset is resolved later,
+    in one place, from the model (:func:`bayesspec.inference.settings_for`)."""
+    from ..inference import SamplerSettings
+
+    for name, low in (("draws", 2), ("tune", 0), ("chains", 1)):
+        value = getattr(args, name)
+        if value is not None and value < low:
+            raise BadInput(f"must be >= {low}, got {value}", option=f"--{name}")
+    if args.target_accept is not None and not 0.5 <= args.target_accept < 1.0:
+        raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
+                       option="--target-accept")
+    return SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
+                           seed=args.seed, progress=not args.quiet, sampler=args.sampler,
+                           target_accept=args.target_accept)
+
+
+# --------------------------------------------------------------------------- inputs
+
+def catalog_of(args):
+    """The catalog with the user's extra folders (``--catalog``), or None (default)."""
+    folders = getattr(args, "catalog", None)
+    if not folders:
+        return None
+    from ..catalog import load_catalog
+
+    return load_catalog(folders if isinstance(folders, (list, tuple)) else [folders])
+
+
+def read_data(path: str, args):
+    """A tidy table through :func:`bayesspec.data.read_tidy`, saying on stderr which rows
+    were set aside as saturated and why."""
+    from ..data import SaturationRule, describe_exclusions, read_tidy
+
+    rule = SaturationRule(max_rps=getattr(args, "max_rps", None))
+    data = read_tidy(path, catalog=catalog_of(args), saturation=rule)
+    lines = describe_exclusions(data)
+    if lines:
+        log(f"warning: {len(lines)} of {len(data)} points set aside as saturated (not in the "
+            "likelihood):")
+        for line in lines[:20]:
+            log(f"  {line}")
+        if len(lines) > 20:
+            log(f"  ... and {len(lines) - 20} more")
+    return data
+
+
+def load_fit(path: str):
+    from ..bayes import load_fit as load
+
+    return load(path)
+
+
+# --------------------------------------------------------------------------- output
+
+def fmt(u: dict, digits: int = 4) -> str:
+    """'median [lo, hi]' of an uncertain number."""
+    if u is None or u.get("median") is None:
+        return "n/a"
+    return f"{g(u['median'], digits)} [{g(u['lo'], digits)}, {g(u['hi'], digits)}]"
+
+
+def g(value, digits=4) -> str:
+    if value is None:
+        return "n/a"
+    if math.isinf(value):
+        return "inf"
+    return f"{value:.{digits}g}"
+
+
+def say_verdict(verdict: dict, *, what: str = "posterior") -> None:
+    """The convergence verdict on stderr: a line when something needs saying."""
+    if verdict["status"] == "converged":
+        return
+    prefix = "WARNING" if verdict["status"] == "not converged" else "note"
+    log(f"{prefix}: {what}: {verdict['text']}")
+
+
+def finish(document: dict, verdicts, args, *, what: str = "posterior") -> dict:
+    """Add the convergence verdict(s) of the fit(s) behind an answer to its document
+    (``convergence``; ``warning`` when the answer is unreliable) and say them on
+    stderr."""
+    verdicts = verdicts if isinstance(verdicts, list) else [verdicts]
+    for verdict in verdicts:
+        say_verdict(verdict, what=what)
+    document["convergence"] = verdicts[0] if len(verdicts) == 1 else verdicts
+    failed = [v["text"] for v in verdicts if v["status"] == "not converged"]
+    if failed:
+        document["warning"] = "; ".join(failed)
+    return document
+
+
+def strict_exit(args, verdicts) -> int:
+    """Exit status: 3 with ``--strict`` when a posterior behind the answer did not
+    converge, else 0."""
+    verdicts = verdicts if isinstance(verdicts, list) else [verdicts]
+    if getattr(args, "strict", False) and any(v["status"] == "not converged"
+                                              for v in verdicts):
+        log("bayesspec: --strict: exiting with status 3 (posterior did not converge)")
+        return 3
+    return 0
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()

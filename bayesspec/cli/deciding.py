@@ -1,0 +1,216 @@
+"""``bayesspec predict``, ``speedup``, ``crossover`` and ``kstar``: answers from a fit."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import BadInput
+from ..outputs import emit_json
+from .common import (add_common, add_group_options, check_alpha_k, check_output_path,
+                     check_prob, finish, fmt, group_criteria, load_fit, parse_list, rates,
+                     strict_exit)
+
+STRICT_HELP = "exit with status 3 when the posterior did not converge"
+EXTRAPOLATED = "*"   # marks rates above the highest rate the data reached
+
+
+def register(verbs) -> None:
+    predict = verbs.add_parser("predict", help="mean latency with intervals at given rates")
+    predict.add_argument("fit", help="fit file")
+    predict.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
+    add_group_options(predict)
+    predict.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    add_common(predict)
+    predict.set_defaults(handler=run_predict)
+
+    speedup = verbs.add_parser("speedup", help="speedup curve of SD vs dense with intervals")
+    speedup.add_argument("fit", help="fit file")
+    speedup.add_argument("--alpha", type=float, required=True, help="acceptance rate")
+    speedup.add_argument("--k", type=int, required=True, help="draft length")
+    speedup.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
+    speedup.add_argument("--plot", help="write speedup bands for several k to this PNG")
+    add_group_options(speedup, design=False)
+    speedup.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    add_common(speedup)
+    speedup.set_defaults(handler=run_speedup)
+
+    cross = verbs.add_parser("crossover", help="RPS* above which SD stops paying")
+    cross.add_argument("fit", help="fit file")
+    cross.add_argument("--alpha", type=float, required=True, help="acceptance rate")
+    cross.add_argument("--k", type=int, required=True, help="draft length")
+    add_group_options(cross, design=False)
+    cross.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    add_common(cross)
+    cross.set_defaults(handler=run_crossover)
+
+    kstar = verbs.add_parser("kstar", help="best draft length per (alpha, RPS)")
+    kstar.add_argument("fit", help="fit file")
+    kstar.add_argument("--alpha", required=True, help="LIST of acceptance rates")
+    kstar.add_argument("--rps", required=True, help="LIST of rates")
+    kstar.add_argument("--kmax", type=int, default=10, help="largest k considered (default 10)")
+    kstar.add_argument("--objective", choices=("mean", "q10"), default="mean",
+                       help="maximise expected speedup (mean) or its 10%% quantile (q10)")
+    kstar.add_argument("--plot", help="write the k* map to this PNG")
+    add_group_options(kstar, design=False)
+    kstar.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    add_common(kstar)
+    kstar.set_defaults(handler=run_kstar)
+
+
+def _ceiling_note(ceiling: float) -> str:
+    if not np.isfinite(ceiling):
+        return ""
+    return (f"highest rate measured: {ceiling:.4g} RPS ({EXTRAPOLATED}: above it, read off "
+            "the fitted law)")
+
+
+def _mark(point: dict) -> str:
+    return EXTRAPOLATED if point.get("extrapolated") else " "
+
+
+def run_predict(args) -> int:
+    from ..decisions import predict_group
+
+    check_prob(args)
+    rps = rates(args.rps)
+    fit = load_fit(args.fit)
+    group = fit.select_group(**group_criteria(args))
+    document = finish(predict_group(fit, group, rps, prob=args.prob), fit.diagnostics, args)
+    if args.json:
+        emit_json(document)
+        return strict_exit(args, fit.diagnostics)
+    print(f"group: {document['group']}   ({args.prob:.0%} intervals)")
+    print(f"{'RPS':>11}  {'mean latency s [interval]':>34}  {'new measurement s':>34}  "
+          f"{'P(saturated)':>12}")
+    for point in document["points"]:
+        print(f"{point['rps']:>10.4g}{_mark(point)}  {fmt(point['latency_s']):>34}  "
+              f"{fmt(point['predictive_s']):>34}  {point['p_saturated']:>12.3f}")
+    note = _ceiling_note(document["rps_measured_max"])
+    if note:
+        print(note)
+    return strict_exit(args, fit.diagnostics)
+
+
+def _recommended_k(law, alpha: float, rps: np.ndarray) -> int | None:
+    """The k the posterior recommends at the middle of the plotted rates (for the plot)."""
+    from ..decisions import kstar_table
+
+    if not law.answers_any_configuration:
+        return None
+    middle = float(np.median(rps))
+    row = kstar_table(law, [alpha], [middle])["table"][0]
+    return row["k"] if row["k"] > 0 else None
+
+
+def run_speedup(args) -> int:
+    from ..decisions import speedup_curve
+
+    check_prob(args)
+    check_alpha_k(args.alpha, args.k)
+    rps = rates(args.rps)
+    fit = load_fit(args.fit)
+    law = fit.law(group_criteria(args))
+    document = finish(speedup_curve(law, args.alpha, args.k, rps, prob=args.prob),
+                      fit.diagnostics, args)
+    if args.plot:
+        from ..plots import save_figure, speedup_bands_plot
+
+        check_output_path(args.plot)
+        recommended = _recommended_k(law, args.alpha, rps)
+        ks = (sorted({args.k, 1, 2, 4, 8} | ({recommended} if recommended else set()))
+              if law.answers_any_configuration else [args.k])
+        document["plot"] = save_figure(speedup_bands_plot(
+            law, args.alpha, ks, rps_max=float(rps.max()), prob=args.prob), args.plot)
+    if args.json:
+        emit_json(document)
+        return strict_exit(args, fit.diagnostics)
+    print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}   "
+          f"({args.prob:.0%} intervals)")
+    print(f"C1R (zero-load cost ratio) {fmt(document['C1R'])}   C2R (load cost ratio) "
+          f"{fmt(document['C2R'])}")
+    print(f"{'RPS':>11}  {'speedup [interval]':>30}  {'P(SD slower)':>12}")
+    for point in document["points"]:
+        saturated = ("  SD saturated" if point["p_sd_saturated"] > 0.5 else "")
+        print(f"{point['rps']:>10.4g}{_mark(point)}  {fmt(point['speedup']):>30}  "
+              f"{point['p_slower']:>12.3f}{saturated}")
+    note = _ceiling_note(document["rps_measured_max"])
+    if note:
+        print(note)
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return strict_exit(args, fit.diagnostics)
+
+
+def run_crossover(args) -> int:
+    from ..decisions import crossover
+
+    check_prob(args)
+    check_alpha_k(args.alpha, args.k)
+    fit = load_fit(args.fit)
+    law = fit.law(group_criteria(args))
+    document = finish(crossover(law, args.alpha, args.k, prob=args.prob), fit.diagnostics,
+                      args)
+    if args.json:
+        emit_json(document)
+        return strict_exit(args, fit.diagnostics)
+    print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}")
+    if document["rps_star"] is None:
+        print(f"no crossover below saturation in any draw (P = {document['p_crossover']:.3f}): "
+              f"the sign of the gain does not change with load")
+    else:
+        direction = ("SD is faster below RPS* and slower above it"
+                     if document["p_sd_faster_below"] >= 0.5 else
+                     "SD is slower below RPS* and faster above it")
+        print(f"RPS* = {fmt(document['rps_star'])} in {document['p_crossover']:.1%} of "
+              f"draws; {direction}")
+        if document["extrapolated"]:
+            print(f"note: RPS* lies above the highest rate measured "
+                  f"({document['rps_measured_max']:.4g} RPS): an extrapolation of the "
+                  f"fitted law (P beyond it {document['p_beyond_measured']:.2f})")
+    print(f"SD saturation RPS {fmt(document['saturation_rps'])}; dense saturation RPS "
+          f"{fmt(document['dense_saturation_rps'])}; highest rate measured "
+          f"{document['rps_measured_max']:.4g}")
+    print(f"C1R {fmt(document['C1R'])}   C2R {fmt(document['C2R'])}")
+    return strict_exit(args, fit.diagnostics)
+
+
+def run_kstar(args) -> int:
+    from ..decisions import kstar_table
+
+    check_prob(args)
+    alphas = parse_list(args.alpha, option="--alpha")
+    if np.any((alphas < 0) | (alphas > 1)):
+        raise BadInput("values must be within [0, 1]", option="--alpha")
+    rps = rates(args.rps)
+    if not 1 <= args.kmax <= 64:
+        raise BadInput(f"must be within 1..64, got {args.kmax}", option="--kmax")
+    fit = load_fit(args.fit)
+    law = fit.law(group_criteria(args))
+    document = kstar_table(law, alphas, rps, ks=range(0, args.kmax + 1),
+                           objective=args.objective, prob=args.prob)
+    document = finish(document, fit.diagnostics, args)
+    if args.plot:
+        from ..plots import kstar_map_plot, save_figure
+
+        check_output_path(args.plot)
+        document["plot"] = save_figure(kstar_map_plot(document), args.plot)
+    if args.json:
+        emit_json(document)
+        return strict_exit(args, fit.diagnostics)
+    print(f"setup: {document['setup']}   objective: {args.objective}   k = 0 means "
+          f"'do not speculate'")
+    print(f"{'alpha':>6} {'RPS':>10} {'k*':>5} {'P(best)':>8} {'speedup [interval]':>28} "
+          f"{'batch-1 k':>9} {'loss vs batch-1 k (speedup points)':>35}")
+    for row in document["table"]:
+        k = f">={row['k']}" if row["at_max_k"] else str(row["k"])
+        print(f"{row['alpha']:>6.3g} {row['rps']:>9.4g}{_mark(row)} {k:>5} "
+              f"{row['p_best']:>8.2f} {fmt(row['speedup']):>28} {row['k_batch1']:>9} "
+              f"{row['loss_vs_batch1']:>35.3f}")
+    if any(row["at_max_k"] for row in document["table"]):
+        print(f">={args.kmax}: the best k is the largest searched; raise --kmax to look further")
+    note = _ceiling_note(document["rps_measured_max"])
+    if note:
+        print(note)
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return strict_exit(args, fit.diagnostics)

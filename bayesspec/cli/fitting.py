@@ -1,0 +1,164 @@
+"""``bayesspec fit``, ``summary`` and ``compare-models``: a posterior, its summary, and
+PSIS-LOO between fits of the same data."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import BadInput
+from ..outputs import emit_json, log
+from .common import (add_catalog, add_common, add_sampler_options, check_output_path,
+                     check_prob, finish, g, load_fit, read_data, sampler_settings,
+                     strict_exit)
+
+MODEL_HELP = ("dense (one C1, C2 per group), speculative (six cycle coefficients shared by "
+              "every alpha and k), moe (covered/saturated split), or hierarchical (the "
+              "coefficients on scaling trends across verifiers, drafters and lengths)")
+
+
+def register(verbs) -> None:
+    fit = verbs.add_parser("fit", help="sample the posterior of a latency model")
+    fit.add_argument("data", help="tidy CSV or Parquet file (`bayesspec ingest` makes one "
+                                  "from GuideLLM / vllm bench files)")
+    fit.add_argument("-o", "--output", required=True, help="fit file to write (NetCDF)")
+    fit.add_argument("--model", default="dense", help=MODEL_HELP)
+    fit.add_argument("--max-rps", type=float, default=None,
+                     help="treat points above this rate as saturated")
+    add_catalog(fit)
+    fit.add_argument("--no-loo", action="store_true",
+                     help="skip PSIS-LOO after sampling (saves a few seconds)")
+    add_sampler_options(fit)
+    add_common(fit, prob=False)
+    fit.set_defaults(handler=run_fit)
+
+    summary = verbs.add_parser("summary", help="coefficients with intervals, diagnostics")
+    summary.add_argument("fit", help="fit file")
+    summary.add_argument("--loo", action="store_true",
+                         help="compute PSIS-LOO if the fit file does not hold it")
+    summary.add_argument("--strict", action="store_true",
+                         help="exit with status 3 when the posterior did not converge")
+    add_common(summary)
+    summary.set_defaults(handler=run_summary)
+
+    compare_models = verbs.add_parser(
+        "compare-models", help="PSIS-LOO comparison of fits of the same data (az.compare)")
+    compare_models.add_argument("fits", nargs="+", metavar="FIT", help="fit files")
+    compare_models.add_argument("--strict", action="store_true",
+                                help="exit with status 3 when a posterior did not converge")
+    add_common(compare_models, prob=False)
+    compare_models.set_defaults(handler=run_compare_models)
+
+
+def diagnostics_json(verdict: dict) -> dict:
+    return {"rhat_max": verdict["rhat_max"], "ess_bulk_min": verdict["ess_bulk_min"],
+            "divergences": verdict["divergences"]}
+
+
+def verdict_line(verdict: dict) -> str:
+    return (f"diagnostics: R-hat max {g(verdict['rhat_max'])}, bulk ESS min "
+            f"{verdict['ess_bulk_min']:.0f}, divergences {verdict['divergences']} -> "
+            f"{verdict['status'].upper() if verdict['status'] == 'not converged' else 'OK'}: "
+            f"{verdict['text']}")
+
+
+def run_fit(args) -> int:
+    check_output_path(args.output)
+    settings = sampler_settings(args)
+    data = read_data(args.data, args)
+    # Imported after the data are read: loading PyMC takes seconds, a bad file should not.
+    from ..workflow import fit
+    from .common import catalog_of
+
+    result = fit(data, args.model, settings=settings, catalog=catalog_of(args))
+    verdict = result.diagnostics
+    if not args.no_loo:
+        _store_loo(result)
+    result.save(args.output)
+    document = {"fit": args.output, "model": args.model, "groups": len(result.groups),
+                "rows": len(data), "excluded": int(data["excluded"].sum()),
+                "fit_seconds": result.tree.attrs.get("fit_seconds"),
+                "diagnostics": diagnostics_json(verdict)}
+    finish(document, verdict, args)
+    if args.json:
+        emit_json(document)
+    else:
+        print(f"fitted {args.model} model to {len(data)} rows in {len(result.groups)} groups "
+              f"in {result.tree.attrs.get('fit_seconds', 0):.1f} s -> {args.output}")
+        print(verdict_line(verdict))
+    return strict_exit(args, verdict)
+
+
+def _store_loo(result) -> None:
+    """PSIS-LOO at fit time, kept in the fit file's attrs (not the pointwise matrix)."""
+    from ..checks import loo_summary
+
+    try:
+        loo = loo_summary(result)
+    except Exception as error:  # noqa: BLE001 - LOO is a report, never a reason to fail
+        loo = {"error": f"PSIS-LOO failed: {error}"}
+    if "log_likelihood" in result.tree.children:
+        del result.tree["log_likelihood"]
+    result.tree.attrs["loo"] = json.dumps(loo)
+    if loo.get("warning"):
+        log(f"warning: {loo['warning']}")
+
+
+def run_summary(args) -> int:
+    from ..reports import summary_document, summary_text
+
+    check_prob(args)
+    fit = load_fit(args.fit)
+    document = summary_document(fit, prob=args.prob)
+    if "loo" in fit.tree.attrs:
+        document["loo"] = json.loads(fit.tree.attrs["loo"])
+    elif args.loo:
+        from ..checks import loo_summary
+
+        document["loo"] = loo_summary(fit)
+    if document.get("loo", {}).get("warning"):
+        log(f"warning: {document['loo']['warning']}")
+    finish(document, fit.diagnostics, args)
+    if args.json:
+        emit_json(document)
+    else:
+        print(summary_text(document))
+        loo = document.get("loo")
+        if loo and "elpd_loo" in loo:
+            print(f"PSIS-LOO: elpd {loo['elpd_loo']:.1f} +- {loo['se']:.1f}, p_loo "
+                  f"{loo['p_loo']:.1f}, Pareto k max {loo['pareto_k_max']:.2f} "
+                  f"({loo['pareto_k_bad']} of {loo['points']} points > 0.7)")
+    return strict_exit(args, fit.diagnostics)
+
+
+def run_compare_models(args) -> int:
+    from ..checks import compare_models
+
+    names = [os.path.basename(p) for p in args.fits]
+    if len(set(names)) != len(names):
+        names = list(args.fits)
+    if len(names) < 2:
+        raise BadInput("give two or more fit files of the same data", argument="fits")
+    fits = {name: load_fit(path) for name, path in zip(names, args.fits)}
+    document = compare_models(fits)
+    verdicts = [fits[name].diagnostics for name in names]
+    for row in document["models"]:
+        row["verdict"] = fits[row["name"]].diagnostics["status"]
+    finish(document, verdicts, args, what="a fit")
+    unconverged = [name for name in names if not fits[name].diagnostics["converged"]]
+    if unconverged:
+        document["verdict"] = (f"not decisive: {', '.join(unconverged)} did not converge, so "
+                               f"its elpd is unreliable (refit it first); as computed: "
+                               f"{document['verdict']}")
+    if args.json:
+        emit_json(document)
+    else:
+        print(f"{'model':<30} {'elpd_loo':>10} {'se':>7} {'diff':>8} {'dse':>7} "
+              f"{'p_loo':>7} {'weight':>7}  convergence")
+        for row in document["models"]:
+            print(f"{row['name']:<30} {row['elpd_loo']:>10.1f} {row['se']:>7.1f} "
+                  f"{row['elpd_diff']:>8.1f} {row['dse']:>7.1f} {row['p_loo']:>7.1f} "
+                  f"{row['weight']:>7.2f}  {row['verdict']}"
+                  + ("  (Pareto k warning)" if row["warning"] else ""))
+        print(document["verdict"])
+    return strict_exit(args, verdicts)

@@ -1,0 +1,16 @@
+"""Posterior answers a user acts on, computed over every draw at once.
+
+Split along what is asked: :mod:`.predict` (latency of a fitted group at new rates),
+:mod:`.speculative` (speedup, crossover RPS*, best k of a setup's :class:`Law`) and
+:mod:`.compare` (two fits, or two engine versions in one fit). Each takes the objects of
+the prediction contract (:mod:`bayesspec.prediction`), which the fit's model class builds
+(``fit.law(...)``, ``fit.group_curve(g)``), and returns the JSON shapes of CONTRACT.md.
+"""
+
+from ..uncertainty import DEFAULT_PROB, uncertain
+from .compare import compare_fits, compare_versions
+from .predict import predict_group
+from .speculative import SPEEDUP_CAP, crossover, kstar_table, speedup_curve
+
+__all__ = ["DEFAULT_PROB", "uncertain", "predict_group", "speedup_curve", "crossover",
+           "kstar_table", "SPEEDUP_CAP", "compare_fits", "compare_versions"]

@@ -1,0 +1,44 @@
+"""The tidy table's columns (CONTRACT.md, "Tidy data"): one list every writer orders by.
+
+A leaf module. The readers' checks live in :mod:`bayesspec.data`; the simulator, ingest
+and every file writer order their columns by :data:`TIDY_COLUMNS`, so a file written by
+any of them reads the same way.
+"""
+
+from __future__ import annotations
+
+__all__ = ["TIDY_COLUMNS", "LAST_COLUMNS", "POSITION_COUNT_COLUMN", "order_columns"]
+
+#: CONTRACT columns first (design, then measurements), then what the simulator and
+#: ingest add; columns no row has are simply absent.
+TIDY_COLUMNS = [
+    "verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens",
+    "rps", "latency_mean_s", "rps_target", "n_requests", "latency_std_s", "latency_p50_s",
+    "latency_p95_s", "latency_p99_s", "ttft_mean_s", "itl_mean_s", "mean_concurrency",
+    "saturated", "strategy", "latency_reconstructed", "gpu", "engine", "engine_version",
+    "method", "num_drafts", "draft_tokens", "accepted_tokens", "acceptance_rate",
+    "acceptance_length", "verifier_params_b", "drafter_params_b", "experts_active",
+    "experts_total",
+]
+#: Written after every other column (provenance).
+LAST_COLUMNS = ["source"]
+#: vLLM's per-position counter as a tidy column: drafts whose first i tokens were
+#: accepted (i = 1..k).
+POSITION_COUNT_COLUMN = "accepted_tokens_pos{}"
+POSITION_PREFIXES = ("acceptance_rate_pos", "accepted_tokens_pos")
+
+
+def _position_columns(columns) -> list[str]:
+    found = [c for c in columns if c.startswith(POSITION_PREFIXES)
+             and c.rsplit("pos", 1)[-1].isdigit()]
+    return sorted(found, key=lambda c: (c.startswith("accepted"), int(c.rsplit("pos", 1)[-1])))
+
+
+def order_columns(columns) -> list[str]:
+    """``columns`` in the written order: CONTRACT and known columns, per-position
+    columns by position, the rest as given, provenance last."""
+    columns = list(columns)
+    ordered = [c for c in TIDY_COLUMNS if c in columns]
+    ordered += _position_columns(columns)
+    last = [c for c in LAST_COLUMNS if c in columns]
+    return ordered + [c for c in columns if c not in ordered and c not in last] + last
