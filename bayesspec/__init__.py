@@ -1,5 +1,24 @@
-"""bayesspec: Bayesian latency laws for speculative decoding in LLM serving."""
+"""bayesspec: Bayesian latency laws for speculative decoding in LLM serving.
 
+The public Python interface (imported lazily: ``import bayesspec`` stays fast, PyMC loads
+on first use)::
+
+    import bayesspec as bs
+
+    data = bs.read_tidy("sweeps.csv")                      # validated tidy rows
+    fit = bs.fit(data, "speculative")                      # posterior (a Fit)
+    fit.save("fit.nc"); fit = bs.load_fit("fit.nc")
+    law = fit.law({"prefill": 512, "decode": 512})         # the prediction contract
+    bs.speedup_curve(law, alpha=0.8, k=3, rps=[1, 5, 10])  # CONTRACT `speedup` document
+    bs.kstar_table(law, alphas=[0.7, 0.8], rps=[1, 10])    # best k per (alpha, RPS)
+
+Model classes (``bs.DenseLatencyModel`` and the others, ``bs.MODEL_CLASSES``) follow
+the model-builder pattern: ``build(data)``, ``fit(data)``, ``save(path)``,
+``load(path)``, ``predict(rps, **group)``, with a versioned identity. ``bs.laws`` holds
+every formula (CONTRACT.md).
+"""
+
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version as _version
 
 try:
@@ -7,4 +26,33 @@ try:
 except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+src"
 
-__all__ = ["__version__"]
+# name -> module that defines it
+_PUBLIC = {
+    "read_tidy": "data", "prepare": "data", "SaturationRule": "data",
+    "fit": "workflow", "Fit": "fitfile", "SamplerSettings": "inference",
+    "load_fit": "bayes", "get_model_class": "bayes", "MODEL_CLASSES": "bayes",
+    "LatencyModel": "bayes", "DenseLatencyModel": "bayes", "SpeculativeLatencyModel": "bayes",
+    "MoELatencyModel": "bayes", "HierarchicalLatencyModel": "bayes",
+    "VersionEffectModel": "bayes", "SpeculativeVersionEffectModel": "bayes",
+    "Curve": "prediction", "MoECurve": "prediction", "Law": "prediction",
+    "CoefficientLaw": "prediction", "ConfigurationLaw": "prediction", "Noise": "prediction",
+    "predict_group": "decisions", "speedup_curve": "decisions", "crossover": "decisions",
+    "kstar_table": "decisions", "compare_fits": "decisions", "compare_versions": "decisions",
+    "uncertain": "uncertainty", "BadInput": "errors", "ConvergenceWarning": "errors",
+}
+_MODULES = ("laws", "datasets", "simulate", "ingest", "plots", "checks", "sbc", "validation",
+            "synthetic", "catalog")
+
+__all__ = ["__version__", *_PUBLIC, *_MODULES]
+
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        return getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
+    if name in _MODULES:
+        return import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'bayesspec' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(__all__)

@@ -8,8 +8,6 @@ from __future__ import annotations
 import math
 import os
 import warnings
-import tempfile
-from pathlib import Path
 
 import matplotlib
 
@@ -17,22 +15,17 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from .outputs import atomic_path  # noqa: E402
 from .prediction import Curve, Noise  # noqa: E402
 
 BAND_PROB = 0.9
 
 
 def save_figure(figure, path: str | os.PathLike, *, dpi: int = 120) -> str:
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=path.suffix,
-                                         dir=path.parent)
-    os.close(handle)
+    """Write a figure atomically (PNG, or the format the suffix names) and close it."""
     try:
-        figure.savefig(temporary, dpi=dpi, bbox_inches="tight")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+        with atomic_path(path) as temporary:
+            figure.savefig(temporary, dpi=dpi, bbox_inches="tight")
     finally:
         plt.close(figure)
     return str(path)

@@ -247,10 +247,10 @@ def hierarchical_truth(verifiers=("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-8B", "Qwen3
     """Dense configurations whose C1, C2 follow the hierarchical model's trends.
 
     Every (verifier, prefill, decode) cell gets eq. (3) at k = 0 from the roofline rates
-    of :func:`bayesspec.bayes.hierarchical.physics_centres` (the truth), times a log-normal
+    of :func:`bayesspec.roofline.physics_centres` (the truth), times a log-normal
     cell deviation of ``cell_sd``. Feed it to :func:`generate_sweeps`.
     """
-    from .bayes.hierarchical import covariates, physics_centres, trend_coefficients, TERM_NAMES
+    from .roofline import TERM_NAMES, covariates, physics_centres, trend_coefficients
     from .catalog import default_catalog
 
     catalog = default_catalog()
