@@ -233,13 +233,37 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
                     label="law y = 1/(1 - x)")
         target.grid(alpha=0.3, zorder=0)
 
+    # The ratio panel is zoomed on the band where there are data and on most points; the
+    # few points beyond (near-saturation outliers) are pinned to its edge as triangles.
+    ratio = y / law_at_points
+    near = grid <= float(np.nanmax(x)) + 0.01
+    band_spread = float(np.max(np.abs(np.log(np.concatenate([(lo / law)[near],
+                                                             (hi / law)[near]])))))
+    finite_ratio = np.abs(np.log(ratio[np.isfinite(ratio) & (ratio > 0)]))
+    point_spread = float(np.quantile(finite_ratio, 0.98)) if len(finite_ratio) else 0.0
+    limit = 1.15 * max(band_spread, point_spread, 0.02)
+    low, high = np.exp(-limit), np.exp(limit)
+    pinned = (ratio > high) | (ratio < low)
     verifiers = rows["verifier"].astype(str).to_numpy()
     colours = {name: plt.cm.tab10(i % 10) for i, name in enumerate(sorted(set(verifiers)))}
     for name, colour in colours.items():
         mask = verifiers == name
-        for target, values in ((axis, y), (ratio_axis, y / law_at_points)):
-            target.scatter(x[mask], values[mask], s=16, color=colour, edgecolor="white",
-                           linewidth=0.4, zorder=3, label=name if target is axis else None)
+        axis.scatter(x[mask], y[mask], s=16, color=colour, edgecolor="white", linewidth=0.4,
+                     zorder=3, label=name)
+        inside = mask & ~pinned
+        ratio_axis.scatter(x[inside], ratio[inside], s=16, color=colour, edgecolor="white",
+                           linewidth=0.4, zorder=3)
+        for side, marker, edge in ((ratio > high, "^", high), (ratio < low, "v", low)):
+            out = mask & side
+            if out.any():
+                ratio_axis.scatter(x[out], np.full(out.sum(), edge * (0.985 if marker == "^"
+                                                                    else 1.015)),
+                                   marker=marker, s=28, color=colour, edgecolor="black",
+                                   linewidth=0.5, zorder=4, clip_on=False)
+    if pinned.any():
+        ratio_axis.text(0.01, 0.95, f"{pinned.sum()} point(s) beyond the panel: triangles "
+                        "on its edge", transform=ratio_axis.transAxes, fontsize=7,
+                        va="top")
     # Each group's highest measured rate, normalised: beyond it the law is extrapolated.
     highest = np.array([np.max(x[index == g]) for g in np.unique(index)])
     axis.scatter(highest, np.full(highest.shape, 0.985), marker="v", s=28, color="0.15",
@@ -252,12 +276,7 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
     axis.legend(fontsize=8, loc="upper left")
     ratio_axis.set_xlabel("x = RPS · C2 (posterior median)")
     ratio_axis.set_ylabel("y / law")
-    # Zoom the ratio panel on the data and the band where there are data.
-    near = grid <= float(np.nanmax(x)) + 0.01
-    values = np.concatenate([(y / law_at_points)[np.isfinite(y)],
-                             (lo / law)[near], (hi / law)[near]])
-    spread = max(float(np.max(np.abs(np.log(values)))), 0.02)
-    ratio_axis.set_ylim(np.exp(-1.15 * spread), np.exp(1.15 * spread))
+    ratio_axis.set_ylim(low, high)
     axis.set_xlim(0.0, grid[-1])
     return figure
 
