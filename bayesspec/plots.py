@@ -99,6 +99,12 @@ def _monotone_band(lo, hi, *, slack: float = 0.95):
     return lo, hi
 
 
+def _replicates(draws: int, target: int = 4000) -> int:
+    """Noise replicates per posterior draw so that a predictive band has ~``target``
+    samples (its edges are quantiles of random draws: fewer make them ragged)."""
+    return max(1, min(20, math.ceil(target / max(draws, 1))))
+
+
 # --------------------------------------------------------------------------------------
 # Shared styling
 # --------------------------------------------------------------------------------------
@@ -165,8 +171,10 @@ def _measured_line(axis, rate, *, label: bool = True):
     """The highest measured rate: a vertical dotted line (data end, extrapolation begins)."""
     if rate is None or not np.isfinite(rate):
         return None
+    beyond = rate > axis.get_xlim()[1]
     return axis.axvline(rate, **MEASURED_STYLE, zorder=5,
-                        label=f"{MEASURED_LABEL} ({rate:.3g} RPS)" if label else None)
+                        label=(f"{MEASURED_LABEL} ({rate:.3g} RPS"
+                               + (", right of the plot)" if beyond else ")")) if label else None)
 
 
 def _wrap(text: str, width: int) -> str:
@@ -219,7 +227,10 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
     noise_base = fit.draws("noise_base")[:max_draws]
     noise_load = fit.draws("noise_load")[:max_draws]
     ones = np.ones_like(noise_base)
-    normalised = predictive_latency_draws(ones, ones, grid, noise_base, noise_load, rng)
+    # Several noise draws per posterior draw: smooth band edges with a few hundred draws.
+    normalised = np.concatenate([
+        predictive_latency_draws(ones, ones, grid, noise_base, noise_load, rng)
+        for _ in range(_replicates(len(ones)))])
     lo, _, hi = _quantiles(normalised)
     law = 1 / (1 - grid)
     band_style = {"color": "tab:orange", "alpha": 0.35, "lw": 0, "zorder": 1}
@@ -253,13 +264,13 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
         inside = mask & ~pinned
         ratio_axis.scatter(x[inside], ratio[inside], s=16, color=colour, edgecolor="white",
                            linewidth=0.4, zorder=3)
-        for side, marker, edge in ((ratio > high, "^", high), (ratio < low, "v", low)):
+        for side, marker in ((ratio > high, "^"), (ratio < low, "v")):
             out = mask & side
-            if out.any():
-                ratio_axis.scatter(x[out], np.full(out.sum(), edge * (0.985 if marker == "^"
-                                                                    else 1.015)),
+            if out.any():  # on the panel's edge, in axes coordinates
+                ratio_axis.scatter(x[out], np.full(out.sum(), 0.97 if marker == "^" else 0.03),
                                    marker=marker, s=28, color=colour, edgecolor="black",
-                                   linewidth=0.5, zorder=4, clip_on=False)
+                                   linewidth=0.5, zorder=4,
+                                   transform=ratio_axis.get_xaxis_transform())
     if pinned.any():
         ratio_axis.text(0.01, 0.95, f"{pinned.sum()} point(s) beyond the panel: triangles "
                         "on its edge", transform=ratio_axis.transAxes, fontsize=7,
@@ -315,8 +326,10 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
                       float(np.median(saturation)))
             grid = np.linspace(0.0, top * 1.02, 200)
             curve = latency_draws(c1, c2, grid)
-            predictive = predictive_latency_draws(c1, c2, grid, noise_base, noise_load, rng,
-                                                  curve=curve)
+            predictive = np.concatenate([
+                predictive_latency_draws(c1, c2, grid, noise_base[:len(c1)],
+                                         noise_load[:len(c1)], rng, curve=curve)
+                for _ in range(_replicates(len(c1)))])
             # Saturated draws count as "off the chart" (not dropped: dropping them bends
             # the band's upper edge back down near saturation); the curves stop where
             # more than half the draws are saturated.
@@ -363,7 +376,7 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
             ratio_axis.set_ylim(np.exp(-1.2 * spread), np.exp(1.2 * spread))
             ratio_axis.set_xlim(0, grid[-1])
             axis.tick_params(labelbottom=False)
-            axis.set_title(label, fontsize=8)
+            axis.set_title(_wrap(label, 52), fontsize=8)
             if c == 0:
                 axis.set_ylabel("mean latency (s)", fontsize=8)
                 ratio_axis.set_ylabel("data / fit", fontsize=8)
@@ -459,6 +472,7 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
     curves = {}
     ended = False
     y_medians, y_highs = [1.0], [1.0]
+    sane = grid <= 0.9 * dense_saturation
     for k in ks:
         curve = _speedup_curve(costs, alpha, k, grid, prob)
         curves[k] = curve
@@ -475,9 +489,12 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
                 patheffects.withStroke(linewidth=5, foreground="black")]}
                 if is_recommended else {"lw": 1.7, "zorder": 3})
             axis.plot(grid[:end], curve["median"][:end], color=colour, label=label, **style)
-            y_medians.append(float(np.nanmax(curve["median"][:end])))
-            if band_end > 0:
-                y_highs.append(float(np.nanmax(curve["hi"][:band_end])))
+            # The y range follows the curves up to 90% of the dense saturation rate:
+            # beyond, a speedup can grow without bound as the dense baseline saturates.
+            y_medians.append(float(np.nanmax(curve["median"][:end][sane[:end]]))
+                             if sane[:end].any() else 1.0)
+            if band_end > 0 and sane[:band_end].any():
+                y_highs.append(float(np.nanmax(curve["hi"][:band_end][sane[:band_end]])))
         if end < len(grid):
             ended = True
             last = max(end - 1, 0)
@@ -487,11 +504,19 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
     med_top = max(y_medians)
     y_top = max(1.2, min(max(y_highs), 1.35 * med_top), med_top) * 1.06
     axis.set_ylim(0.0, y_top)
+    off_top = False
+    for k, curve in curves.items():
+        above = np.flatnonzero(curve["median"][:curve["end"]] > y_top)
+        if len(above):
+            off_top = True
+            axis.plot([grid[above[0]]], [y_top], marker="^", ms=9, color=k_colour(k),
+                      mec="black", mew=0.8, ls="none", clip_on=False, zorder=6)
     axis.set_xlim(0.0, right)
 
     # Crossover RPS* of each k, one row each.
     tail = (1 - prob) / 2
     row_texts = []
+    extrapolated = False
     for row, k in enumerate(ks):
         colour = k_colour(k)
         star = np.asarray(costs.crossover_draws(alpha, k), dtype=float)
@@ -503,6 +528,7 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
             continue
         s_lo, s_med, s_hi = np.quantile(star[has], [tail, 0.5, 1 - tail])
         beyond_data = measured is not None and s_med > measured
+        extrapolated |= beyond_data and s_med <= right
         text = f"RPS* {s_med:.3g} [{s_lo:.3g}, {s_hi:.3g}]"
         if has.mean() < 0.95:
             text += f", P = {has.mean():.2f}"
@@ -550,9 +576,13 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
         handles.append(Line2D([], [], marker="X", color="0.4", mec="black", ls="none", ms=7,
                               label="saturated: SD latency infinite in > half the draws "
                                     "(curve ends)"))
+    if off_top:
+        handles.append(Line2D([], [], marker="^", color="0.4", mec="black", ls="none", ms=7,
+                              label="leaves the plot: the dense baseline is saturating\n"
+                                    "(speedup grows without bound)"))
     handles.append(Line2D([], [], marker="o", color="0.4", mfc="0.4", mec="black", ls="none",
                           ms=7, label="crossover RPS* (median)"))
-    if measured is not None:
+    if extrapolated:
         handles.append(Line2D([], [], marker="o", mfc="white", mec="0.4", mew=1.5,
                               ls="none", ms=7, label="RPS* beyond the data (extrapolated)"))
     axis.legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0),
@@ -627,7 +657,11 @@ def _region_label_cells(best: np.ndarray, minimum: int = 3) -> list[tuple[int, i
             if mask.sum() < minimum:
                 continue
             depth = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
-            i, j = np.unravel_index(np.argmax(np.where(mask, depth, -1)), mask.shape)
+            depth = np.where(mask, depth, -1)
+            # Of the deepest cells, the one nearest the region's centre of mass.
+            deepest = np.argwhere(depth == depth.max())
+            centre = np.argwhere(mask).mean(axis=0)
+            i, j = deepest[np.argmin(((deepest - centre) ** 2).sum(axis=1))]
             found.append((int(k), int(i), int(j)))
     return found
 
