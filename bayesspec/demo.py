@@ -170,13 +170,16 @@ def speculative_figures(spec, spec_data, out_dir: Path, settings, *, joint_check
     setup = spec.setups.iloc[0]
     costs = spec.law(_setup_options(setup))
     saturation = float(np.median(1.0 / costs.c2_dense))
-    figures.append(save_figure(speedup_bands_plot(costs, 0.8, [1, 2, 4, 6, 8],
-                                                  rps_max=saturation),
+    table = kstar_table(costs, np.round(np.arange(0.5, 1.0001, 0.05), 2),
+                        np.linspace(0, 0.95 * saturation, 40))
+    middle = kstar_table(costs, [0.8], [0.5 * saturation])["table"][0]["k"]
+    ks = sorted({1, 2, 4, 6, 8} | ({middle} if middle > 0 else set()))
+    figures.append(save_figure(speedup_bands_plot(costs, 0.8, ks, rps_max=saturation,
+                                                  recommended_k=middle or None,
+                                                  rps_measured_max=costs.rps_measured_max),
                                out_dir / "speedup_alpha0.8.png"))
     figures.append(save_figure(cost_ratio_plot(costs, (0.5, 0.6, 0.7, 0.8, 0.9), range(1, 11)),
                                out_dir / "cost_ratios.png"))
-    table = kstar_table(costs, np.round(np.arange(0.5, 1.0001, 0.05), 2),
-                        np.linspace(0, 0.95 * saturation, 40))
     figures.append(save_figure(kstar_map_plot(table), out_dir / "kstar_map.png"))
     if joint_check:
         separate = fit(spec_data, "dense", settings=settings)

@@ -1,12 +1,25 @@
-"""Figures. Each function takes a Fit, draws with matplotlib (Agg) and returns the Figure.
+"""Figures. Each function takes a Fit (or a decision document), draws with matplotlib
+(Agg) and returns the Figure.
 
 Plotting never happens inside the models; ``save_figure`` writes atomically.
+
+Conventions every figure follows (what a serving engineer reads off them):
+
+- bands are drawn under the data and outlined, so a narrow band stays visible;
+- a curve ends where the system it describes saturates (and says so) instead of
+  running on as a flat zero or a spike;
+- the highest rate measured in the data is a vertical dotted line: anything to its right
+  (a saturation rate, a crossover RPS*) is an extrapolation of the law;
+- one colour per draft length k, the same in every figure (:func:`k_colour`);
+- tick labels are plain numbers and never collide.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
+import textwrap
 import warnings
 
 import matplotlib
@@ -14,11 +27,22 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib import patheffects  # noqa: E402
+from matplotlib.collections import LineCollection, PatchCollection  # noqa: E402
+from matplotlib.colors import BoundaryNorm, ListedColormap, to_rgba  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter  # noqa: E402
 
 from .outputs import atomic_path  # noqa: E402
 from .prediction import Curve, Noise  # noqa: E402
 
 BAND_PROB = 0.9
+# Speedup draws where only the dense baseline is saturated are infinite; they are capped
+# at this value before quantiles (the plotted range is chosen from the medians anyway).
+_SPEEDUP_PLOT_CAP = 1e3
+MEASURED_STYLE = {"color": "0.15", "ls": ":", "lw": 1.5}
+MEASURED_LABEL = "highest measured rate"
 
 
 def save_figure(figure, path: str | os.PathLike, *, dpi: int = 120) -> str:
@@ -38,12 +62,144 @@ def _quantiles(draws, prob=BAND_PROB):
         return np.nanquantile(draws, [tail, 0.5, 1 - tail], axis=0)
 
 
+def _saturating_quantiles(draws, prob=BAND_PROB):
+    """Quantiles over draws of a latency where saturated draws are +inf.
+
+    Infinite draws stay in (as a huge value), so an upper quantile leaves the plot when
+    more than its tail is saturated instead of bending back down to the unsaturated
+    draws; columns where more than half the draws are saturated become NaN (the curve
+    ends at the median saturation rate) and so does an upper edge that is off the chart.
+    """
+    draws = np.asarray(draws, dtype=float)
+    huge = np.where(np.isfinite(draws), draws, 1e300)
+    lo, median, hi = _quantiles(huge, prob)
+    off = lambda values: np.where(values >= 1e299, np.nan, values)  # noqa: E731
+    return off(lo), off(median), np.where(hi >= 1e299, 1e12, hi)
+
+
+def _monotone_band(lo, hi, *, slack: float = 0.95):
+    """NaN from where ``lo`` first drops below ``slack`` times its running maximum on:
+    a latency band whose lower edge falls with load has left the noise model's range."""
+    lo = np.asarray(lo, dtype=float)
+    filled = np.where(np.isfinite(lo), lo, -np.inf)
+    falling = filled < slack * np.maximum.accumulate(filled)
+    if not falling.any():
+        return lo, hi
+    cut = int(np.argmax(falling))
+    lo, hi = lo.copy(), np.asarray(hi, dtype=float).copy()
+    lo[cut:] = np.nan
+    hi[cut:] = np.nan
+    return lo, hi
+
+
+def _replicates(draws: int, target: int = 4000) -> int:
+    """Noise replicates per posterior draw so that a predictive band has ~``target``
+    samples (its edges are quantiles of random draws: fewer make them ragged)."""
+    return max(1, min(20, math.ceil(target / max(draws, 1))))
+
+
+# --------------------------------------------------------------------------------------
+# Shared styling
+# --------------------------------------------------------------------------------------
+
+# Qualitative colours for draft lengths 1..10 (tab10 without its grey, plus a dark
+# indigo); k = 0 (do not speculate) is a light grey; 11..20 are lighter versions.
+_K_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
+              "tab:pink", "tab:olive", "tab:cyan", "#393b79")
+K_ZERO_COLOUR = "#d4d4d4"
+
+
+def k_colour(k: int):
+    """The colour of draft length ``k`` in every figure (RGBA)."""
+    k = int(k)
+    if k <= 0:
+        return to_rgba(K_ZERO_COLOUR)
+    if k <= len(_K_COLOURS):
+        return to_rgba(_K_COLOURS[k - 1])
+    if k <= 2 * len(_K_COLOURS):
+        base = np.array(to_rgba(_K_COLOURS[k - 1 - len(_K_COLOURS)]))
+        return tuple(0.45 * base[:3] + 0.55) + (1.0,)
+    golden = (k * 0.618033988749895) % 1.0
+    return tuple(plt.cm.hsv(golden)[:3]) + (1.0,)
+
+
+def _plain_number(value, _position=None) -> str:
+    """Tick text without scientific notation: 0.02, 0.5, 3, 40, 1e+04 only when huge."""
+    if value == 0 or not np.isfinite(value):
+        return "0" if value == 0 else ""
+    if 1e-4 <= abs(value) < 1e5:
+        return f"{value:.6g}"
+    return f"{value:.0e}"
+
+
+def _plain_log_axis(axis, which: str) -> None:
+    """Log scale with plain-number labels; minor ticks labelled only where there is room.
+
+    Call after the data are drawn (the labelled minor ticks depend on the span)."""
+    getattr(axis, f"set_{which}scale")("log")
+    low, high = getattr(axis, f"get_{which}lim")()
+    decades = math.log10(high / low) if low > 0 and high > low else 3.0
+    ticks = axis.xaxis if which == "x" else axis.yaxis
+    ticks.set_major_formatter(FuncFormatter(_plain_number))
+    if decades <= 0.8:
+        labelled = (2, 3, 4, 5, 6, 7, 8)
+    elif decades <= 1.6:
+        labelled = (2, 5)
+    elif decades <= 2.6:
+        labelled = (3,)
+    else:
+        labelled = ()
+
+    def minor(value, _position=None):
+        if value <= 0:
+            return ""
+        mantissa = value / 10 ** math.floor(math.log10(value) + 1e-9)
+        return _plain_number(value) if round(mantissa) in labelled and \
+            abs(mantissa - round(mantissa)) < 1e-6 else ""
+
+    ticks.set_minor_formatter(FuncFormatter(minor) if labelled else NullFormatter())
+
+
+def _measured_line(axis, rate, *, label: bool = True):
+    """The highest measured rate: a vertical dotted line (data end, extrapolation begins)."""
+    if rate is None or not np.isfinite(rate):
+        return None
+    beyond = rate > axis.get_xlim()[1]
+    return axis.axvline(rate, **MEASURED_STYLE, zorder=5,
+                        label=(f"{MEASURED_LABEL} ({rate:.3g} RPS"
+                               + (", right of the plot)" if beyond else ")")) if label else None)
+
+
+def _wrap(text: str, width: int) -> str:
+    """Wrap at spaces and, in long names, after '/', '+', ',' and '_'."""
+    pieces = re.split(r"(?<=[ /+,_])", str(text))
+    lines, line = [], ""
+    for piece in pieces:
+        if line and len(line) + len(piece.rstrip()) > width:
+            lines.append(line.rstrip())
+            line = ""
+        while len(piece) > width:
+            lines.append(piece[:width])
+            piece = piece[width:]
+        line += piece
+    if line.strip():
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------
+# Dense latency law
+# --------------------------------------------------------------------------------------
+
 def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
     """All groups normalised by their posterior medians onto y = 1/(1-x).
 
     x = RPS*C2, y = L/C1. The band is the fitted measurement noise around the law
     (posterior predictive of a normalised observation), so points outside it are
-    surprising, not merely scattered.
+    surprising, not merely scattered. The lower panel divides by the law, so the band's
+    width (a few percent, growing near saturation) is visible at every load; the
+    triangles on top mark each group's highest measured rate (x beyond them is the law
+    extrapolated).
     """
     data = fit.data
     rows = data.loc[~data["excluded"] & data["group"].ne("")]
@@ -56,90 +212,179 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
 
     x = rows["rps"].to_numpy(float) * c2_median[index]
     y = rows["latency_mean_s"].to_numpy(float) / c1_median[index]
-    figure, axis = plt.subplots(figsize=(7, 5))
-    verifiers = rows["verifier"].astype(str).to_numpy()
-    for name in sorted(set(verifiers)):
-        mask = verifiers == name
-        axis.scatter(x[mask], y[mask], s=14, alpha=0.75, label=name)
+    law_at_points = 1 / (1 - np.minimum(x, 0.999))
+    figure, (axis, ratio_axis) = plt.subplots(
+        2, 1, sharex=True, figsize=(7.5, 6.6), height_ratios=[3, 1.4], layout="constrained")
 
     grid = np.linspace(0.0, min(0.985, max(0.9, float(np.nanmax(x)) + 0.02)), 200)
     rng = np.random.default_rng(seed)
     noise = curves[0].noise
     noise = Noise(noise.base[:max_draws], noise.load[:max_draws])
     ones = np.ones_like(noise.base)
-    normalised = Curve(ones, ones, noise=noise).predictive(grid, rng)
+    normalised_law = Curve(ones, ones, noise=noise)
+    # Several noise draws per posterior draw: smooth band edges with a few hundred draws.
+    normalised = np.concatenate([normalised_law.predictive(grid, rng)
+                                 for _ in range(_replicates(len(ones)))])
     lo, _, hi = _quantiles(normalised)
-    axis.fill_between(grid, lo, hi, color="0.6", alpha=0.35,
-                      label=f"{BAND_PROB:.0%} predictive band")
-    axis.plot(grid, 1 / (1 - grid), color="black", lw=1.5, label="y = 1/(1 - x)")
-    axis.set_xlabel("x = RPS · C2 (posterior median)")
+    law = 1 / (1 - grid)
+    band_style = {"color": "tab:orange", "alpha": 0.35, "lw": 0, "zorder": 1}
+    edge_style = {"color": "tab:orange", "lw": 0.9, "zorder": 2}
+    for target, scale in ((axis, 1.0), (ratio_axis, 1 / law)):
+        target.fill_between(grid, lo * scale, hi * scale, **band_style,
+                            label=f"{BAND_PROB:.0%} band of a new measurement")
+        target.plot(grid, lo * scale, **edge_style)
+        target.plot(grid, hi * scale, **edge_style)
+        target.plot(grid, law * scale, color="black", lw=1.3, zorder=2,
+                    label="law y = 1/(1 - x)")
+        target.grid(alpha=0.3, zorder=0)
+
+    # The ratio panel is zoomed on the band where there are data and on most points; the
+    # few points beyond (near-saturation outliers) are pinned to its edge as triangles.
+    ratio = y / law_at_points
+    near = grid <= float(np.nanmax(x)) + 0.01
+    band_spread = float(np.max(np.abs(np.log(np.concatenate([(lo / law)[near],
+                                                             (hi / law)[near]])))))
+    finite_ratio = np.abs(np.log(ratio[np.isfinite(ratio) & (ratio > 0)]))
+    point_spread = float(np.quantile(finite_ratio, 0.98)) if len(finite_ratio) else 0.0
+    limit = 1.15 * max(band_spread, point_spread, 0.02)
+    low, high = np.exp(-limit), np.exp(limit)
+    pinned = (ratio > high) | (ratio < low)
+    verifiers = rows["verifier"].astype(str).to_numpy()
+    colours = {name: plt.cm.tab10(i % 10) for i, name in enumerate(sorted(set(verifiers)))}
+    for name, colour in colours.items():
+        mask = verifiers == name
+        axis.scatter(x[mask], y[mask], s=16, color=colour, edgecolor="white", linewidth=0.4,
+                     zorder=3, label=name)
+        inside = mask & ~pinned
+        ratio_axis.scatter(x[inside], ratio[inside], s=16, color=colour, edgecolor="white",
+                           linewidth=0.4, zorder=3)
+        for side, marker in ((ratio > high, "^"), (ratio < low, "v")):
+            out = mask & side
+            if out.any():  # on the panel's edge, in axes coordinates
+                ratio_axis.scatter(x[out], np.full(out.sum(), 0.97 if marker == "^" else 0.03),
+                                   marker=marker, s=28, color=colour, edgecolor="black",
+                                   linewidth=0.5, zorder=4,
+                                   transform=ratio_axis.get_xaxis_transform())
+    if pinned.any():
+        ratio_axis.text(0.01, 0.95, f"{pinned.sum()} point(s) beyond the panel: triangles "
+                        "on its edge", transform=ratio_axis.transAxes, fontsize=7,
+                        va="top")
+    # Each group's highest measured rate, normalised: beyond it the law is extrapolated.
+    highest = np.array([np.max(x[index == g]) for g in np.unique(index)])
+    axis.scatter(highest, np.full(highest.shape, 0.985), marker="v", s=28, color="0.15",
+                 transform=axis.get_xaxis_transform(), clip_on=False, zorder=4,
+                 label="highest measured rate of a group")
+    axis.set_xlim(0.0, grid[-1])
+    _plain_log_axis(axis, "y")
     axis.set_ylabel("y = L / C1 (posterior median)")
-    axis.set_yscale("log")
-    axis.set_title(f"Collapse onto the latency law ({len(groups)} groups)")
+    axis.set_title(f"Collapse onto the latency law ({len(groups)} groups)", fontsize=10)
     axis.legend(fontsize=8, loc="upper left")
-    axis.grid(alpha=0.3)
+    ratio_axis.set_xlabel("x = RPS · C2 (posterior median)")
+    ratio_axis.set_ylabel("y / law")
+    ratio_axis.set_ylim(low, high)
+    axis.set_xlim(0.0, grid[-1])
     return figure
 
 
 def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed: int = 0,
                     max_draws: int = 1000):
-    """One panel per group: data, posterior mean curve, bands, saturation rate."""
+    """One panel per group: data, posterior median curve, bands, saturation rate, the highest
+    measured rate; under it the same divided by the posterior median curve, where the
+    bands' widths (a few percent) are visible at every load."""
     data = fit.data
     groups = fit.groups
     figures = []
     rng = np.random.default_rng(seed)
     row_labels = data["group"].to_numpy()
+    curve_colour, new_colour, line_colour = "#2b7bba", "#9ecae1", "#08306b"
     for start in range(0, len(groups), per_figure):
         chunk = range(start, min(start + per_figure, len(groups)))
         columns = min(4, len(chunk))
         rows_n = math.ceil(len(chunk) / columns)
-        figure, axes = plt.subplots(rows_n, columns, figsize=(3.6 * columns, 2.9 * rows_n),
-                                    squeeze=False)
+        figure = plt.figure(figsize=(3.7 * columns, 3.7 * rows_n + 0.9), layout="constrained")
+        grid_spec = figure.add_gridspec(2 * rows_n, columns, height_ratios=[3, 1.25] * rows_n)
         for panel, g in enumerate(chunk):
-            axis = axes.flat[panel]
+            r, c = divmod(panel, columns)
+            axis = figure.add_subplot(grid_spec[2 * r, c])
+            ratio_axis = figure.add_subplot(grid_spec[2 * r + 1, c], sharex=axis)
             label = groups["label"].iloc[g]
             law = fit.group_curve(g)
             points = data.loc[row_labels == label]
-            saturation = 1.0 / law.saturation_cost
-            top = max(float(points["rps"].max()) if len(points) else 0.0,
-                      float(np.median(saturation)))
-            grid = np.linspace(0.0, top * 1.02, 160)
-            curve = law.latency(grid)[:max_draws]
-            predictive = law.predictive(grid, rng)[:max_draws]
-            lo, _, hi = _quantiles(np.where(np.isfinite(curve), curve, np.nan), prob)
-            plo, _, phi = _quantiles(np.where(np.isfinite(predictive), predictive, np.nan), prob)
-            with np.errstate(invalid="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                mean = np.nanmean(np.where(np.isfinite(curve), curve, np.nan), axis=0)
-            axis.fill_between(grid, plo, phi, color="tab:blue", alpha=0.12, lw=0)
-            axis.fill_between(grid, lo, hi, color="tab:blue", alpha=0.35, lw=0)
-            axis.plot(grid, mean, color="tab:blue", lw=1.2)
             used = points.loc[~points["excluded"]]
             dropped = points.loc[points["excluded"]]
-            axis.scatter(used["rps"], used["latency_mean_s"], s=12, color="black", zorder=3)
+            saturation = 1.0 / law.saturation_cost[:max_draws]
+            top = max(float(points["rps"].max()) if len(points) else 0.0,
+                      float(np.median(saturation)))
+            grid = np.linspace(0.0, top * 1.02, 200)
+            curve = law.latency(grid)[:max_draws]
+            predictive = np.concatenate([law.predictive(grid, rng)[:max_draws]
+                                         for _ in range(_replicates(len(curve)))])
+            # Saturated draws count as "off the chart" (not dropped: dropping them bends
+            # the band's upper edge back down near saturation); the curves stop where
+            # more than half the draws are saturated.
+            lo, median, hi = _saturating_quantiles(curve, prob)
+            plo, _, phi = _saturating_quantiles(predictive, prob)
+            # The load-amplified noise is a linearisation: where it makes the lower edge of
+            # a new measurement fall with load (physically it cannot), the band stops.
+            plo, phi = _monotone_band(plo, phi)
+            measured = float(used["rps"].max()) if len(used) else None
+            at_points = np.median(law.latency(used["rps"].to_numpy(float))[:max_draws], axis=0)
+            for target, scale in ((axis, 1.0), (ratio_axis, 1.0 / median)):
+                target.fill_between(grid, plo * scale, phi * scale, color=new_colour,
+                                    alpha=0.55, lw=0, zorder=1)
+                target.plot(grid, plo * scale, color=curve_colour, lw=0.6, ls="--", zorder=2)
+                target.plot(grid, phi * scale, color=curve_colour, lw=0.6, ls="--", zorder=2)
+                target.fill_between(grid, lo * scale, hi * scale, color=curve_colour,
+                                    alpha=0.6, lw=0, zorder=2)
+                target.plot(grid, median * scale, color=line_colour, lw=1.2, zorder=3)
+                s_lo, s_med, s_hi = np.quantile(saturation,
+                                                [(1 - prob) / 2, 0.5, (1 + prob) / 2])
+                target.axvspan(s_lo, s_hi, color="tab:red", alpha=0.15, lw=0, zorder=0)
+                target.axvline(s_med, color="tab:red", lw=1, ls="--", zorder=2)
+                _measured_line(target, measured, label=False)
+                target.grid(alpha=0.3, zorder=0)
+                target.tick_params(labelsize=7)
+            axis.scatter(used["rps"], used["latency_mean_s"], s=14, color="black",
+                         edgecolor="white", linewidth=0.5, zorder=4)
+            ratio_axis.scatter(used["rps"], used["latency_mean_s"].to_numpy(float) / at_points,
+                               s=10, color="black", zorder=4)
             finite = used["latency_mean_s"].to_numpy(float)
             ceiling = float(finite.max()) * 1.6 if len(finite) else None
             # Saturated points sit far above the curve; pin them to the top edge.
             shown = dropped["latency_mean_s"].to_numpy(float)
             if ceiling is not None:
                 shown = np.minimum(shown, ceiling * 0.97)
-            axis.scatter(dropped["rps"], shown, s=18, marker="x", color="tab:red", zorder=3)
-            s_lo, s_med, s_hi = np.quantile(saturation, [(1 - prob) / 2, 0.5, (1 + prob) / 2])
-            axis.axvspan(s_lo, s_hi, color="tab:red", alpha=0.12, lw=0)
-            axis.axvline(s_med, color="tab:red", lw=1, ls="--")
-            if ceiling is not None:
                 axis.set_ylim(0, ceiling)
-            axis.set_title(label, fontsize=8)
-            axis.tick_params(labelsize=7)
-            axis.grid(alpha=0.3)
-        for panel in range(len(chunk), rows_n * columns):
-            axes.flat[panel].set_visible(False)
-        figure.supxlabel("RPS (requests/s)")
-        figure.supylabel("mean latency (s)")
-        figure.suptitle(f"Fit per group: mean, {prob:.0%} band of the curve (dark) and of "
-                        f"a new measurement (light); red: saturation rate, x: excluded as saturated (pinned to the top)",
-                        fontsize=9)
-        figure.tight_layout()
+            axis.scatter(dropped["rps"], shown, s=22, marker="x", color="tab:red", zorder=4)
+            # The ratio panel zooms on the bands where there are data.
+            near = grid <= (measured if measured else top) * 1.03
+            values = np.concatenate([(plo / median)[near], (phi / median)[near],
+                                     finite / at_points])
+            values = values[np.isfinite(values) & (values > 0) & (values < 1e6)]
+            spread = max(float(np.max(np.abs(np.log(values)))) if len(values) else 0.1, 0.02)
+            ratio_axis.set_ylim(np.exp(-1.2 * spread), np.exp(1.2 * spread))
+            ratio_axis.set_xlim(0, grid[-1])
+            axis.tick_params(labelbottom=False)
+            axis.set_title(_wrap(label, 52), fontsize=8)
+            if c == 0:
+                axis.set_ylabel("mean latency (s)", fontsize=8)
+                ratio_axis.set_ylabel("data / fit", fontsize=8)
+        handles = [
+            Line2D([], [], color="black", marker="o", ls="none", ms=4, label="measured"),
+            Line2D([], [], color="tab:red", marker="x", ls="none", ms=5,
+                   label="excluded as saturated (pinned to the top)"),
+            Line2D([], [], color=line_colour, lw=1.2, label="posterior median curve"),
+            Patch(color=curve_colour, alpha=0.6, label=f"{prob:.0%} band of the curve"),
+            Patch(facecolor=new_colour, alpha=0.55, edgecolor=curve_colour, ls="--",
+                  label=f"{prob:.0%} band of a new measurement"),
+            Line2D([], [], color="tab:red", ls="--", lw=1,
+                   label=f"saturation rate 1/C2 (median, {prob:.0%} interval)"),
+            Line2D([], [], **MEASURED_STYLE,
+                   label=f"{MEASURED_LABEL} (fitted points; to its right: extrapolation)"),
+        ]
+        figure.legend(handles=handles, loc="outside upper center", ncol=4, fontsize=8,
+                      frameon=False)
+        figure.supxlabel("RPS (requests/s)", fontsize=9)
         figures.append(figure)
     return figures
 
@@ -148,37 +393,194 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
 # Speculative decoding
 # --------------------------------------------------------------------------------------
 
+def _speedup_curve(costs, alpha: float, k: int, grid: np.ndarray, prob: float) -> dict:
+    """Quantiles of the speedup of one k, cut where SD saturates.
+
+    ``end``: number of grid points before more than half the draws have SD saturated
+    (speedup 0 in :meth:`speedup_draws`), so the median is never a saturation zero;
+    ``band_end``: the same for the band's lower tail (its lower edge never drops to a
+    saturation zero). The curve is not drawn past ``end``: the figure says "saturated".
+    """
+    draws = np.asarray(costs.speedup_draws(alpha, k, grid), dtype=float)
+    saturated = (draws <= 0).mean(axis=0)
+    lo, median, hi = _quantiles(np.minimum(draws, _SPEEDUP_PLOT_CAP), prob)
+    end = int(np.argmax(saturated >= 0.5)) if np.any(saturated >= 0.5) else len(grid)
+    tail = (1 - prob) / 2
+    band_end = int(np.argmax(saturated > tail)) if np.any(saturated > tail) else len(grid)
+    return {"lo": lo, "median": median, "hi": hi, "end": end, "band_end": min(band_end, end)}
+
+
 def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
-                       prob: float = BAND_PROB, points: int = 120):
-    """Speedup vs RPS for several k at one alpha, with bands and the crossovers marked.
+                       prob: float = BAND_PROB, points: int = 160,
+                       recommended_k: int | None = None,
+                       rps_measured_max: float | None = None):
+    """Speedup vs RPS for several k at one alpha: median, band, crossover RPS*.
 
     ``costs`` (a :class:`bayesspec.prediction.Law`) evaluates its own law: eq.
-    (1) latencies, or eq. (4) for an MoE verifier."""
-    dense_saturation = float(np.median(1.0 / costs.c2_dense))
+    (1) latencies, or eq. (4) for an MoE verifier; only ``speedup_draws``,
+    ``crossover_draws``, ``c2_dense``, ``label`` and ``law_name`` are used.
+
+    - ``recommended_k``: always drawn (added to ``ks`` if missing), thick and outlined,
+      "(recommended)" in the legend; 0 means "do not speculate" (the dense line).
+    - Each k's curve ends where SD saturates (more than half the draws have an infinite
+      SD latency) with an X marker ("saturated"), never a flat zero or a spike; the band
+      ends where more than its lower tail is saturated.
+    - ``rps_measured_max``: the highest rate measured in the data, a vertical dotted
+      line; the region beyond it is shaded, and an RPS* beyond it is drawn hollow and
+      dashed ("extrapolated").
+    - The lower strip holds each k's RPS* (median and ``prob`` interval) with its value.
+    """
+    ks = sorted({int(k) for k in ks} - {0})
+    if recommended_k is not None and int(recommended_k) > 0:
+        ks = sorted(set(ks) | {int(recommended_k)})
+    recommended = None if recommended_k is None else int(recommended_k)
+    dense_saturation = float(np.median(1.0 / np.asarray(costs.c2_dense, dtype=float)))
     top = min(rps_max * 1.05, dense_saturation) if rps_max else dense_saturation
+    measured = (float(rps_measured_max) if rps_measured_max is not None
+                and np.isfinite(rps_measured_max) else None)
+    if measured is not None:
+        top = max(top, min(measured * 1.08, dense_saturation))
     grid = np.linspace(0.0, top * 0.995, points)
-    figure, axis = plt.subplots(figsize=(7.5, 4.8))
-    colours = plt.cm.viridis(np.linspace(0.05, 0.9, len(ks)))
-    for colour, k in zip(colours, ks):
-        draws = costs.speedup_draws(alpha, k, grid)
-        lo, median, hi = _quantiles(np.minimum(draws, 50.0), prob)
-        axis.fill_between(grid, lo, hi, color=colour, alpha=0.25, lw=0)
-        axis.plot(grid, median, color=colour, lw=1.6, label=f"k = {k}")
-        star = costs.crossover_draws(alpha, k)
-        if np.mean(np.isfinite(star)) >= 0.5:
-            s_lo, s_med, s_hi = np.quantile(star[np.isfinite(star)],
-                                            [(1 - prob) / 2, 0.5, (1 + prob) / 2])
-            if s_med <= grid[-1]:
-                axis.axvspan(s_lo, s_hi, color=colour, alpha=0.12, lw=0)
-                axis.plot([s_med], [1.0], marker="o", color=colour, ms=6, zorder=4)
-    axis.axhline(1.0, color="black", lw=1, ls="--")
-    axis.set_xlabel("RPS (requests/s)")
+    right = float(grid[-1])
+
+    rows = max(len(ks), 1)
+    figure, (axis, strip) = plt.subplots(
+        2, 1, sharex=True, figsize=(10.5, 4.6 + 0.3 * rows), layout="constrained",
+        height_ratios=[4.2, 0.36 * rows + 0.3])
+    if measured is not None and measured < right:
+        for target in (axis, strip):
+            target.axvspan(measured, right, color="0.92", lw=0, zorder=0,
+                           label="beyond the data (extrapolation)" if target is axis else None)
+    dense_style = {"color": "black", "lw": 1, "ls": "--", "zorder": 2}
+    if recommended == 0:
+        axis.axhline(1.0, color="black", lw=3, zorder=2,
+                     label="k = 0: dense, do not speculate (recommended)")
+    else:
+        axis.axhline(1.0, **dense_style, label="speedup 1 (dense decoding)")
+
+    curves = {}
+    ended = False
+    y_medians, y_highs = [1.0], [1.0]
+    sane = grid <= 0.9 * dense_saturation
+    for k in ks:
+        curve = _speedup_curve(costs, alpha, k, grid, prob)
+        curves[k] = curve
+        colour = k_colour(k)
+        is_recommended = k == recommended
+        end, band_end = curve["end"], curve["band_end"]
+        if band_end > 1:
+            axis.fill_between(grid[:band_end], curve["lo"][:band_end], curve["hi"][:band_end],
+                              color=colour, alpha=0.3 if is_recommended else 0.16, lw=0,
+                              zorder=1)
+        if end > 0:
+            label = f"k = {k}" + (" (recommended)" if is_recommended else "")
+            style = ({"lw": 3.2, "zorder": 4, "path_effects": [
+                patheffects.withStroke(linewidth=5, foreground="black")]}
+                if is_recommended else {"lw": 1.7, "zorder": 3})
+            axis.plot(grid[:end], curve["median"][:end], color=colour, label=label, **style)
+            # The y range follows the curves up to 90% of the dense saturation rate:
+            # beyond, a speedup can grow without bound as the dense baseline saturates.
+            y_medians.append(float(np.nanmax(curve["median"][:end][sane[:end]]))
+                             if sane[:end].any() else 1.0)
+            if band_end > 0 and sane[:band_end].any():
+                y_highs.append(float(np.nanmax(curve["hi"][:band_end][sane[:band_end]])))
+        if end < len(grid):
+            ended = True
+            last = max(end - 1, 0)
+            axis.plot([grid[last]], [curve["median"][last] if end > 0 else 0.0], marker="X",
+                      ms=9 if is_recommended else 7, color=colour, mec="black", mew=0.8,
+                      ls="none", zorder=5)
+    med_top = max(y_medians)
+    y_top = max(1.2, min(max(y_highs), 1.35 * med_top), med_top) * 1.06
+    axis.set_ylim(0.0, y_top)
+    off_top = False
+    for k, curve in curves.items():
+        above = np.flatnonzero(curve["median"][:curve["end"]] > y_top)
+        if len(above):
+            off_top = True
+            axis.plot([grid[above[0]]], [y_top], marker="^", ms=9, color=k_colour(k),
+                      mec="black", mew=0.8, ls="none", clip_on=False, zorder=6)
+    axis.set_xlim(0.0, right)
+
+    # Crossover RPS* of each k, one row each.
+    tail = (1 - prob) / 2
+    row_texts = []
+    extrapolated = False
+    for row, k in enumerate(ks):
+        colour = k_colour(k)
+        star = np.asarray(costs.crossover_draws(alpha, k), dtype=float)
+        has = np.isfinite(star)
+        zero_load = curves[k]["median"][0]
+        if has.mean() < 0.5:
+            verdict = ("SD never faster" if zero_load < 1 else "SD faster up to saturation")
+            row_texts.append(f"no crossover ({1 - has.mean():.0%} of draws): {verdict}")
+            continue
+        s_lo, s_med, s_hi = np.quantile(star[has], [tail, 0.5, 1 - tail])
+        beyond_data = measured is not None and s_med > measured
+        extrapolated |= beyond_data and s_med <= right
+        text = f"RPS* {s_med:.3g} [{s_lo:.3g}, {s_hi:.3g}]"
+        if has.mean() < 0.95:
+            text += f", P = {has.mean():.2f}"
+        if beyond_data:
+            text += ": extrapolated"
+        if s_med > right:
+            text += " (beyond the plot)"
+        row_texts.append(text)
+        solid_end = min(s_hi, measured) if measured is not None else s_hi
+        if s_lo < min(solid_end, right):
+            strip.plot([s_lo, min(solid_end, right)], [row, row], color=colour, lw=5,
+                       solid_capstyle="butt", zorder=3)
+        if measured is not None and s_hi > measured and max(s_lo, measured) < right:
+            strip.plot([max(s_lo, measured), min(s_hi, right)], [row, row], color=colour,
+                       lw=2, ls=(0, (3, 1.5)), zorder=3)
+        if s_med <= right:
+            face = "white" if beyond_data else colour
+            strip.plot([s_med], [row], marker="o", ms=8, mfc=face, mec="black", mew=1,
+                       zorder=4)
+            axis.plot([s_med], [1.0], marker="o", ms=8, mfc=face, mec=colour, mew=2,
+                      ls="none", zorder=6)
+        if s_hi > right:  # the interval runs past the plot: an arrow at its edge
+            strip.annotate("", xy=(1.0, row), xycoords=("axes fraction", "data"),
+                           xytext=(-14, 0), textcoords="offset points", zorder=5,
+                           arrowprops={"arrowstyle": "-|>", "color": "black", "lw": 1.2})
+    for target in (axis, strip):
+        _measured_line(target, measured, label=target is axis)
+    strip.set_ylim(len(ks) - 0.5, -0.5)
+    strip.set_yticks(range(len(ks)), [f"k = {k}" for k in ks], fontsize=8)
+    for tick, k in zip(strip.get_yticklabels(), ks):
+        tick.set_color(tuple(0.75 * np.array(k_colour(k)[:3])))
+        if k == recommended:
+            tick.set_fontweight("bold")
+    side = strip.twinx()
+    side.set_ylim(strip.get_ylim())
+    side.set_yticks(range(len(ks)), row_texts, fontsize=7.5)
+    side.tick_params(length=0)
+    strip.grid(alpha=0.3, axis="x")
+    strip.set_xlabel("RPS (requests/s)")
+    strip.set_title(f"crossover RPS* (median, {prob:.0%} interval; above it SD is slower)",
+                    fontsize=8, loc="left")
+
+    handles, _ = axis.get_legend_handles_labels()
+    if any(c["end"] < len(grid) for c in curves.values()) and ended:
+        handles.append(Line2D([], [], marker="X", color="0.4", mec="black", ls="none", ms=7,
+                              label="saturated: SD latency infinite in > half the draws "
+                                    "(curve ends)"))
+    if off_top:
+        handles.append(Line2D([], [], marker="^", color="0.4", mec="black", ls="none", ms=7,
+                              label="leaves the plot: the dense baseline is saturating\n"
+                                    "(speedup grows without bound)"))
+    handles.append(Line2D([], [], marker="o", color="0.4", mfc="0.4", mec="black", ls="none",
+                          ms=7, label="crossover RPS* (median)"))
+    if extrapolated:
+        handles.append(Line2D([], [], marker="o", mfc="white", mec="0.4", mew=1.5,
+                              ls="none", ms=7, label="RPS* beyond the data (extrapolated)"))
+    axis.legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                frameon=False)
     law = " (MoE law, eq. 4)" if costs.law_name == "eq. (4)" else ""
     axis.set_ylabel(f"speedup = L_dense / L_SD{law}")
-    axis.set_title(f"{costs.label}: speedup at alpha = {alpha:g} "
-                   f"(median, {prob:.0%} band; dots: crossover RPS*)", fontsize=9)
+    axis.set_title(f"{costs.label}: speedup at alpha = {alpha:g} (median, {prob:.0%} band)",
+                   fontsize=9)
     axis.grid(alpha=0.3)
-    axis.legend(fontsize=8)
     return figure
 
 
@@ -198,6 +600,7 @@ def cost_ratio_plot(costs, alphas, ks, *, prob: float = BAND_PROB):
                                  "C2R = C2_SD / C2_dense (load)")):
         axis.axhline(1.0, color="black", lw=1, ls="--")
         axis.set_xlabel("draft length k")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
         axis.set_title(name, fontsize=9)
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
@@ -207,46 +610,134 @@ def cost_ratio_plot(costs, alphas, ks, *, prob: float = BAND_PROB):
     return figure
 
 
-def kstar_map_plot(document: dict):
-    """Best k over (alpha, RPS), colour = k, opacity = posterior probability it is best."""
+def _cell_edges(values) -> np.ndarray:
+    values = np.asarray(values, dtype=float)
+    if len(values) == 1:
+        half = 0.05 * abs(values[0]) if values[0] else 0.5
+        return np.array([values[0] - half, values[0] + half])
+    middle = (values[1:] + values[:-1]) / 2
+    return np.concatenate([[2 * values[0] - middle[0]], middle, [2 * values[-1] - middle[-1]]])
+
+
+def _boundary_segments(best: np.ndarray, x_edges, y_edges) -> list:
+    """Cell-edge segments between neighbouring cells with different k."""
+    segments = []
+    n_rows, n_columns = best.shape
+    for i in range(n_rows):
+        for j in range(n_columns - 1):
+            if best[i, j] != best[i, j + 1]:
+                segments.append([(x_edges[j + 1], y_edges[i]), (x_edges[j + 1], y_edges[i + 1])])
+    for i in range(n_rows - 1):
+        for j in range(n_columns):
+            if best[i, j] != best[i + 1, j]:
+                segments.append([(x_edges[j], y_edges[i + 1]), (x_edges[j + 1], y_edges[i + 1])])
+    return segments
+
+
+def _region_label_cells(best: np.ndarray, minimum: int = 3) -> list[tuple[int, int, int]]:
+    """(k, i, j): one cell per connected region of equal k, the one deepest inside it."""
+    from scipy import ndimage
+
+    found = []
+    for k in np.unique(best):
+        labelled, count = ndimage.label(best == k)
+        for region in range(1, count + 1):
+            mask = labelled == region
+            if mask.sum() < minimum:
+                continue
+            depth = ndimage.distance_transform_edt(np.pad(mask, 1))[1:-1, 1:-1]
+            depth = np.where(mask, depth, -1)
+            # Of the deepest cells, the one nearest the region's centre of mass.
+            deepest = np.argwhere(depth == depth.max())
+            centre = np.argwhere(mask).mean(axis=0)
+            i, j = deepest[np.argmin(((deepest - centre) ** 2).sum(axis=1))]
+            found.append((int(k), int(i), int(j)))
+    return found
+
+
+def kstar_map_plot(document: dict, *, uncertain_below: float = 0.5):
+    """Best draft length k* over (alpha, RPS) from a ``kstar_table`` document.
+
+    Top: one qualitative colour per k (legend; k = 0 is "do not speculate"), black cell
+    edges where k* changes, hatched cells where the posterior probability that k* is the
+    best is below ``uncertain_below``, and each region labelled with its k. A k* equal to
+    the largest k searched (``document["ks"]``) reads ">= kmax": the optimum may lie
+    beyond the search. Bottom: that probability itself, with the same boundaries.
+    """
     table = document["table"]
     alphas = sorted({row["alpha"] for row in table})
     rates = sorted({row["rps"] for row in table})
-    best = np.zeros((len(alphas), len(rates)))
-    confidence = np.zeros_like(best)
+    best = np.full((len(alphas), len(rates)), -1, dtype=int)
+    confidence = np.full(best.shape, np.nan)
     a_index = {a: i for i, a in enumerate(alphas)}
     r_index = {r: j for j, r in enumerate(rates)}
     for row in table:
-        best[a_index[row["alpha"]], r_index[row["rps"]]] = row["k"]
+        best[a_index[row["alpha"]], r_index[row["rps"]]] = int(row["k"])
         confidence[a_index[row["alpha"]], r_index[row["rps"]]] = row["p_best"]
-    kmax = max(document.get("ks", [int(best.max())]))
-    colours = plt.cm.viridis(best / max(kmax, 1))
-    colours[..., 3] = 0.25 + 0.75 * confidence
-    figure, axis = plt.subplots(figsize=(8, 4.8))
+    searched = [int(k) for k in document.get("ks", [])] or sorted(set(best.ravel()))
+    kmax = max(searched)
+    present = sorted(set(int(v) for v in best.ravel() if v >= 0))
 
-    def edges(values):
-        values = np.asarray(values, dtype=float)
-        if len(values) == 1:
-            return np.array([values[0] - 0.5, values[0] + 0.5])
-        middle = (values[1:] + values[:-1]) / 2
-        return np.concatenate([[2 * values[0] - middle[0]], middle, [2 * values[-1] - middle[-1]]])
+    def name(k: int) -> str:
+        return f">= {k}" if k == kmax and kmax > 0 else str(k)
 
-    x_edges, y_edges = edges(rates), edges(alphas)
-    axis.imshow(colours, origin="lower", aspect="auto", interpolation="nearest",
-                extent=(x_edges[0], x_edges[-1], y_edges[0], y_edges[-1]))
-    if len(rates) > 1 and len(alphas) > 1:
-        axis.contour(rates, alphas, best, levels=np.arange(0.5, kmax + 1), colors="white",
-                     linewidths=0.6)
-    for i, alpha in enumerate(alphas):
-        for j in range(0, len(rates), max(1, len(rates) // 10)):
-            axis.text(rates[j], alpha, f"{int(best[i, j])}", ha="center", va="center",
-                      fontsize=6, color="white" if best[i, j] < kmax * 0.6 else "black")
-    mappable = plt.cm.ScalarMappable(cmap="viridis", norm=plt.Normalize(0, kmax))
-    figure.colorbar(mappable, ax=axis, label="k* (0 = do not speculate)")
-    axis.set_xlabel("RPS (requests/s)")
+    figure, (axis, p_axis) = plt.subplots(
+        2, 1, sharex=True, sharey=True, figsize=(9.5, 8.6), layout="constrained",
+        height_ratios=[1.25, 1])
+    x_edges, y_edges = _cell_edges(rates), _cell_edges(alphas)
+    index = np.vectorize(lambda v: present.index(v) if v in present else 0)(best)
+    cmap = ListedColormap([k_colour(k) for k in present])
+    norm = BoundaryNorm(np.arange(len(present) + 1) - 0.5, len(present))
+    axis.pcolormesh(x_edges, y_edges, index, cmap=cmap, norm=norm, shading="flat")
+    unsure = np.argwhere(confidence < uncertain_below)
+    if len(unsure):
+        axis.add_collection(PatchCollection(
+            [Rectangle((x_edges[j], y_edges[i]), x_edges[j + 1] - x_edges[j],
+                       y_edges[i + 1] - y_edges[i]) for i, j in unsure],
+            facecolor="none", edgecolor=(0, 0, 0, 0.45), hatch="///", lw=0))
+    segments = _boundary_segments(best, x_edges, y_edges)
+    for target in (axis, p_axis):
+        target.add_collection(LineCollection(segments, colors="black", linewidths=1.3))
+    for k, i, j in _region_label_cells(best, minimum=1 if best.size <= 160 else 3):
+        axis.text(rates[j], alphas[i], name(k), ha="center", va="center", fontsize=7.5,
+                  fontweight="bold", color="black",
+                  bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none",
+                        "alpha": 0.8})
+    handles = [Patch(facecolor=k_colour(k), edgecolor="0.3",
+                     label=("0: do not speculate" if k == 0 else
+                            f"{name(k)}: top of the search,\nthe best k may be larger"
+                            if k == kmax and kmax > 0 else f"{k}"))
+               for k in present]
+    handles.append(Patch(facecolor="white", edgecolor=(0, 0, 0, 0.6), hatch="///",
+                         label=f"P(best) < {uncertain_below:g}"))
+    axis.legend(handles=handles, title="k*", fontsize=8, title_fontsize=8,
+                loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
+                ncol=1 if len(handles) <= 14 else 2)
     axis.set_ylabel("acceptance alpha")
-    axis.set_title(f"{document.get('setup', '')}: best k ({document.get('objective', 'mean')}"
-                   " objective); faded = less sure it is best", fontsize=9)
+    title = (f"{document.get('setup', '')}: best draft length k* "
+             f"({document.get('objective', 'mean')} objective, k searched "
+             f"{min(searched)}..{kmax})")
+    axis.set_title(title, fontsize=9)
+
+    mesh = p_axis.pcolormesh(x_edges, y_edges, confidence, cmap="OrRd_r", vmin=0, vmax=1,
+                             shading="flat")
+    if best.size <= 160:
+        for i, alpha in enumerate(alphas):
+            for j, rate in enumerate(rates):
+                if np.isfinite(confidence[i, j]):
+                    p_axis.text(rate, alpha, f"{confidence[i, j]:.2f}", ha="center",
+                                va="center", fontsize=6.5,
+                                color="white" if confidence[i, j] < 0.35 else "black")
+    figure.colorbar(mesh, ax=p_axis, label="P(k* is the best k); dark: uncertain", location="bottom",
+                    aspect=45, shrink=0.8)
+    p_axis.set_title("posterior probability that k* is the best k (lines: where k* changes)",
+                     fontsize=9)
+    p_axis.set_xlabel("RPS (requests/s)")
+    p_axis.set_ylabel("acceptance alpha")
+    if len(alphas) <= 12:
+        axis.set_yticks(alphas, [f"{a:g}" for a in alphas])
+    axis.set_xlim(x_edges[0], x_edges[-1])
+    axis.set_ylim(y_edges[0], y_edges[-1])
     return figure
 
 
@@ -277,26 +768,95 @@ def joint_vs_per_config_plot(joint: dict, separate: dict):
     return figure
 
 
-def compare_forest_plot(document: dict, *, max_rows: int = 40):
-    """Forest plot of B/A ratios with the region of practical equivalence shaded."""
+def _split_parameter(name: str) -> tuple[str, str | None]:
+    """'c1p[setup]' -> ('c1p', 'setup'); 'C1' -> ('C1', None)."""
+    match = re.fullmatch(r"([^\[\]]+)\[(.+)\]", name)
+    return (match.group(1), match.group(2)) if match else (name, None)
+
+
+def compare_forest_plot(document: dict, *, max_rows: int = 40, label_a: str | None = None,
+                        label_b: str | None = None, wrap: int = 80):
+    """Forest plot of B/A ratios with the region of practical equivalence shaded.
+
+    Parameters named ``name[group]`` are listed under a header per group (wrapped at
+    ``wrap`` characters), so long setup names never collide; the figure grows with the
+    rows. A and B are named on the axis: ``label_a``/``label_b``, else the document's
+    ``a``/``b`` (``compare --by``). Long names (e.g. file paths) are wrapped.
+    """
+    label_a = label_a if label_a is not None else document.get("a")
+    label_b = label_b if label_b is not None else document.get("b")
     items = list(document["parameters"].items())[:max_rows]
-    figure, axis = plt.subplots(figsize=(8, 0.28 * len(items) + 1.5))
+    prob = document.get("prob", BAND_PROB)
     rope = document["rope"]
-    axis.axvspan(1 - rope, 1 + rope, color="0.85", label=f"+-{rope:.0%} (equivalent)")
-    axis.axvline(1.0, color="black", lw=0.8)
-    for row, (name, entry) in enumerate(items):
+    # Rows top to bottom: ("header", text) or ("parameter", text, entry); heights in rows.
+    rows, current = [], "<start>"
+    for name, entry in items:
+        base, group = _split_parameter(name)
+        if group != current:
+            if group is not None:
+                rows.append(("header", _wrap(group, wrap)))
+            elif current != "<start>":
+                rows.append(("header", "pooled / population"))
+            current = group
+        rows.append(("parameter", base if group is not None else name, entry))
+    positions, heights, y = [], [], 0.0
+    for row in rows:
+        lines = row[1].count("\n") + 1
+        height = 0.6 * lines + 0.4 if row[0] == "header" else 1.0
+        positions.append(y + height / 2)
+        heights.append(height)
+        y += height
+    total = y
+    verdict = _wrap(document["verdict"], 100)
+    title_lines = verdict.count("\n") + 1
+    figure, axis = plt.subplots(figsize=(8.5, 0.27 * total + 1.5 + 0.16 * title_lines),
+                                layout="constrained")
+    axis.axvspan(1 - rope, 1 + rope, color="0.87", lw=0, zorder=0)
+    axis.axvline(1.0, color="black", lw=0.8, zorder=1)
+    colours = {"higher": "tab:red", "lower": "tab:blue", "neither": "0.35"}
+    for row, position in zip(rows, positions):
+        if row[0] == "header":
+            continue
+        entry = row[2]
         ratio = entry["ratio"]
-        colour = ("tab:red" if entry["p_practically_higher"] >= 0.95 else
-                  "tab:blue" if entry["p_practically_lower"] >= 0.95 else "0.3")
-        axis.plot([ratio["lo"], ratio["hi"]], [row, row], color=colour, lw=2)
-        axis.plot([ratio["median"]], [row], "o", color=colour, ms=4)
-    axis.set_yticks(range(len(items)))
-    axis.set_yticklabels([name for name, _ in items], fontsize=7)
-    axis.invert_yaxis()
-    axis.set_xlabel("ratio B / A (median and interval)")
-    axis.set_title(document["verdict"], fontsize=8)
-    axis.legend(fontsize=7, loc="lower right")
-    figure.tight_layout()
+        kind = ("higher" if entry["p_practically_higher"] >= 0.95 else
+                "lower" if entry["p_practically_lower"] >= 0.95 else "neither")
+        axis.plot([ratio["lo"], ratio["hi"]], [position, position], color=colours[kind], lw=2,
+                  zorder=2)
+        axis.plot([ratio["median"]], [position], "o", color=colours[kind], ms=4.5, zorder=3)
+    # Group headers are separator rows inside the plot (left-aligned, shaded), so the
+    # tick labels stay short parameter names.
+    for row, position, height in zip(rows, positions, heights):
+        if row[0] != "header":
+            continue
+        axis.axhspan(position - height / 2, position + height / 2, color="0.95", lw=0,
+                     zorder=0)
+        axis.text(0.01, position, row[1], transform=axis.get_yaxis_transform(),
+                  ha="left", va="center", fontsize=7.5, fontweight="bold", zorder=4,
+                  linespacing=1.1)
+    parameters = [(position, row[1]) for row, position in zip(rows, positions)
+                  if row[0] == "parameter"]
+    axis.set_yticks([p for p, _ in parameters], [name for _, name in parameters],
+                    fontsize=8)
+    axis.tick_params(axis="y", length=0)
+    axis.set_ylim(total, 0)
+    names = ""
+    if label_a is not None or label_b is not None:
+        names = "\n".join(_wrap(f"{side} = {label}", 90) for side, label in
+                          (("A", label_a if label_a is not None else "first"),
+                           ("B", label_b if label_b is not None else "second")))
+    axis.set_xlabel(f"ratio B / A (median and {prob:.0%} interval)"
+                    + (f"\n{names}" if names else ""))
+    axis.set_title(verdict, fontsize=8)
+    axis.grid(alpha=0.3, axis="x")
+    handles = [Patch(color="0.87", label=f"±{rope:.0%}: practically equivalent"),
+               Line2D([], [], color=colours["higher"], marker="o", ms=4,
+                      label="B higher (P >= 0.95 beyond it)"),
+               Line2D([], [], color=colours["lower"], marker="o", ms=4,
+                      label="B lower (P >= 0.95 beyond it)"),
+               Line2D([], [], color=colours["neither"], marker="o", ms=4, label="neither")]
+    axis.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                frameon=False)
     return figure
 
 
@@ -411,8 +971,8 @@ def sbc_ecdf_plot(result, *, prob: float = 0.99, columns: int = 4, seed: int = 0
 def holdout_plot(points, *, prob: float = BAND_PROB, title: str = "leave-n-out"):
     """Held-out mean latency: predicted (with its predictive interval) vs observed, and
     the same as ratios to the prediction (latencies span decades: the ratio panel is
-    where misses are visible)."""
-    figure, (axis, ratio_axis) = plt.subplots(1, 2, figsize=(12.0, 5.4))
+    where misses are visible). Log axes carry plain-number labels that never collide."""
+    figure, (axis, ratio_axis) = plt.subplots(1, 2, figsize=(12.0, 5.4), layout="constrained")
     observed = points["observed_s"].to_numpy(float)
     predicted = points["predicted_s"].to_numpy(float)
     lo, hi = points["lo"].to_numpy(float), points["hi"].to_numpy(float)
@@ -433,16 +993,19 @@ def holdout_plot(points, *, prob: float = BAND_PROB, title: str = "leave-n-out")
     finite = np.concatenate([observed, predicted[np.isfinite(predicted)]])
     span = [finite.min() * 0.8, finite.max() * 1.25]
     axis.plot(span, span, color="black", lw=0.8, label="predicted = observed")
+    axis.set_xlim(span)
+    axis.set_ylim(span)
+    ratio_axis.set_xlim(observed.min() * 0.8, observed.max() * 1.25)
     for a in (axis, ratio_axis):
-        a.set_xscale("log")
+        _plain_log_axis(a, "x")
         a.set_xlabel("observed mean latency (s)")
         a.grid(alpha=0.3)
-    axis.set_yscale("log")
+        a.grid(alpha=0.12, which="minor")
+    _plain_log_axis(axis, "y")
     axis.set_ylabel("predicted mean latency (s), held out")
     axis.legend(loc="upper left", fontsize=8)
     ratio_axis.axhline(1.0, color="black", lw=0.8)
     ratio_axis.set_ylabel(f"observed / predicted (lines: {prob:.0%} predictive interval)")
     figure.suptitle(f"{title}: {inside.mean():.0%} of {len(points)} held-out points inside "
                     f"their {prob:.0%} predictive interval", fontsize=10)
-    figure.tight_layout()
     return figure

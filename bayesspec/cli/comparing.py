@@ -74,7 +74,8 @@ def run(args) -> int:
     if args.plot:
         from ..plots import compare_forest_plot, save_figure
 
-        document["plot"] = save_figure(compare_forest_plot(document), args.plot)
+        document["plot"] = save_figure(compare_forest_plot(document, label_a=str(label_a),
+                                                            label_b=str(label_b)), args.plot)
     if args.json:
         emit_json(document)
         return strict_exit(args, verdicts)

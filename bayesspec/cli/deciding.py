@@ -120,7 +120,8 @@ def run_speedup(args) -> int:
         ks = (sorted({args.k, 1, 2, 4, 8} | ({recommended} if recommended else set()))
               if law.answers_any_configuration else [args.k])
         document["plot"] = save_figure(speedup_bands_plot(
-            law, args.alpha, ks, rps_max=float(rps.max()), prob=args.prob), args.plot)
+            law, args.alpha, ks, rps_max=float(rps.max()), prob=args.prob,
+            recommended_k=recommended, rps_measured_max=law.rps_measured_max), args.plot)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
