@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import BadInput
+from .filekinds import SNIFF_BYTES, describe_report
 
 REQUIRED_COLUMNS = ("rps", "latency_mean_s")
 
@@ -232,6 +234,7 @@ def _read_raw(path: Path) -> pd.DataFrame:
     except UnicodeDecodeError as error:
         if error.start < len(head) - 4:  # a cut multi-byte character at the end is fine
             raise BadInput("not UTF-8 text, expected CSV or Parquet", file=str(path)) from None
+    _refuse_report(path, head)
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True,
                             comment=None)
@@ -255,6 +258,34 @@ def _read_raw(path: Path) -> pd.DataFrame:
     if repeated:
         raise BadInput("column appears twice", file=str(path), column=repeated[0])
     return frame
+
+
+def _refuse_report(path: Path, head: bytes) -> None:
+    """A load-test report or a scrape given where a tidy table belongs: say what it is
+    and that ``bayesspec ingest`` turns it into one."""
+    first = head.decode("utf-8", errors="ignore").lstrip("\ufeff \t\r\n")
+    if not (first[:1] in ("{", "[") or path.suffix.lower() in (".yaml", ".yml", ".json",
+                                                                ".jsonl", ".prom", ".metrics")
+            or first.startswith("# ") or re.search(r"^benchmarks:\s*$", first, re.MULTILINE)):
+        return          # the common case, a CSV: no second read
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(SNIFF_BYTES).decode("utf-8", errors="ignore")
+    except OSError as error:
+        raise BadInput(f"cannot read: {error.strerror}", file=str(path)) from None
+    what = describe_report(text, path.name)
+    if what is None:
+        return
+    if what == "a Prometheus /metrics scrape":
+        raise BadInput(f"{what}, not a tidy table: give it to `bayesspec ingest` with the "
+                       f"load-test report it goes with (--metrics BEFORE AFTER)",
+                       file=str(path))
+    if what in ("a JSON document", "a JSON Lines file", "a YAML file"):
+        raise BadInput(f"{what}, not a tidy table (CSV or Parquet); for a GuideLLM or vllm "
+                       f"bench report, run `bayesspec ingest {path.name} -o data.csv` first",
+                       file=str(path))
+    raise BadInput(f"{what}, not a tidy table: run `bayesspec ingest {path.name} -o "
+                   f"data.csv` first", file=str(path))
 
 
 def _csv_records(path: Path, limit: int | None = None) -> list[tuple[int, list[str]]]:

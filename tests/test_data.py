@@ -20,6 +20,11 @@ from bayesspec.data import SaturationRule, read_tidy
 from bayesspec.errors import BadInput
 
 BAYESSPEC = Path(sys.executable).with_name("bayesspec")
+INGEST_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ingest"
+
+
+def fixture_bytes(name: str) -> bytes:
+    return (INGEST_FIXTURES / name).read_bytes()
 
 
 @pytest.fixture(autouse=True)
@@ -269,6 +274,21 @@ BAD_CASES = [
      None, "Parquet"),
     ("damaged-parquet-named-csv", "damaged.csv", b"PAR1" + b"\x13\x37" * 100, None, None,
      "Parquet"),
+    # report files where a tidy table belongs: say what they are and what to run
+    ("guidellm-json", "sweep.json", fixture_bytes("guidellm_v1.json"), None, None,
+     "a GuideLLM report (JSON), not a tidy table: run `bayesspec ingest sweep.json -o"),
+    ("guidellm-json-named-csv", "sweep.csv", fixture_bytes("guidellm_v1.json"), None, None,
+     "a GuideLLM report (JSON), not a tidy table: run `bayesspec ingest sweep.csv -o"),
+    ("guidellm-yaml", "sweep.yaml", fixture_bytes("guidellm_v2.yaml"), None, None,
+     "a GuideLLM report (YAML), not a tidy table: run `bayesspec ingest"),
+    ("vllm-bench-json", "run.json", fixture_bytes("vllm_bench_no_e2el.json"), None, None,
+     "a vllm bench result (JSON), not a tidy table: run `bayesspec ingest"),
+    ("vllm-bench-jsonl", "runs.jsonl", fixture_bytes("vllm_bench_append.jsonl"), None, None,
+     "vllm bench results (JSON Lines), not a tidy table: run `bayesspec ingest"),
+    ("prometheus-scrape", "metrics.txt", fixture_bytes("guidellm081/point0_after.prom"), None,
+     None, "a Prometheus /metrics scrape, not a tidy table: give it to `bayesspec ingest`"),
+    ("other-json", "notes.csv", b'{"rps": [1, 2], "latency_mean_s": [2, 3]}', None, None,
+     "a JSON document, not a tidy table (CSV or Parquet)"),
 ]
 
 
@@ -337,7 +357,7 @@ def test_missing_value_in_parquet(tmp_path, catalog):
 # ----------------------------------------------------------------- the same through the CLI
 
 CLI_CASES = ["missing-rps", "non-numeric", "nan-rps", "negative-rps", "alpha-above-1",
-             "negative-k", "empty-file", "binary"]
+             "negative-k", "empty-file", "binary", "guidellm-json"]
 MISSING_FILE = "no_such_sweep.csv"
 
 
