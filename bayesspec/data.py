@@ -10,6 +10,7 @@ header is not counted) and the column.
 from __future__ import annotations
 
 import csv
+import difflib
 import math
 import os
 import re
@@ -44,6 +45,15 @@ NONNEGATIVE_FLOAT_COLUMNS = ("rps_target", "latency_std_s", "latency_p50_s",
                              "itl_mean_s", "verifier_params_b", "drafter_params_b",
                              "mean_concurrency")
 BOOLEAN_COLUMNS = ("saturated", "latency_reconstructed")
+
+# Columns other producers write (ingest, the simulator) and the bookkeeping columns of a
+# prepared table: known, so that a near miss of one of them is caught as a typo.
+OTHER_KNOWN_COLUMNS = ("acceptance_rate", "acceptance_length", "excluded",
+                       "exclusion_reason")
+KNOWN_COLUMNS = tuple(dict.fromkeys(
+    REQUIRED_COLUMNS + tuple(DESIGN_DEFAULTS) + STRING_COLUMNS + INTEGER_COLUMNS
+    + POSITIVE_FLOAT_COLUMNS + NONNEGATIVE_FLOAT_COLUMNS + BOOLEAN_COLUMNS
+    + OTHER_KNOWN_COLUMNS))
 
 # Columns that, when present, split the data into separately fitted groups.
 GROUP_COLUMNS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens")
@@ -95,7 +105,16 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
         raise BadInput("column appears twice", file=source, column=duplicated[0])
     for column in REQUIRED_COLUMNS:
         if column not in frame.columns:
-            raise BadInput("required column is missing", file=source, column=column)
+            near = difflib.get_close_matches(column, [str(c) for c in frame.columns], n=1,
+                                             cutoff=0.6)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            raise BadInput(f"required column is missing{hint}", file=source, column=column)
+    for column in frame.columns:
+        known = near_miss(column)
+        if known is not None:
+            raise BadInput(f"unknown column: did you mean '{known}'? (rename it; columns "
+                           f"that are not near misses of known ones are kept as they are)",
+                           file=source, column=column)
 
     out = pd.DataFrame(index=pd.RangeIndex(len(frame)))
     for column in frame.columns:
@@ -133,6 +152,45 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
 def included(data: pd.DataFrame) -> pd.DataFrame:
     """Rows that enter the likelihood (not saturated, not otherwise excluded)."""
     return data.loc[~data["excluded"]]
+
+
+def near_miss(column: str) -> str | None:
+    """The known column that ``column`` looks like a misspelling of, or None.
+
+    Known columns (CONTRACT.md, what ingest and the simulator write) are never near misses.
+    A name matches when it differs only in case, blanks, dashes or dots
+    (``Latency Mean S``), or by one edit (two from 12 characters on: ``prefil_tokens``,
+    ``latency_mean``); names of four characters or fewer and names that differ only in
+    digits (``latency_p90_s`` is not ``latency_p95_s``) are left alone.
+    """
+    name = str(column)
+    if name in KNOWN_COLUMNS:
+        return None
+    normal = re.sub(r"[\s\-.]+", "_", name.strip().lower())
+    if normal in KNOWN_COLUMNS:
+        return normal
+    if len(normal) <= 4:
+        return None
+    for known in difflib.get_close_matches(normal, KNOWN_COLUMNS, n=3, cutoff=0.75):
+        if re.sub(r"\d", "", known) == re.sub(r"\d", "", normal):
+            continue
+        if _edit_distance(normal, known) <= (2 if len(known) >= 12 else 1):
+            return known
+    return None
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance, a swap of neighbours counting as one edit."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, start=1):
+        current = [i] + [0] * len(b)
+        for j, y in enumerate(b, start=1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        previous2, previous = previous, current
+    return previous[-1]
 
 
 def group_columns(data: pd.DataFrame) -> list[str]:

@@ -16,7 +16,7 @@ import pytest
 
 from bayesspec import catalog as cat_mod
 from bayesspec.catalog import default_catalog, load_catalog
-from bayesspec.data import SaturationRule, read_tidy
+from bayesspec.data import SaturationRule, near_miss, read_tidy
 from bayesspec.errors import BadInput
 
 BAYESSPEC = Path(sys.executable).with_name("bayesspec")
@@ -289,6 +289,13 @@ BAD_CASES = [
      None, "a Prometheus /metrics scrape, not a tidy table: give it to `bayesspec ingest`"),
     ("other-json", "notes.csv", b'{"rps": [1, 2], "latency_mean_s": [2, 3]}', None, None,
      "a JSON document, not a tidy table (CSV or Parquet)"),
+    # misspelt columns: suggest the near match
+    ("misspelt-required-column", "bad.csv", "rps,latency_mean\n1,2\n", None,
+     "latency_mean_s", "required column is missing (did you mean 'latency_mean'?)"),
+    ("misspelt-design-column", "bad.csv", "rps,latency_mean_s,prefil_tokens\n1,2,512\n",
+     None, "prefil_tokens", "unknown column: did you mean 'prefill_tokens'?"),
+    ("misspelt-case-and-blanks", "bad.csv", "rps,latency_mean_s,Decode Tokens\n1,2,512\n",
+     None, "Decode Tokens", "did you mean 'decode_tokens'?"),
 ]
 
 
@@ -357,7 +364,8 @@ def test_missing_value_in_parquet(tmp_path, catalog):
 # ----------------------------------------------------------------- the same through the CLI
 
 CLI_CASES = ["missing-rps", "non-numeric", "nan-rps", "negative-rps", "alpha-above-1",
-             "negative-k", "empty-file", "binary", "guidellm-json"]
+             "negative-k", "empty-file", "binary", "guidellm-json",
+             "misspelt-design-column"]
 MISSING_FILE = "no_such_sweep.csv"
 
 
@@ -416,3 +424,28 @@ def test_cli_fit_refuses_bad_data(cli_runs, case_id):
 def test_cli_fit_missing_file(cli_runs):
     folder, result = cli_runs["missing-file"]
     assert_one_line_error(result, folder, [MISSING_FILE, "no such file"])
+
+
+# ------------------------------------------------------------------------ misspelt columns
+
+def test_columns_that_are_not_near_misses_pass_through(tmp_path, catalog):
+    # p90 is not p95 (only digits differ), tpot is not ttft (two edits in a short name),
+    # short names are never guessed at, ingest's per-position columns are far from any
+    text = ("rps,latency_mean_s,latency_p90_s,tpot_mean_s,cpu,my_note,acceptance_rate_pos1\n"
+            "1,2,2.5,0.01,x,hello,0.8\n")
+    data = read_tidy(write(tmp_path, "extra.csv", text), catalog=catalog)
+    for column in ("latency_p90_s", "tpot_mean_s", "cpu", "my_note", "acceptance_rate_pos1"):
+        assert column in data.columns
+    assert data["my_note"].iloc[0] == "hello"
+
+
+@pytest.mark.parametrize("name, known", [
+    ("prefil_tokens", "prefill_tokens"), ("decode_token", "decode_tokens"),
+    ("latency_mean", "latency_mean_s"), ("lantecy_mean_s", "latency_mean_s"),
+    ("RPS", "rps"), ("Latency-Mean-S", "latency_mean_s"), ("verifer", "verifier"),
+    ("n_request", "n_requests"), ("rps_targt", "rps_target"),
+    ("latency_p90_s", None), ("tpot_mean_s", None), ("alpha_true", None), ("k", None),
+    ("cpu", None), ("accepted_tokens_pos3", None), ("prefill_tokens", None),
+])
+def test_near_miss(name, known):
+    assert near_miss(name) == known
