@@ -138,10 +138,10 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
             out[column] = default
     out["prefill_tokens"] = out["prefill_tokens"].astype("Int64")
     out["decode_tokens"] = out["decode_tokens"].astype("Int64")
+    k_given = out["k"].notna()
     out["k"] = out["k"].fillna(0).astype("int64")
     out["alpha"] = out["alpha"].astype(float)
-    # alpha has no meaning without drafting; an empty value keeps groups consistent.
-    out.loc[out["k"] == 0, "alpha"] = np.nan
+    _check_speculative_rows(out, k_given, "k" in frame.columns, source)
     _check_design(out, source)
     _attach_catalog(out, catalog)
     _mark_saturated(out, saturation or SaturationRule())
@@ -471,6 +471,31 @@ def _check_ranges(out: pd.DataFrame, source: str) -> None:
             row = _first_bad(bad.fillna(False))
             raise BadInput(f"must be an integer >= {low}, got {out[column].iloc[row - 1]}",
                            file=source, row=row, column=column)
+
+
+def _check_speculative_rows(out: pd.DataFrame, k_given: pd.Series, k_column: bool,
+                            source: str) -> None:
+    """A drafter or an alpha on a row that is dense by k (k = 0, empty or no k column) is
+    a contradiction: the row would silently be fitted as dense."""
+    drafter = out["drafter"].ne("")
+    alpha = out["alpha"].notna()
+    bad = (drafter | alpha) & out["k"].eq(0)
+    if not bad.any():
+        return
+    row = _first_bad(bad)
+    i = row - 1
+    what = (f"drafter '{out['drafter'].iloc[i]}'" if drafter.iloc[i] else "")
+    if alpha.iloc[i]:
+        what += (" and " if what else "") + f"alpha {out['alpha'].iloc[i]:g}"
+    if not k_column:
+        state = "there is no k column"
+    elif not k_given.iloc[i]:
+        state = "k is empty"
+    else:
+        state = "k is 0 (dense)"
+    raise BadInput(f"{state} but the row has {what}: add k (the draft length) to "
+                   f"speculative rows, or clear drafter and alpha on dense rows", file=source,
+                   row=row, column="k")
 
 
 def _check_design(out: pd.DataFrame, source: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from bayesspec import catalog as cat_mod
 from bayesspec.catalog import default_catalog, load_catalog
-from bayesspec.data import SaturationRule, near_miss, read_tidy
+from bayesspec.data import SaturationRule, near_miss, prepare, read_tidy
 from bayesspec.errors import BadInput
 
 BAYESSPEC = Path(sys.executable).with_name("bayesspec")
@@ -46,7 +46,7 @@ GOOD_CSV = """\
 verifier,drafter,k,alpha,prefill_tokens,decode_tokens,rps,latency_mean_s,rps_target,n_requests,latency_p95_s,strategy,gpu
 Qwen3-8B,EAGLE3-Qwen3-8B,3,0.8,512,256,0.5,2.0,0.5,100,2.5,constant,H100
 Qwen3-8B,EAGLE3-Qwen3-8B,3,0.8,512,256,1.5,2.4,1.5,100,3.1,constant,H100
-Qwen3-8B,,0,0.7,512,256,1.0,2.2,1.0,100,2.9,constant,H100
+Qwen3-8B,,0,,512,256,1.0,2.2,1.0,100,2.9,constant,H100
 gpt-oss-20b,,0,,512,256,2.0,2.5,,100,3.3,throughput,H100
 gpt-oss-20b,,0,,512,256,3.0,2.9,4.0,100,3.8,constant,H100
 """
@@ -114,13 +114,34 @@ def test_blank_design_values_take_defaults(tmp_path, catalog):
     assert math.isnan(data["alpha"].iloc[0])
 
 
-def test_alpha_blanked_where_k_is_zero(tmp_path, catalog):
-    text = "k,alpha,rps,latency_mean_s\n0,0.7,1,2\n2,0.7,1,2\n3,,1,2\n0,1.0,1,2\n"
+def test_alpha_kept_on_speculative_rows_and_unknown_stays_unknown(tmp_path, catalog):
+    text = "k,alpha,rps,latency_mean_s\n0,,1,2\n2,0.7,1,2\n3,,1,2\n"
     data = read_tidy(write(tmp_path, "alpha.csv", text), catalog=catalog)
     assert math.isnan(data["alpha"].iloc[0])
     assert data["alpha"].iloc[1] == 0.7
     assert math.isnan(data["alpha"].iloc[2])  # unknown acceptance stays unknown
-    assert math.isnan(data["alpha"].iloc[3])
+
+
+def test_producers_write_no_drafter_or_alpha_on_dense_rows(catalog):
+    """The bundled datasets and the generators the tests use pass the rule that refuses a
+    drafter or alpha on a k = 0 row (their dense rows have drafter "" and no alpha)."""
+    from bayesspec import datasets
+    from bayesspec.synthetic import (add_acceptance_counters, generate_sweeps,
+                                     hierarchical_truth, placeholder_truth,
+                                     speculative_truth)
+
+    tables = [datasets.load(name) for name in datasets.BUNDLED]
+    tables += [generate_sweeps(placeholder_truth().iloc[:2], n_rates=5),
+               add_acceptance_counters(generate_sweeps(speculative_truth(), n_rates=5),
+                                       drop_alpha=False),
+               generate_sweeps(hierarchical_truth(verifiers=("Qwen3-8B",), lengths=(512,)),
+                               n_rates=5)]
+    for table in tables:
+        data = prepare(table, catalog=catalog)
+        dense = data["k"] == 0
+        assert dense.any()
+        assert data.loc[dense, "drafter"].eq("").all()
+        assert data.loc[dense, "alpha"].isna().all()
 
 
 def test_catalog_covariates_attached(tmp_path, catalog):
@@ -274,6 +295,16 @@ BAD_CASES = [
      None, "Parquet"),
     ("damaged-parquet-named-csv", "damaged.csv", b"PAR1" + b"\x13\x37" * 100, None, None,
      "Parquet"),
+    # a drafter or an alpha on a row that k says is dense (no silent dense fit)
+    ("dense-row-with-alpha", "bad.csv", rows(OK_ROW.strip(), "Qwen3-8B,0,0.8,1.0,2.0"), 2,
+     "k", "k is 0 (dense) but the row has alpha 0.8"),
+    ("drafter-and-alpha-without-k-column", "bad.csv",
+     "verifier,drafter,alpha,rps,latency_mean_s\nQwen3-8B,,,1,2\n"
+     "Qwen3-8B,EAGLE3-Qwen3-8B,0.8,2,3\n", 2, "k",
+     "no k column but the row has drafter 'EAGLE3-Qwen3-8B' and alpha 0.8: add k"),
+    ("drafter-with-empty-k", "bad.csv",
+     "verifier,drafter,k,rps,latency_mean_s\nQwen3-8B,EAGLE3-Qwen3-8B,3,1,2\n"
+     "Qwen3-8B,EAGLE3-Qwen3-8B,,2,3\n", 2, "k", "k is empty but the row has drafter"),
     # report files where a tidy table belongs: say what they are and what to run
     ("guidellm-json", "sweep.json", fixture_bytes("guidellm_v1.json"), None, None,
      "a GuideLLM report (JSON), not a tidy table: run `bayesspec ingest sweep.json -o"),
@@ -364,7 +395,7 @@ def test_missing_value_in_parquet(tmp_path, catalog):
 # ----------------------------------------------------------------- the same through the CLI
 
 CLI_CASES = ["missing-rps", "non-numeric", "nan-rps", "negative-rps", "alpha-above-1",
-             "negative-k", "empty-file", "binary", "guidellm-json",
+             "negative-k", "empty-file", "binary", "guidellm-json", "dense-row-with-alpha",
              "misspelt-design-column"]
 MISSING_FILE = "no_such_sweep.csv"
 
