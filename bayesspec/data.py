@@ -10,8 +10,10 @@ header is not counted) and the column.
 from __future__ import annotations
 
 import csv
+import difflib
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import BadInput
+from .filekinds import SNIFF_BYTES, describe_report
 
 REQUIRED_COLUMNS = ("rps", "latency_mean_s")
 
@@ -42,6 +45,15 @@ NONNEGATIVE_FLOAT_COLUMNS = ("rps_target", "latency_std_s", "latency_p50_s",
                              "itl_mean_s", "verifier_params_b", "drafter_params_b",
                              "mean_concurrency")
 BOOLEAN_COLUMNS = ("saturated", "latency_reconstructed")
+
+# Columns other producers write (ingest, the simulator) and the bookkeeping columns of a
+# prepared table: known, so that a near miss of one of them is caught as a typo.
+OTHER_KNOWN_COLUMNS = ("acceptance_rate", "acceptance_length", "excluded",
+                       "exclusion_reason")
+KNOWN_COLUMNS = tuple(dict.fromkeys(
+    REQUIRED_COLUMNS + tuple(DESIGN_DEFAULTS) + STRING_COLUMNS + INTEGER_COLUMNS
+    + POSITIVE_FLOAT_COLUMNS + NONNEGATIVE_FLOAT_COLUMNS + BOOLEAN_COLUMNS
+    + OTHER_KNOWN_COLUMNS))
 
 # Columns that, when present, split the data into separately fitted groups.
 GROUP_COLUMNS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens")
@@ -93,7 +105,16 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
         raise BadInput("column appears twice", file=source, column=duplicated[0])
     for column in REQUIRED_COLUMNS:
         if column not in frame.columns:
-            raise BadInput("required column is missing", file=source, column=column)
+            near = difflib.get_close_matches(column, [str(c) for c in frame.columns], n=1,
+                                             cutoff=0.6)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            raise BadInput(f"required column is missing{hint}", file=source, column=column)
+    for column in frame.columns:
+        known = near_miss(column)
+        if known is not None:
+            raise BadInput(f"unknown column: did you mean '{known}'? (rename it; columns "
+                           f"that are not near misses of known ones are kept as they are)",
+                           file=source, column=column)
 
     out = pd.DataFrame(index=pd.RangeIndex(len(frame)))
     for column in frame.columns:
@@ -117,10 +138,10 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
             out[column] = default
     out["prefill_tokens"] = out["prefill_tokens"].astype("Int64")
     out["decode_tokens"] = out["decode_tokens"].astype("Int64")
+    k_given = out["k"].notna()
     out["k"] = out["k"].fillna(0).astype("int64")
     out["alpha"] = out["alpha"].astype(float)
-    # alpha has no meaning without drafting; an empty value keeps groups consistent.
-    out.loc[out["k"] == 0, "alpha"] = np.nan
+    _check_speculative_rows(out, k_given, "k" in frame.columns, source)
     _check_design(out, source)
     _attach_catalog(out, catalog)
     _mark_saturated(out, saturation or SaturationRule())
@@ -131,6 +152,45 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
 def included(data: pd.DataFrame) -> pd.DataFrame:
     """Rows that enter the likelihood (not saturated, not otherwise excluded)."""
     return data.loc[~data["excluded"]]
+
+
+def near_miss(column: str) -> str | None:
+    """The known column that ``column`` looks like a misspelling of, or None.
+
+    Known columns (CONTRACT.md, what ingest and the simulator write) are never near misses.
+    A name matches when it differs only in case, blanks, dashes or dots
+    (``Latency Mean S``), or by one edit (two from 12 characters on: ``prefil_tokens``,
+    ``latency_mean``); names of four characters or fewer and names that differ only in
+    digits (``latency_p90_s`` is not ``latency_p95_s``) are left alone.
+    """
+    name = str(column)
+    if name in KNOWN_COLUMNS:
+        return None
+    normal = re.sub(r"[\s\-.]+", "_", name.strip().lower())
+    if normal in KNOWN_COLUMNS:
+        return normal
+    if len(normal) <= 4:
+        return None
+    for known in difflib.get_close_matches(normal, KNOWN_COLUMNS, n=3, cutoff=0.75):
+        if re.sub(r"\d", "", known) == re.sub(r"\d", "", normal):
+            continue
+        if _edit_distance(normal, known) <= (2 if len(known) >= 12 else 1):
+            return known
+    return None
+
+
+def _edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance, a swap of neighbours counting as one edit."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, start=1):
+        current = [i] + [0] * len(b)
+        for j, y in enumerate(b, start=1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        previous2, previous = previous, current
+    return previous[-1]
 
 
 def group_columns(data: pd.DataFrame) -> list[str]:
@@ -232,6 +292,7 @@ def _read_raw(path: Path) -> pd.DataFrame:
     except UnicodeDecodeError as error:
         if error.start < len(head) - 4:  # a cut multi-byte character at the end is fine
             raise BadInput("not UTF-8 text, expected CSV or Parquet", file=str(path)) from None
+    _refuse_report(path, head)
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True,
                             comment=None)
@@ -255,6 +316,34 @@ def _read_raw(path: Path) -> pd.DataFrame:
     if repeated:
         raise BadInput("column appears twice", file=str(path), column=repeated[0])
     return frame
+
+
+def _refuse_report(path: Path, head: bytes) -> None:
+    """A load-test report or a scrape given where a tidy table belongs: say what it is
+    and that ``bayesspec ingest`` turns it into one."""
+    first = head.decode("utf-8", errors="ignore").lstrip("\ufeff \t\r\n")
+    if not (first[:1] in ("{", "[") or path.suffix.lower() in (".yaml", ".yml", ".json",
+                                                                ".jsonl", ".prom", ".metrics")
+            or first.startswith("# ") or re.search(r"^benchmarks:\s*$", first, re.MULTILINE)):
+        return          # the common case, a CSV: no second read
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(SNIFF_BYTES).decode("utf-8", errors="ignore")
+    except OSError as error:
+        raise BadInput(f"cannot read: {error.strerror}", file=str(path)) from None
+    what = describe_report(text, path.name)
+    if what is None:
+        return
+    if what == "a Prometheus /metrics scrape":
+        raise BadInput(f"{what}, not a tidy table: give it to `bayesspec ingest` with the "
+                       f"load-test report it goes with (--metrics BEFORE AFTER)",
+                       file=str(path))
+    if what in ("a JSON document", "a JSON Lines file", "a YAML file"):
+        raise BadInput(f"{what}, not a tidy table (CSV or Parquet); for a GuideLLM or vllm "
+                       f"bench report, run `bayesspec ingest {path.name} -o data.csv` first",
+                       file=str(path))
+    raise BadInput(f"{what}, not a tidy table: run `bayesspec ingest {path.name} -o "
+                   f"data.csv` first", file=str(path))
 
 
 def _csv_records(path: Path, limit: int | None = None) -> list[tuple[int, list[str]]]:
@@ -382,6 +471,31 @@ def _check_ranges(out: pd.DataFrame, source: str) -> None:
             row = _first_bad(bad.fillna(False))
             raise BadInput(f"must be an integer >= {low}, got {out[column].iloc[row - 1]}",
                            file=source, row=row, column=column)
+
+
+def _check_speculative_rows(out: pd.DataFrame, k_given: pd.Series, k_column: bool,
+                            source: str) -> None:
+    """A drafter or an alpha on a row that is dense by k (k = 0, empty or no k column) is
+    a contradiction: the row would silently be fitted as dense."""
+    drafter = out["drafter"].ne("")
+    alpha = out["alpha"].notna()
+    bad = (drafter | alpha) & out["k"].eq(0)
+    if not bad.any():
+        return
+    row = _first_bad(bad)
+    i = row - 1
+    what = (f"drafter '{out['drafter'].iloc[i]}'" if drafter.iloc[i] else "")
+    if alpha.iloc[i]:
+        what += (" and " if what else "") + f"alpha {out['alpha'].iloc[i]:g}"
+    if not k_column:
+        state = "there is no k column"
+    elif not k_given.iloc[i]:
+        state = "k is empty"
+    else:
+        state = "k is 0 (dense)"
+    raise BadInput(f"{state} but the row has {what}: add k (the draft length) to "
+                   f"speculative rows, or clear drafter and alpha on dense rows", file=source,
+                   row=row, column="k")
 
 
 def _check_design(out: pd.DataFrame, source: str) -> None:

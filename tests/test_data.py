@@ -16,10 +16,15 @@ import pytest
 
 from bayesspec import catalog as cat_mod
 from bayesspec.catalog import default_catalog, load_catalog
-from bayesspec.data import SaturationRule, read_tidy
+from bayesspec.data import SaturationRule, near_miss, prepare, read_tidy
 from bayesspec.errors import BadInput
 
 BAYESSPEC = Path(sys.executable).with_name("bayesspec")
+INGEST_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "ingest"
+
+
+def fixture_bytes(name: str) -> bytes:
+    return (INGEST_FIXTURES / name).read_bytes()
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +46,7 @@ GOOD_CSV = """\
 verifier,drafter,k,alpha,prefill_tokens,decode_tokens,rps,latency_mean_s,rps_target,n_requests,latency_p95_s,strategy,gpu
 Qwen3-8B,EAGLE3-Qwen3-8B,3,0.8,512,256,0.5,2.0,0.5,100,2.5,constant,H100
 Qwen3-8B,EAGLE3-Qwen3-8B,3,0.8,512,256,1.5,2.4,1.5,100,3.1,constant,H100
-Qwen3-8B,,0,0.7,512,256,1.0,2.2,1.0,100,2.9,constant,H100
+Qwen3-8B,,0,,512,256,1.0,2.2,1.0,100,2.9,constant,H100
 gpt-oss-20b,,0,,512,256,2.0,2.5,,100,3.3,throughput,H100
 gpt-oss-20b,,0,,512,256,3.0,2.9,4.0,100,3.8,constant,H100
 """
@@ -109,13 +114,34 @@ def test_blank_design_values_take_defaults(tmp_path, catalog):
     assert math.isnan(data["alpha"].iloc[0])
 
 
-def test_alpha_blanked_where_k_is_zero(tmp_path, catalog):
-    text = "k,alpha,rps,latency_mean_s\n0,0.7,1,2\n2,0.7,1,2\n3,,1,2\n0,1.0,1,2\n"
+def test_alpha_kept_on_speculative_rows_and_unknown_stays_unknown(tmp_path, catalog):
+    text = "k,alpha,rps,latency_mean_s\n0,,1,2\n2,0.7,1,2\n3,,1,2\n"
     data = read_tidy(write(tmp_path, "alpha.csv", text), catalog=catalog)
     assert math.isnan(data["alpha"].iloc[0])
     assert data["alpha"].iloc[1] == 0.7
     assert math.isnan(data["alpha"].iloc[2])  # unknown acceptance stays unknown
-    assert math.isnan(data["alpha"].iloc[3])
+
+
+def test_producers_write_no_drafter_or_alpha_on_dense_rows(catalog):
+    """The bundled datasets and the generators the tests use pass the rule that refuses a
+    drafter or alpha on a k = 0 row (their dense rows have drafter "" and no alpha)."""
+    from bayesspec import datasets
+    from bayesspec.synthetic import (add_acceptance_counters, generate_sweeps,
+                                     hierarchical_truth, placeholder_truth,
+                                     speculative_truth)
+
+    tables = [datasets.load(name) for name in datasets.BUNDLED]
+    tables += [generate_sweeps(placeholder_truth().iloc[:2], n_rates=5),
+               add_acceptance_counters(generate_sweeps(speculative_truth(), n_rates=5),
+                                       drop_alpha=False),
+               generate_sweeps(hierarchical_truth(verifiers=("Qwen3-8B",), lengths=(512,)),
+                               n_rates=5)]
+    for table in tables:
+        data = prepare(table, catalog=catalog)
+        dense = data["k"] == 0
+        assert dense.any()
+        assert data.loc[dense, "drafter"].eq("").all()
+        assert data.loc[dense, "alpha"].isna().all()
 
 
 def test_catalog_covariates_attached(tmp_path, catalog):
@@ -269,6 +295,38 @@ BAD_CASES = [
      None, "Parquet"),
     ("damaged-parquet-named-csv", "damaged.csv", b"PAR1" + b"\x13\x37" * 100, None, None,
      "Parquet"),
+    # a drafter or an alpha on a row that k says is dense (no silent dense fit)
+    ("dense-row-with-alpha", "bad.csv", rows(OK_ROW.strip(), "Qwen3-8B,0,0.8,1.0,2.0"), 2,
+     "k", "k is 0 (dense) but the row has alpha 0.8"),
+    ("drafter-and-alpha-without-k-column", "bad.csv",
+     "verifier,drafter,alpha,rps,latency_mean_s\nQwen3-8B,,,1,2\n"
+     "Qwen3-8B,EAGLE3-Qwen3-8B,0.8,2,3\n", 2, "k",
+     "no k column but the row has drafter 'EAGLE3-Qwen3-8B' and alpha 0.8: add k"),
+    ("drafter-with-empty-k", "bad.csv",
+     "verifier,drafter,k,rps,latency_mean_s\nQwen3-8B,EAGLE3-Qwen3-8B,3,1,2\n"
+     "Qwen3-8B,EAGLE3-Qwen3-8B,,2,3\n", 2, "k", "k is empty but the row has drafter"),
+    # report files where a tidy table belongs: say what they are and what to run
+    ("guidellm-json", "sweep.json", fixture_bytes("guidellm_v1.json"), None, None,
+     "a GuideLLM report (JSON), not a tidy table: run `bayesspec ingest sweep.json -o"),
+    ("guidellm-json-named-csv", "sweep.csv", fixture_bytes("guidellm_v1.json"), None, None,
+     "a GuideLLM report (JSON), not a tidy table: run `bayesspec ingest sweep.csv -o"),
+    ("guidellm-yaml", "sweep.yaml", fixture_bytes("guidellm_v2.yaml"), None, None,
+     "a GuideLLM report (YAML), not a tidy table: run `bayesspec ingest"),
+    ("vllm-bench-json", "run.json", fixture_bytes("vllm_bench_no_e2el.json"), None, None,
+     "a vllm bench result (JSON), not a tidy table: run `bayesspec ingest"),
+    ("vllm-bench-jsonl", "runs.jsonl", fixture_bytes("vllm_bench_append.jsonl"), None, None,
+     "vllm bench results (JSON Lines), not a tidy table: run `bayesspec ingest"),
+    ("prometheus-scrape", "metrics.txt", fixture_bytes("guidellm081/point0_after.prom"), None,
+     None, "a Prometheus /metrics scrape, not a tidy table: give it to `bayesspec ingest`"),
+    ("other-json", "notes.csv", b'{"rps": [1, 2], "latency_mean_s": [2, 3]}', None, None,
+     "a JSON document, not a tidy table (CSV or Parquet)"),
+    # misspelt columns: suggest the near match
+    ("misspelt-required-column", "bad.csv", "rps,latency_mean\n1,2\n", None,
+     "latency_mean_s", "required column is missing (did you mean 'latency_mean'?)"),
+    ("misspelt-design-column", "bad.csv", "rps,latency_mean_s,prefil_tokens\n1,2,512\n",
+     None, "prefil_tokens", "unknown column: did you mean 'prefill_tokens'?"),
+    ("misspelt-case-and-blanks", "bad.csv", "rps,latency_mean_s,Decode Tokens\n1,2,512\n",
+     None, "Decode Tokens", "did you mean 'decode_tokens'?"),
 ]
 
 
@@ -337,7 +395,8 @@ def test_missing_value_in_parquet(tmp_path, catalog):
 # ----------------------------------------------------------------- the same through the CLI
 
 CLI_CASES = ["missing-rps", "non-numeric", "nan-rps", "negative-rps", "alpha-above-1",
-             "negative-k", "empty-file", "binary"]
+             "negative-k", "empty-file", "binary", "guidellm-json", "dense-row-with-alpha",
+             "misspelt-design-column"]
 MISSING_FILE = "no_such_sweep.csv"
 
 
@@ -396,3 +455,28 @@ def test_cli_fit_refuses_bad_data(cli_runs, case_id):
 def test_cli_fit_missing_file(cli_runs):
     folder, result = cli_runs["missing-file"]
     assert_one_line_error(result, folder, [MISSING_FILE, "no such file"])
+
+
+# ------------------------------------------------------------------------ misspelt columns
+
+def test_columns_that_are_not_near_misses_pass_through(tmp_path, catalog):
+    # p90 is not p95 (only digits differ), tpot is not ttft (two edits in a short name),
+    # short names are never guessed at, ingest's per-position columns are far from any
+    text = ("rps,latency_mean_s,latency_p90_s,tpot_mean_s,cpu,my_note,acceptance_rate_pos1\n"
+            "1,2,2.5,0.01,x,hello,0.8\n")
+    data = read_tidy(write(tmp_path, "extra.csv", text), catalog=catalog)
+    for column in ("latency_p90_s", "tpot_mean_s", "cpu", "my_note", "acceptance_rate_pos1"):
+        assert column in data.columns
+    assert data["my_note"].iloc[0] == "hello"
+
+
+@pytest.mark.parametrize("name, known", [
+    ("prefil_tokens", "prefill_tokens"), ("decode_token", "decode_tokens"),
+    ("latency_mean", "latency_mean_s"), ("lantecy_mean_s", "latency_mean_s"),
+    ("RPS", "rps"), ("Latency-Mean-S", "latency_mean_s"), ("verifer", "verifier"),
+    ("n_request", "n_requests"), ("rps_targt", "rps_target"),
+    ("latency_p90_s", None), ("tpot_mean_s", None), ("alpha_true", None), ("k", None),
+    ("cpu", None), ("accepted_tokens_pos3", None), ("prefill_tokens", None),
+])
+def test_near_miss(name, known):
+    assert near_miss(name) == known

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from ..filekinds import is_guidellm
 from .fields import Field
 from .records import Point, Report, add_fact
 
@@ -25,10 +26,6 @@ _DESIGN_KEYS = {  # x_bayesspec key (the simulator's extension) -> (design field
     "engine": ("engine", "str"), "engine_version": ("engine_version", "str"),
     "method": ("method", "str"),
 }
-
-
-def is_guidellm(value) -> bool:
-    return isinstance(value, dict) and "benchmarks" in value
 
 
 def read(value: dict, name: str) -> Report:

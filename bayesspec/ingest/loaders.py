@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import BadInput
+from ..filekinds import YAML_SUFFIXES, looks_like_prometheus  # noqa: F401 - re-exported
 
 WHAT = ("expected a GuideLLM report (JSON/YAML), a vllm bench result (JSON/JSONL) "
         "or a Prometheus /metrics scrape")
-_PROM_SUFFIXES = {".prom", ".metrics"}
-_YAML_SUFFIXES = {".yaml", ".yml"}
-_PROM_HINT = re.compile(r"^# (HELP|TYPE) [A-Za-z_:]", re.MULTILINE)
-_SAMPLE = re.compile(r"^[A-Za-z_:][A-Za-z0-9_:]*(\{.*\})?\s+\S+(\s+\S+)?\s*$")
+_YAML_SUFFIXES = YAML_SUFFIXES
 MAX_BYTES = 256 * 1024 * 1024
 
 
@@ -53,15 +50,6 @@ def decode_text(data: bytes, name: str) -> str:
     except UnicodeDecodeError:
         raise BadInput(f"not UTF-8 text (binary file?); {WHAT}", file=name) from None
     return text.lstrip("\ufeff")
-
-
-def looks_like_prometheus(text: str, name: str) -> bool:
-    if Path(name).suffix.lower() in _PROM_SUFFIXES or _PROM_HINT.search(text[:65536]):
-        return True
-    lines = [line for line in text.splitlines()[:50] if line.strip() and not line.startswith("#")]
-    return bool(lines) and all(_SAMPLE.match(line) and ("{" in line or line.split()[0]
-                                                         .endswith(("_total", "_count")))
-                               for line in lines)
 
 
 def load(data: bytes, name: str) -> Document:

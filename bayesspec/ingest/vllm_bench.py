@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import math
 
+from ..filekinds import clean_key, is_vllm_bench
 from .fields import MISSING, Field
 from .records import Point, Report, add_fact
 
-_MARKERS = ("request_throughput", "completed", "mean_ttft_ms", "total_output_tokens",
-            "mean_tpot_ms", "mean_e2el_ms")
 _METADATA = {  # --metadata key -> (design field, kind)
     "verifier": ("verifier", "str"), "drafter": ("drafter", "str"),
     "draft_model": ("drafter", "str"), "k": ("k", "int"),
@@ -33,17 +32,6 @@ _METADATA = {  # --metadata key -> (design field, kind)
 }
 MAX_POSITIONS = 64
 _INFINITE = {"inf", "+inf", "infinity", "+infinity"}
-
-
-def clean_key(key) -> str:
-    return str(key).strip().rstrip(":").strip()
-
-
-def is_vllm_bench(value) -> bool:
-    if not isinstance(value, dict):
-        return False
-    keys = {clean_key(k) for k in value}
-    return sum(marker in keys for marker in _MARKERS) >= 2
 
 
 def read(objects: list[tuple[int | None, str, object]], name: str, kind: str) -> Report:
