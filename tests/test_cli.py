@@ -36,12 +36,27 @@ def test_parse_list_forms():
         assert "--rps" in str(info.value)
 
 
-def test_every_verb_has_help():
-    for verb in ("demo", "fit", "summary", "predict"):
-        result = subprocess.run([sys.executable, "-m", "bayesspec", verb, "--help"],
-                                capture_output=True, text=True, timeout=120)
-        assert result.returncode == 0, result.stderr
-        assert "usage:" in result.stdout
+def test_every_verb_has_help(capsys):
+    from bayesspec.cli import verbs
+
+    names = verbs()
+    assert {"demo", "fit", "summary", "predict", "speedup", "crossover", "kstar", "check",
+            "compare", "compare-models", "sbc", "simulate", "ingest", "serve"} <= set(names)
+    for verb in names:
+        with pytest.raises(SystemExit) as info:
+            main([verb, "--help"])
+        out = capsys.readouterr().out
+        assert info.value.code == 0, verb
+        assert out.startswith(f"usage: bayesspec {verb}"), verb
+        # every option says what it is for
+        assert "--json" in out or verb in {"serve", "demo", "simulate", "ingest"}, verb
+
+
+def test_help_through_the_console_entry_point():
+    result = subprocess.run([sys.executable, "-m", "bayesspec", "--help"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "usage:" in result.stdout and "speedup" in result.stdout
 
 
 def test_summary_json_shape(capsys, real_fit_path):
@@ -132,23 +147,23 @@ def test_a_fit_from_another_model_version_is_refused(capsys, real_fit_path, tmp_
     assert code == 2 and "version" in err and "refit" in err
 
 
-def test_fit_verb_end_to_end(tmp_path, truth_16):
-    """The real `fit` verb in a subprocess: JSON only on stdout, file written."""
+def test_fit_verb_end_to_end(tmp_path, truth_16, capsys, mock_sampling):
+    """The `fit` verb on prior draws: JSON only on stdout, file written and readable."""
     data = generate_sweeps(truth_16.iloc[:3], seed=5)
     source = tmp_path / "sweeps.csv"
     data.to_csv(source, index=False)
     out = tmp_path / "fit.nc"
-    result = subprocess.run(
-        [sys.executable, "-m", "bayesspec", "fit", str(source), "-o", str(out), "--draws",
-         "200", "--tune", "300", "--chains", "2", "--seed", "1", "--json"],
-        capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr
-    document = json.loads(result.stdout)
+    code, stdout, stderr = run(capsys, "fit", str(source), "-o", str(out), "--draws", "50",
+                               "--tune", "50", "--chains", "2", "--seed", "1", "--json")
+    assert code == 0, stderr
+    document = json.loads(stdout)
     assert document["groups"] == 3 and document["excluded"] == 3
     assert out.exists()
+    code, stdout, _ = run(capsys, "summary", str(out), "--json")
+    assert code == 0 and len(json.loads(stdout)["groups"]) == 3
     # which rows were set aside, and why, one line each
-    assert "3 of 27 points set aside as saturated" in result.stderr
-    assert result.stderr.count("marked saturated") == 3
+    assert "3 of 27 points set aside as saturated" in stderr
+    assert stderr.count("marked saturated") == 3
     listing = [p.name for p in tmp_path.iterdir()]
     assert not [name for name in listing if name.endswith(".tmp")]
 
@@ -160,19 +175,38 @@ def test_fit_to_missing_folder_fails_before_sampling(capsys, tmp_path, truth_16)
     assert code == 2 and "output folder does not exist" in err
 
 
-def test_demo_quick_writes_fits_decisions_and_figures(tmp_path):
+def test_demo_quick_writes_fits_decisions_and_figures(tmp_path, capsys, mock_sampling):
+    """The demo's plumbing (two fits, summaries, figures, deployment lines) on prior draws;
+    real fits of the same models are tested in test_dense_model / test_speculative and
+    the README walkthrough."""
+    from bayesspec.demo import run_demo
+
     out = tmp_path / "demo"
-    result = subprocess.run([sys.executable, "-m", "bayesspec", "demo", "--quick", "--out",
-                             str(out), "--json"], capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stderr
-    document = json.loads(result.stdout)
+    assert run_demo(out=str(out), quick=True, as_json=True) == 0
+    document = json.loads(capsys.readouterr().out)
     assert Path(document["dense"]["fit"]).exists()
     assert Path(document["speculative"]["fit"]).exists()
     assert document["dense"]["groups"] == 64 and document["speculative"]["setups"] == 2
     assert len(document["figures"]) >= 6
     assert all(Path(f).stat().st_size > 10_000 for f in document["figures"])
+    assert all(Path(f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in document["figures"])
     decisions = document["speculative"]["decisions"]
     assert decisions and all({"alpha", "rps", "k", "p_best", "speedup"} <= set(d)
                              for d in decisions)
     deployment = json.loads((out / "deployment.json").read_text())
+    assert deployment["lines"] and "diagnostics" in deployment
+    assert not [p.name for p in out.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.slow
+def test_demo_quick_really_runs(tmp_path):
+    """`bayesspec demo --quick` with real sampling, as `make demo` runs it (slow: two real
+    fits and their compilation)."""
+    out = tmp_path / "demo"
+    result = subprocess.run([sys.executable, "-m", "bayesspec", "demo", "--quick", "--out",
+                             str(out), "--json"], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    deployment = json.loads((out / "deployment.json").read_text())
     assert any("run k =" in line for line in deployment["lines"])
+    assert "warning" not in document["dense"], document["dense"]["warning"]

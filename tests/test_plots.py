@@ -18,20 +18,17 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
-import xarray as xr  # noqa: E402
 from matplotlib.collections import PatchCollection, PolyCollection  # noqa: E402
 from matplotlib.colors import to_rgba  # noqa: E402
 
 from bayesspec import plots  # noqa: E402
-from bayesspec.bayes import DenseLatencyModel  # noqa: E402
-from bayesspec.data import prepare  # noqa: E402
 from bayesspec.decisions import kstar_table  # noqa: E402
 from bayesspec.fitfile import Fit  # noqa: E402
-from bayesspec.synthetic import (DENSE_TRUTH_8B, SPECULATIVE_TRUTH_8B,  # noqa: E402
-                                 generate_sweeps, placeholder_truth)
+from bayesspec.prediction import COEFFICIENT_NAMES  # noqa: E402
+from bayesspec.synthetic import DENSE_TRUTH_8B, SPECULATIVE_TRUTH_8B  # noqa: E402
+from conftest import synthetic_dense_fit  # noqa: E402
 
 ALPHA = 0.7
-COEFFICIENT_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -54,29 +51,7 @@ def make_costs(draws: int = 400, seed: int = 0, spread: float = 0.05):
 
 def make_fit(n_groups: int = 4, draws: int = 100, seed: int = 0) -> Fit:
     """A dense-model Fit whose posterior is synthetic draws around the true C1, C2."""
-    truth = placeholder_truth()
-    truth = truth[truth["verifier"] == "Qwen3-14B"].head(n_groups).reset_index(drop=True)
-    data = prepare(generate_sweeps(truth, seed=seed))
-    model = DenseLatencyModel()
-    model.prepare(data)
-    groups = model.inputs.groups
-    keyed = truth.set_index(["prefill_tokens", "decode_tokens"])
-    centre = keyed.loc[list(zip(groups["prefill_tokens"].astype(int),
-                                groups["decode_tokens"].astype(int)))]
-    rng = np.random.default_rng(seed)
-    shape = (2, draws, len(groups))
-
-    def around(values, sd):
-        return np.asarray(values, dtype=float) * np.exp(rng.normal(0, sd, shape))
-
-    posterior = xr.Dataset(
-        {"C1": (("chain", "draw", "group"), around(centre["C1"], 0.01)),
-         "C2": (("chain", "draw", "group"), around(centre["C2"], 0.01)),
-         "noise_base": (("chain", "draw"), np.abs(rng.normal(0.02, 0.003, shape[:2]))),
-         "noise_load": (("chain", "draw"), np.abs(rng.normal(0.02, 0.003, shape[:2])))},
-        coords={"chain": [0, 1], "draw": np.arange(draws),
-                "group": groups["label"].tolist()})
-    return Fit.from_sampling(model, data, xr.DataTree.from_dict({"posterior": posterior}))
+    return synthetic_dense_fit(n_groups, draws, seed)
 
 
 def legend_texts(axis) -> list[str]:

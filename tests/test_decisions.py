@@ -1,0 +1,141 @@
+"""Decisions on synthetic posterior draws (no sampling): the numbers a user acts on
+follow from the law's draws, extrapolations are marked, and a missing dense baseline is
+said as such.
+
+The laws here are built from draws around the Llama-3.1-8B + EAGLE-3 truth
+(bayesspec.synthetic); expected values come from bayesspec.laws, the single definition
+of each formula, evaluated independently of the decision code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bayesspec.decisions import crossover, kstar_table, predict_group, speedup_curve
+from bayesspec.errors import BadInput
+from bayesspec.laws import effective_costs, latency
+from bayesspec.prediction import COEFFICIENT_NAMES, CoefficientLaw, ConfigurationLaw, Curve
+from bayesspec.synthetic import DENSE_TRUTH_8B, SPECULATIVE_TRUTH_8B
+
+DRAWS = 2000
+DECODE = 512.0
+
+
+def coefficient_law(*, spread: float = 0.03, seed: int = 0, dense: bool = True,
+                    rps_measured_max: float = np.nan) -> CoefficientLaw:
+    rng = np.random.default_rng(seed)
+    coefficients = {n: SPECULATIVE_TRUTH_8B[n] * np.exp(rng.normal(0, spread, DRAWS))
+                    for n in COEFFICIENT_NAMES}
+    baseline = Curve(DENSE_TRUTH_8B["C1"] * np.exp(rng.normal(0, spread / 2, DRAWS)),
+                     DENSE_TRUTH_8B["C2"] * np.exp(rng.normal(0, spread / 2, DRAWS)))
+    return CoefficientLaw("8B + EAGLE3 512/512", baseline if dense else None, coefficients,
+                          DECODE, rps_measured_max=rps_measured_max)
+
+
+@pytest.fixture(scope="module")
+def law():
+    return coefficient_law()
+
+
+def test_speedup_is_the_ratio_of_the_two_laws_draw_by_draw(law):
+    alpha, k, rps = 0.8, 3, np.array([0.5, 2.0, 5.0])
+    document = speedup_curve(law, alpha, k, rps, prob=0.9)
+    c1, c2 = effective_costs(alpha, k, DECODE, *(law.coefficients[n] for n in
+                                                COEFFICIENT_NAMES))
+    dense = latency(rps[None, :], law.dense.c1[:, None], law.dense.c2[:, None])
+    sd = latency(rps[None, :], c1[:, None], c2[:, None])
+    ratio = dense / sd
+    for j, point in enumerate(document["points"]):
+        assert point["speedup"]["median"] == pytest.approx(np.median(ratio[:, j]), rel=1e-9)
+        assert point["p_slower"] == pytest.approx(np.mean(ratio[:, j] < 1))
+        lo, hi = np.quantile(ratio[:, j], [0.05, 0.95])
+        assert point["speedup"]["lo"] == pytest.approx(lo, rel=1e-6)
+        assert point["speedup"]["hi"] == pytest.approx(hi, rel=1e-6)
+    assert document["C1R"]["median"] == pytest.approx(np.median(c1 / law.dense.c1))
+
+
+def test_crossover_is_where_the_two_laws_meet(law):
+    document = crossover(law, 0.8, 3)
+    star = document["rps_star"]["median"]
+    c1, c2 = effective_costs(0.8, 3, DECODE, *(law.coefficients[n] for n in
+                                              COEFFICIENT_NAMES))
+    # the point-estimate crossing of the median costs lies inside the interval
+    c1m, c2m, d1, d2 = (np.median(v) for v in (c1, c2, law.dense.c1, law.dense.c2))
+    point = (d1 - c1m) / (d1 * c2m - c1m * d2)
+    assert document["rps_star"]["lo"] < point < document["rps_star"]["hi"]
+    assert latency(star, d1, d2) == pytest.approx(latency(star, c1m, c2m), rel=0.05)
+    assert document["p_crossover"] > 0.9
+
+
+def test_answers_beyond_the_highest_measured_rate_are_marked_extrapolated():
+    law = coefficient_law(rps_measured_max=3.0)
+    points = speedup_curve(law, 0.8, 3, [1.0, 3.0, 4.0])["points"]
+    assert [p["extrapolated"] for p in points] == [False, False, True]
+    document = crossover(law, 0.8, 3)
+    assert document["rps_measured_max"] == 3.0
+    assert document["extrapolated"] == (document["rps_star"]["median"] > 3.0)
+    assert 0.0 <= document["p_beyond_measured"] <= 1.0
+    table = kstar_table(law, [0.8], [2.0, 5.0], ks=range(0, 5))["table"]
+    assert [row["extrapolated"] for row in table] == [False, True]
+    # no measured ceiling known: nothing is called an extrapolation
+    assert not any(p["extrapolated"] for p in
+                   speedup_curve(coefficient_law(), 0.8, 3, [50.0])["points"])
+
+
+def test_kstar_picks_the_k_with_the_highest_expected_speedup(law):
+    rates = [0.1, 10.0]
+    document = kstar_table(law, [0.8], rates, ks=range(0, 7))
+    for row, rate in zip(document["table"], rates):
+        expected = [1.0] + [
+            np.mean(np.minimum(law.speedup_draws(0.8, k, np.array([rate]))[:, 0], 1e3))
+            for k in range(1, 7)]
+        assert row["k"] == int(np.argmax(expected))
+        assert 0 < row["p_best"] <= 1
+        assert row["loss_vs_batch1"] >= 0
+    # the batch-1 choice is the k with the lowest zero-load latency
+    assert document["table"][0]["k_batch1"] == document["table"][0]["k"]
+
+
+def test_kstar_at_the_top_of_the_searched_range_is_flagged():
+    law = coefficient_law()
+    table = kstar_table(law, [0.99], [0.05], ks=range(0, 3))["table"]
+    assert table[0]["k"] == 2 and table[0]["at_max_k"]
+    table = kstar_table(law, [0.99], [0.05], ks=range(0, 11))["table"]
+    assert not table[0]["at_max_k"] or table[0]["k"] == 10
+
+
+def test_a_missing_dense_baseline_is_named_with_how_to_add_it():
+    law = coefficient_law(dense=False)
+    for ask in (lambda: speedup_curve(law, 0.8, 3, [1.0]), lambda: crossover(law, 0.8, 3),
+                lambda: kstar_table(law, [0.8], [1.0])):
+        with pytest.raises(BadInput) as info:
+            ask()
+        message = str(info.value)
+        assert "no dense baseline" in message and "bayesspec simulate" in message
+        assert "groups: " not in message
+
+
+def test_kstar_needs_coefficients_not_only_fitted_configurations():
+    rng = np.random.default_rng(1)
+    dense = Curve(np.full(100, 4.0), np.full(100, 0.05))
+    fitted = {(0.8, 3): Curve(3.0 + rng.normal(0, 0.01, 100), np.full(100, 0.07))}
+    law = ConfigurationLaw("one config", dense, fitted)
+    assert speedup_curve(law, 0.8, 3, [1.0])["points"][0]["speedup"]["median"] > 1
+    with pytest.raises(BadInput, match="six cycle coefficients"):
+        kstar_table(law, [0.8], [1.0])
+
+
+def test_predict_marks_rates_beyond_the_data(dense_fit_factory):
+    fit = dense_fit_factory(n_groups=1, draws=200)
+    ceiling = fit.rps_measured_max(0)
+    document = predict_group(fit, 0, [0.5 * ceiling, 1.2 * ceiling])
+    assert document["rps_measured_max"] == ceiling
+    inside, beyond = document["points"]
+    assert not inside["extrapolated"] and beyond["extrapolated"]
+    band, new = inside["latency_s"], inside["predictive_s"]
+    assert band["lo"] <= band["median"] <= band["hi"]
+    # a new measurement is at least as uncertain as the mean curve
+    assert new["hi"] - new["lo"] >= band["hi"] - band["lo"]
+    # the data's highest rate is a throughput run at the ceiling: beyond it, saturated
+    assert beyond["p_saturated"] > 0.5
