@@ -255,7 +255,9 @@ def loo_summary(fit) -> dict:
     k = np.asarray(loo.pareto_k).ravel()
     bad = int(np.sum(k > PARETO_K_LIMIT))
     out = {"elpd_loo": float(loo.elpd), "se": float(loo.se), "p_loo": float(loo.p),
-           "points": int(k.size), "pareto_k_max": float(np.nanmax(k)),
+           "points": int(k.size),
+           # NaN when PSIS could not fit a tail (identical draws, e.g. mock sampling)
+           "pareto_k_max": float(np.nanmax(k)) if np.isfinite(k).any() else float("nan"),
            "pareto_k_bad": bad}
     if bad:
         out["warning"] = (f"{bad} of {k.size} points have Pareto k > {PARETO_K_LIMIT}: "
