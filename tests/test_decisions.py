@@ -139,3 +139,73 @@ def test_predict_marks_rates_beyond_the_data(dense_fit_factory):
     assert new["hi"] - new["lo"] >= band["hi"] - band["lo"]
     # the data's highest rate is a throughput run at the ceiling: beyond it, saturated
     assert beyond["p_saturated"] > 0.5
+
+
+# ------------------------------------------------------------------- vLLM schedule
+
+def test_vllm_schedule_follows_the_expected_best_k_and_littles_law(law):
+    from bayesspec.decisions import vllm_schedule
+
+    saturation = 1 / np.median(law.dense.c2)
+    rates = np.linspace(0.05, 0.95 * saturation, 50)
+    schedule = vllm_schedule(law, 0.6, rates, ks=range(0, 7), min_gain=0.0)
+    # with no hysteresis every range holds the k of highest expected speedup
+    table = kstar_table(law, [0.6], rates, ks=range(0, 7))["table"]
+    best = [row["k"] for row in table]
+    for row in schedule["ranges"]:
+        inside = [k for k, r in zip(best, rates) if row["rps_min"] <= r <= row["rps_max"]]
+        assert set(inside) == {row["k"]}
+    # ranges tile the batch sizes from 1 upwards, switch batch = rate x latency of the old k
+    ranges = schedule["ranges"]
+    assert ranges[0]["batch_min"] == 1 and ranges[-1]["batch_max"] is None
+    for before, after in zip(ranges, ranges[1:]):
+        assert after["batch_min"] == before["batch_max"] + 1
+    for switch in schedule["switches"]:
+        j = int(np.flatnonzero(rates == switch["rps"])[0]) - 1
+        curve = law.dense if switch["from_k"] == 0 else law.curve(0.6, switch["from_k"])
+        expected = rates[j] * np.median(curve.latency(rates[j]))
+        assert switch["batch"] == max(1, int(np.ceil(expected)))
+    # at alpha 0.6 this setup stops paying under load: speculation is switched off
+    assert ranges[-1]["k"] == 0
+    assert schedule["speculative_config"]["disable_by_batch_size"] == ranges[-1]["batch_min"]
+    assert schedule["speculative_config"]["num_speculative_tokens"] == ranges[0]["k"]
+
+
+def test_vllm_schedule_hysteresis_merges_switches_that_gain_little(law):
+    from bayesspec.decisions import vllm_schedule
+
+    saturation = 1 / np.median(law.dense.c2)
+    rates = np.linspace(0.05, 0.95 * saturation, 50)
+    eager = vllm_schedule(law, 0.8, rates, min_gain=0.0)
+    calm = vllm_schedule(law, 0.8, rates, min_gain=0.1)
+    assert len(calm["switches"]) < len(eager["switches"])
+    # every switch the calm schedule keeps gains more than 0.1 in expectation
+    for switch in calm["switches"]:
+        j = int(np.flatnonzero(rates == switch["rps"])[0])
+        gain = (np.mean(law.speedup_draws(0.8, switch["to_k"], rates[j:j + 1]))
+                - np.mean(law.speedup_draws(0.8, switch["from_k"], rates[j:j + 1])))
+        assert gain > 0.1
+
+
+def test_vllm_schedule_flags_switches_the_data_do_not_pin_down():
+    from bayesspec.decisions import vllm_schedule
+
+    sharp, vague = coefficient_law(spread=0.005), coefficient_law(spread=0.15)
+    saturation = 1 / np.median(sharp.dense.c2)
+    rates = np.linspace(0.05, 0.9 * saturation, 50)
+    sharp_switches = vllm_schedule(sharp, 0.8, rates)["switches"]
+    vague_switches = vllm_schedule(vague, 0.8, rates)["switches"]
+    assert sharp_switches and all(s["pinned"] for s in sharp_switches[:3])
+    assert any(not s["pinned"] for s in vague_switches)
+    for switch in sharp_switches + vague_switches:
+        interval = switch["batch_interval"]
+        assert interval["lo"] <= interval["median"] <= interval["hi"]
+
+
+def test_vllm_schedule_refuses_what_it_cannot_answer():
+    from bayesspec.decisions import vllm_schedule
+
+    with pytest.raises(BadInput, match="increasing rates"):
+        vllm_schedule(coefficient_law(), 0.8, [1.0, 2.0])
+    with pytest.raises(BadInput, match="no dense baseline"):
+        vllm_schedule(coefficient_law(dense=False), 0.8, [1.0, 2.0, 3.0])

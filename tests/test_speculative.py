@@ -201,6 +201,24 @@ def test_decision_verbs_json_shapes(capsys, spec_fit_path):
     assert "warning" not in document
 
 
+def test_kstar_vllm_schedule(capsys, spec_fit_path):
+    assert main(["kstar", str(spec_fit_path), "--alpha", "0.8", "--rps", "0.2:10:0.4",
+                 "--vllm", "--json"]) == 0
+    schedule = json.loads(capsys.readouterr().out)["vllm"]
+    assert schedule["ranges"][0]["batch_min"] == 1
+    assert set(schedule["ranges"][0]) >= {"k", "batch_min", "batch_max", "p_best", "speedup"}
+    assert schedule["num_speculative_tokens_per_batch_size"]
+    assert "num_speculative_tokens" in schedule["speculative_config"] or \
+        schedule["speculative_config"] == {"speculation": "off"}
+    assert main(["kstar", str(spec_fit_path), "--alpha", "0.8", "--rps", "0.2:10:0.4",
+                 "--vllm"]) == 0
+    text = capsys.readouterr().out
+    assert "vLLM schedule at alpha 0.8" in text and "num_speculative_tokens" in text
+    assert main(["kstar", str(spec_fit_path), "--alpha", "0.6,0.8", "--rps", "1,2,3",
+                 "--vllm"]) == 2
+    assert "--alpha" in capsys.readouterr().err
+
+
 def test_decision_plots_are_written(capsys, spec_fit_path, tmp_path):
     speed = tmp_path / "speedup.png"
     kmap = tmp_path / "kstar.png"

@@ -51,6 +51,12 @@ def register(verbs) -> None:
     kstar.add_argument("--objective", choices=("mean", "q10"), default="mean",
                        help="maximise expected speedup (mean) or its 10%% quantile (q10)")
     kstar.add_argument("--plot", help="write the k* map to this PNG")
+    kstar.add_argument("--vllm", action="store_true",
+                       help="also print a batch-size -> k schedule for vLLM (one --alpha; "
+                            "batch size = RPS x latency by Little's law)")
+    kstar.add_argument("--min-gain", type=float, default=0.02,
+                       help="with --vllm: switch k only for a larger expected gain, in "
+                            "speedup points (default 0.02)")
     add_group_options(kstar, design=False)
     kstar.add_argument("--strict", action="store_true", help=STRICT_HELP)
     add_common(kstar)
@@ -139,7 +145,42 @@ def run_speedup(args) -> int:
         print(note)
     if args.plot:
         print(f"plot: {args.plot}")
+    if args.vllm:
+        print()
+        print(schedule_text(document["vllm"]))
     return strict_exit(args, fit.diagnostics)
+
+
+def schedule_text(schedule: dict) -> str:
+    """The vLLM schedule as a person reads it: ranges, switches and how sure each is."""
+    lines = [f"vLLM schedule at alpha {schedule['alpha']:g} (batch size = running requests "
+             f"= RPS x latency, Little's law; k switched only for > {schedule['min_gain']:g} "
+             "expected speedup points)",
+             f"{'batch size':>12} {'k':>4} {'RPS':>17} {'P(best)':>8} "
+             f"{'speedup [interval]':>28}"]
+    for row in schedule["ranges"]:
+        sizes = (f"{row['batch_min']}-{row['batch_max']}" if row["batch_max"] is not None
+                 else f"{row['batch_min']}+")
+        rates = f"{row['rps_min']:.3g}-{row['rps_max']:.3g}"
+        k = "off" if row["k"] == 0 else str(row["k"])
+        lines.append(f"{sizes:>12} {k:>4} {rates:>16}{EXTRAPOLATED if row['extrapolated'] else ' '}"
+                     f" {row['p_best']:>8.2f} {fmt(row['speedup']):>28}")
+    for switch in schedule["switches"]:
+        interval = switch["batch_interval"]
+        where = (f"{interval['lo']:.0f}-{interval['hi']:.0f}" if interval else "unknown")
+        if not switch["pinned"]:
+            lines.append(f"warning: the switch k {switch['from_k']} -> {switch['to_k']} at "
+                         f"batch {switch['batch']} is not pinned down by the data (90% of "
+                         f"draws put it at batch {where}; in "
+                         f"{switch['p_switch_in_range']:.0%} of draws it happens within the "
+                         "searched rates): measure near that load before relying on it")
+    import json
+
+    lines.append("num_speculative_tokens_per_batch_size: "
+                 + json.dumps(schedule["num_speculative_tokens_per_batch_size"]))
+    lines.append("speculative_config (vLLM today): "
+                 + json.dumps(schedule["speculative_config"]))
+    return "\n".join(lines)
 
 
 def run_crossover(args) -> int:
@@ -189,6 +230,17 @@ def run_kstar(args) -> int:
     law = fit.law(group_criteria(args))
     document = kstar_table(law, alphas, rps, ks=range(0, args.kmax + 1),
                            objective=args.objective, prob=args.prob)
+    if args.vllm:
+        from ..decisions import vllm_schedule
+
+        if len(alphas) != 1:
+            raise BadInput("--vllm builds one schedule: give one acceptance rate",
+                           option="--alpha")
+        if args.min_gain < 0:
+            raise BadInput(f"must be >= 0, got {args.min_gain:g}", option="--min-gain")
+        document["vllm"] = vllm_schedule(law, float(alphas[0]), rps,
+                                         ks=range(0, args.kmax + 1),
+                                         min_gain=args.min_gain, prob=args.prob)
     document = finish(document, fit.diagnostics, args)
     if args.plot:
         from ..plots import kstar_map_plot, save_figure
@@ -214,4 +266,39 @@ def run_kstar(args) -> int:
         print(note)
     if args.plot:
         print(f"plot: {args.plot}")
+    if args.vllm:
+        print()
+        print(schedule_text(document["vllm"]))
     return strict_exit(args, fit.diagnostics)
+
+
+def schedule_text(schedule: dict) -> str:
+    """The vLLM schedule as a person reads it: ranges, switches and how sure each is."""
+    lines = [f"vLLM schedule at alpha {schedule['alpha']:g} (batch size = running requests "
+             f"= RPS x latency, Little's law; k switched only for > {schedule['min_gain']:g} "
+             "expected speedup points)",
+             f"{'batch size':>12} {'k':>4} {'RPS':>17} {'P(best)':>8} "
+             f"{'speedup [interval]':>28}"]
+    for row in schedule["ranges"]:
+        sizes = (f"{row['batch_min']}-{row['batch_max']}" if row["batch_max"] is not None
+                 else f"{row['batch_min']}+")
+        rates = f"{row['rps_min']:.3g}-{row['rps_max']:.3g}"
+        k = "off" if row["k"] == 0 else str(row["k"])
+        lines.append(f"{sizes:>12} {k:>4} {rates:>16}{EXTRAPOLATED if row['extrapolated'] else ' '}"
+                     f" {row['p_best']:>8.2f} {fmt(row['speedup']):>28}")
+    for switch in schedule["switches"]:
+        interval = switch["batch_interval"]
+        where = (f"{interval['lo']:.0f}-{interval['hi']:.0f}" if interval else "unknown")
+        if not switch["pinned"]:
+            lines.append(f"warning: the switch k {switch['from_k']} -> {switch['to_k']} at "
+                         f"batch {switch['batch']} is not pinned down by the data (90% of "
+                         f"draws put it at batch {where}; in "
+                         f"{switch['p_switch_in_range']:.0%} of draws it happens within the "
+                         "searched rates): measure near that load before relying on it")
+    import json
+
+    lines.append("num_speculative_tokens_per_batch_size: "
+                 + json.dumps(schedule["num_speculative_tokens_per_batch_size"]))
+    lines.append("speculative_config (vLLM today): "
+                 + json.dumps(schedule["speculative_config"]))
+    return "\n".join(lines)

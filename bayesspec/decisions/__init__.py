@@ -2,7 +2,8 @@
 
 Split along what is asked: :mod:`.predict` (latency of a fitted group at new rates),
 :mod:`.speculative` (speedup, crossover RPS*, best k of a setup's :class:`Law`) and
-:mod:`.compare` (two fits, or two engine versions in one fit). Each takes the objects of
+:mod:`.compare` (two fits, or two engine versions in one fit), :mod:`.schedule` (batch size
+-> k for the serving engine). Each takes the objects of
 the prediction contract (:mod:`bayesspec.prediction`), which the fit's model class builds
 (``fit.law(...)``, ``fit.group_curve(g)``), and returns the JSON shapes of CONTRACT.md.
 """
@@ -10,7 +11,8 @@ the prediction contract (:mod:`bayesspec.prediction`), which the fit's model cla
 from ..uncertainty import DEFAULT_PROB, uncertain
 from .compare import compare_fits, compare_versions
 from .predict import predict_group
+from .schedule import vllm_schedule
 from .speculative import SPEEDUP_CAP, crossover, kstar_table, speedup_curve
 
 __all__ = ["DEFAULT_PROB", "uncertain", "predict_group", "speedup_curve", "crossover",
-           "kstar_table", "SPEEDUP_CAP", "compare_fits", "compare_versions"]
+           "kstar_table", "vllm_schedule", "SPEEDUP_CAP", "compare_fits", "compare_versions"]

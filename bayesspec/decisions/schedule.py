@@ -1,0 +1,140 @@
+"""A draft-length schedule in the serving engine's own terms: batch size -> k.
+
+vLLM decides per step from the number of running requests (the batch), not from the
+arrival rate; by Little's law the mean number in the system at a rate RPS is
+``RPS * L(RPS)``, L the mean latency under the configuration running there. The posterior
+gives, per rate, the expected speedup of every k (k = 0: do not speculate); walking up the
+rates, the schedule switches k only when the new best beats the running k by more than
+``min_gain`` speedup points (hysteresis: a switch that gains less than that is not worth
+the operational risk), and each switch says how well the data place it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import BadInput
+from ..uncertainty import DEFAULT_PROB, uncertain
+from .speculative import SPEEDUP_CAP
+
+# A switch point is "pinned down" when its interval (in batch size) spans less than this
+# ratio hi/lo and nearly every draw has the switch within the searched rates.
+PINNED_RATIO = 1.5
+PINNED_SHARE = 0.9
+
+
+def _speedups(law, alpha: float, ks: np.ndarray, rps: np.ndarray) -> np.ndarray:
+    """(S, K, R) speedup draws, k = 0 (speedup 1) included where asked."""
+    sd_ks = ks[ks > 0]
+    draws = law.speedup_draws(alpha, sd_ks, rps) if len(sd_ks) else None
+    columns, j = [], 0
+    for k in ks:
+        if k == 0:
+            columns.append(np.ones((law.dense.zero_load.shape[0], len(rps))))
+        else:
+            columns.append(draws[:, j])
+            j += 1
+    return np.stack(columns, axis=1)
+
+
+def _concurrency(law, alpha: float, k: int, rps: np.ndarray) -> np.ndarray:
+    """Median mean number of requests in the system at each rate, running k (Little)."""
+    curve = law.dense if k == 0 else law.curve(alpha, k)
+    latency = curve.latency(rps)
+    with np.errstate(invalid="ignore"):
+        median = np.median(np.where(np.isfinite(latency), latency, np.inf), axis=0)
+    return rps * median
+
+
+def vllm_schedule(law, alpha: float, rps, *, ks=range(0, 11), min_gain: float = 0.02,
+                  prob: float = DEFAULT_PROB) -> dict:
+    """Batch-size ranges -> k (0 = speculation off) for one acceptance rate.
+
+    ``rps``: the rates to search, ascending (fine enough to place switches: 40+ points up
+    to the rate of interest). Returns ``ranges`` (``batch_min``, ``batch_max`` (None: no
+    upper end), ``k``, ``rps_min``, ``rps_max``, ``p_best``: the share of draws for which
+    this k is the best over the range, ``speedup`` at the range's middle rate,
+    ``extrapolated``), ``switches`` (``from_k``, ``to_k``, ``batch`` and its interval over
+    draws, ``pinned``), ``num_speculative_tokens_per_batch_size`` ({"lo-hi": k}), and the
+    simplest config vLLM takes today (``speculative_config``: the low-load k and
+    ``disable_by_batch_size`` where the schedule first turns speculation off).
+    """
+    if not law.answers_any_configuration:
+        raise BadInput("a schedule over k needs the speculative model (six cycle "
+                       "coefficients); fit with --model speculative")
+    rps = np.asarray(rps, dtype=float)
+    if rps.ndim != 1 or len(rps) < 3 or np.any(np.diff(rps) <= 0):
+        raise BadInput("give at least 3 increasing rates to build a schedule over",
+                       argument="rps")
+    if min_gain < 0:
+        raise BadInput(f"must be >= 0, got {min_gain}", argument="min_gain")
+    ks = np.asarray(sorted(set(int(k) for k in ks) | {0}), dtype=int)
+    draws = np.minimum(_speedups(law, alpha, ks, rps), SPEEDUP_CAP)      # (S, K, R)
+    expected = draws.mean(axis=0)                                        # (K, R)
+    per_draw_best = np.argmax(draws, axis=1)                             # (S, R)
+
+    chosen = np.empty(len(rps), dtype=int)
+    current = int(np.argmax(expected[:, 0]))
+    for j in range(len(rps)):
+        best = int(np.argmax(expected[:, j]))
+        if expected[best, j] - expected[current, j] > min_gain:
+            current = best
+        chosen[j] = current
+
+    concurrency = {int(ks[i]): _concurrency(law, alpha, int(ks[i]), rps)
+                   for i in np.unique(chosen)}
+    starts = [0] + [j for j in range(1, len(rps)) if chosen[j] != chosen[j - 1]]
+    ends = starts[1:] + [len(rps)]
+    ceiling = law.rps_measured_max
+    ranges, switches = [], []
+    for n, (a, b) in enumerate(zip(starts, ends)):
+        index = chosen[a]
+        k = int(ks[index])
+        middle = (a + b - 1) // 2
+        ranges.append({
+            "k": k, "rps_min": float(rps[a]), "rps_max": float(rps[b - 1]),
+            "p_best": float(np.mean(per_draw_best[:, a:b] == index)),
+            "speedup": uncertain(draws[:, index, middle], prob),
+            "extrapolated": bool(np.isfinite(ceiling) and rps[b - 1] > ceiling)})
+        if n:
+            switches.append(_switch(draws, ks, chosen[a - 1], index, rps, a,
+                                    concurrency[int(ks[chosen[a - 1]])], min_gain, prob))
+    # Batch sizes: the running k's concurrency at the switch (the engine reaches the
+    # boundary while still running the old k).
+    for n, row in enumerate(ranges):
+        row["batch_min"] = 1 if n == 0 else switches[n - 1]["batch"]
+        row["batch_max"] = (switches[n]["batch"] - 1) if n < len(switches) else None
+    ranges = [r for r in ranges if r["batch_max"] is None or r["batch_max"] >= r["batch_min"]]
+    schedule = {(f"{r['batch_min']}-{r['batch_max']}" if r["batch_max"] is not None
+                 else f"{r['batch_min']}+"): r["k"] for r in ranges}
+    off = next((r["batch_min"] for r in ranges if r["k"] == 0 and r["batch_min"] > 1), None)
+    low_k = ranges[0]["k"]
+    config = {"num_speculative_tokens": low_k}
+    if off is not None:
+        config["disable_by_batch_size"] = int(off)
+    return {"setup": law.label, "alpha": float(alpha), "min_gain": float(min_gain),
+            "ks": ks.tolist(), "ranges": ranges, "switches": switches,
+            "num_speculative_tokens_per_batch_size": schedule,
+            "speculative_config": config if low_k > 0 else {"speculation": "off"},
+            "rps_measured_max": ceiling,
+            "unpinned_switches": sum(not s["pinned"] for s in switches)}
+
+
+def _switch(draws, ks, before: int, after: int, rps, at: int, concurrency, min_gain,
+            prob) -> dict:
+    """Where the switch from ``before`` to ``after`` falls in each draw (the first rate of
+    the grid at which ``after`` beats ``before`` by more than ``min_gain``, the rule the
+    schedule applies to expected speedups), in batch sizes: the interval over draws is
+    the data's uncertainty about the switch. ``at``: the grid index of the switch."""
+    beats = draws[:, after, :] - draws[:, before, :] > min_gain           # (S, R)
+    crosses = beats.any(axis=1)
+    first = np.where(crosses, np.argmax(beats, axis=1), len(rps) - 1)
+    batch_draws = concurrency[first]
+    finite = np.isfinite(batch_draws)
+    interval = uncertain(batch_draws[finite], prob) if finite.any() else None
+    batch = concurrency[at - 1] if np.isfinite(concurrency[at - 1]) else concurrency[at]
+    pinned = bool(interval is not None and crosses.mean() >= PINNED_SHARE
+                  and interval["lo"] > 0 and interval["hi"] / interval["lo"] < PINNED_RATIO)
+    return {"from_k": int(ks[before]), "to_k": int(ks[after]), "rps": float(rps[at]),
+            "batch": max(1, int(np.ceil(batch))), "batch_interval": interval,
+            "p_switch_in_range": float(crosses.mean()), "pinned": pinned}
