@@ -17,7 +17,7 @@ import sys
 import warnings
 
 from .. import __version__
-from ..errors import BadInput
+from ..errors import BadInput, ConvergenceWarning
 from .common import parse_list  # noqa: F401  (part of the package's interface)
 
 PROG = "bayesspec"
@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             # Library chatter would break the one-line error and clean stdout contracts.
             warnings.filterwarnings("ignore", category=FutureWarning)
             warnings.filterwarnings("ignore", category=DeprecationWarning)
+            # Every verb says the convergence verdict itself, once, with its advice.
+            warnings.filterwarnings("ignore", category=ConvergenceWarning)
             return int(args.handler(args) or 0)
     except BadInput as error:
         print(f"{PROG}: error: {error.text(flag_of)}", file=sys.stderr)

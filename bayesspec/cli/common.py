@@ -203,12 +203,13 @@ def say_verdict(verdict: dict, *, what: str = "posterior") -> None:
     log(f"{prefix}: {what}: {verdict['text']}")
 
 
-def finish(document: dict, verdicts, args, *, what: str = "posterior") -> dict:
+def finish(document: dict, verdicts, args, *, what: str = "posterior",
+           say: bool = True) -> dict:
     """Add the convergence verdict(s) of the fit(s) behind an answer to its document
     (``convergence``; ``warning`` when the answer is unreliable) and say them on
-    stderr."""
+    stderr (unless ``say`` is False: the verb prints the verdict itself)."""
     verdicts = verdicts if isinstance(verdicts, list) else [verdicts]
-    for verdict in verdicts:
+    for verdict in verdicts if say else ():
         say_verdict(verdict, what=what)
     document["convergence"] = verdicts[0] if len(verdicts) == 1 else verdicts
     failed = [v["text"] for v in verdicts if v["status"] == "not converged"]

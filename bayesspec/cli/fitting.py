@@ -79,7 +79,8 @@ def run_fit(args) -> int:
                 "rows": len(data), "excluded": int(data["excluded"].sum()),
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),
                 "diagnostics": diagnostics_json(verdict)}
-    finish(document, verdict, args)
+    # In text mode the verdict is the last line on stdout; said once, not twice.
+    finish(document, verdict, args, say=args.json)
     if args.json:
         emit_json(document)
     else:
