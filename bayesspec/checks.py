@@ -19,6 +19,7 @@ in-sample counterpart of the leave-n-out check.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import replace
 
 import numpy as np
@@ -26,10 +27,10 @@ import pandas as pd
 
 from .bayes import MODEL_CLASSES, get_model_class
 from .errors import BadInput
-from .inference import (SamplerSettings, compile_model, convergence_verdict, sample_compiled,
-                        settings_for, stacked_draws)
+from .inference import SamplerSettings, convergence_verdict, settings_for, stacked_draws
 from .fitfile import Fit
 from .outputs import log
+from .parallel import Recipe, sample_many
 
 PARETO_K_LIMIT = 0.7
 
@@ -69,14 +70,22 @@ def r_squared(observed: np.ndarray, predicted: np.ndarray) -> float:
     return float(1.0 - residual / total) if total > 0 else float("nan")
 
 
+def _holdout_model(model: str, config: dict, data: pd.DataFrame, catalog):
+    """The model every fold refits (built in each worker from these arguments)."""
+    return get_model_class(model)(config, catalog=catalog).build(data)
+
+
 def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_out: int = 1,
                     folds: int | None = None, verifiers: list[str] | None = None,
                     by_verifier: bool = False, seed: int = 0, prob: float = 0.9,
                     settings: SamplerSettings | None = None, config: dict | None = None,
-                    progress: bool = True, catalog=None) -> dict:
+                    progress: bool = True, catalog=None, workers: int = 1,
+                    scheduler=None) -> dict:
     """The CONTRACT ``check`` document (plus per-point predictions under ``_points``).
 
-    ``settings`` left unset take the model's defaults (as ``bayesspec fit`` does)."""
+    ``settings`` left unset take the model's defaults (as ``bayesspec fit`` does).
+    ``workers`` > 1 samples the folds in that many processes, ``scheduler`` (an address
+    or a ``distributed.Client``) on a Dask cluster (:mod:`bayesspec.parallel`)."""
     if not get_model_class(model).predicts_unseen_configurations:
         able = [name for name, cls in MODEL_CLASSES.items()
                 if cls.predicts_unseen_configurations]
@@ -85,7 +94,7 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
     latency_model = get_model_class(model)({**(config or {}), "holdout_mask": True},
                                            catalog=catalog)
     settings = settings_for(latency_model, settings)
-    pm_model = latency_model.build(data)
+    latency_model.build(data)   # the parent needs the inputs (rows, groups, cells)
     inputs = latency_model.inputs
     rows, groups = inputs.rows, inputs.groups
     cells = inputs.extras["cells"]
@@ -115,16 +124,31 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
             fold_sets.append(("combinations", [list(c) for c in combos], held))
 
     started = time.perf_counter()
-    compiled = compile_model(pm_model, replace(settings, progress=progress))
-    quiet = replace(settings, progress=False)
     rps = rows["rps"].to_numpy(float)
     observed = rows["latency_mean_s"].to_numpy(float)
     log_se = inputs.extras["log_se"]
     rng = np.random.default_rng(seed)
     decision = latency_model.decision_variables()
 
-    log(f"reference fit on all {len(rows)} points...", progress)
-    full_tree = sample_compiled(compiled, quiet, data={"fit_mask": np.ones(len(rows))})
+    fold_sets = [f for f in fold_sets if np.isin(cell_of_point, f[2]).any()]
+    masks = [np.ones(len(rows))] + [(~np.isin(cell_of_point, held)).astype(float)
+                                    for _, _, held in fold_sets]
+    recipe = Recipe(f"check-{uuid.uuid4().hex}", _holdout_model,
+                    (model, {**(config or {}), "holdout_mask": True}, data, catalog))
+    where = (f"on {scheduler}" if scheduler is not None else
+             f"in {workers} worker processes" if workers > 1 else "here")
+    log(f"reference fit on all {len(rows)} points and {len(fold_sets)} folds, {where} "
+        "(the model compiles once per worker)...", progress)
+    trees = {}
+    for index, result in sample_many(recipe, [{"fit_mask": m} for m in masks],
+                                     replace(settings, progress=False), workers=workers,
+                                     scheduler=scheduler):
+        if isinstance(result, str):
+            raise RuntimeError(f"sampling fold {index} failed: {result}")
+        trees[index] = result
+        log(f"sampled {len(trees)}/{len(masks)} fits, "
+            f"{time.perf_counter() - started:.0f} s elapsed", progress and index > 0)
+    full_tree = trees[0]
     full_c1 = stacked_draws(full_tree, "C1").mean(axis=0)
     full_c2 = stacked_draws(full_tree, "C2").mean(axis=0)
     full_cell = {n: stacked_draws(full_tree, f"cell_{n}").mean(axis=0)
@@ -134,10 +158,8 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
     point_records, per_fold, trend_pairs = [], [], []
     for number, (kind, what, held_cells) in enumerate(fold_sets):
         held_points = np.isin(cell_of_point, held_cells)
-        if not held_points.any():
-            continue
         fold_started = time.perf_counter()
-        tree = sample_compiled(compiled, quiet, data={"fit_mask": (~held_points).astype(float)})
+        tree = trees[number + 1]
         verdict = convergence_verdict(tree, decision)
         fold = Fit.from_sampling(latency_model, data, tree)
         index = np.flatnonzero(held_points)
@@ -181,7 +203,8 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
             "rhat_max": verdict["rhat_max"], "ess_bulk_min": verdict["ess_bulk_min"],
             "divergences": verdict["divergences"], "converged": verdict["converged"],
             "convergence": verdict["status"], "convergence_text": verdict["text"],
-            "seconds": round(time.perf_counter() - fold_started, 2)})
+            "seconds": round(tree.attrs.get("sampling_seconds", 0.0)
+                             + time.perf_counter() - fold_started, 2)})
         log(f"fold {len(per_fold)}/{len(fold_sets)}: held out {what}: coverage "
             f"{inside.mean():.2f}, R^2 {per_fold[-1]['r2']:.4f}, {verdict['status']}, "
             f"{time.perf_counter() - started:.0f} s elapsed", progress)

@@ -30,6 +30,7 @@ reported next to it, never hidden.
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -326,12 +327,19 @@ class SBCResult:
 
 # --------------------------------------------------------------------------- run
 
+def _sbc_model(model: str, config: dict | None, data: pd.DataFrame):
+    """The model SBC refits, its observations swappable (built in each worker)."""
+    from .bayes import get_model_class
+
+    return swappable_observations(get_model_class(model)(config).build(data))[0]
+
+
 def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | None = None,
             simulations: int = 100, settings=None, seed: int = 0,
             thin_to: int = DEFAULT_THIN_TO, bins: int | None = None, level: float = LEVEL,
             variables: list[str] | None = None,
             max_latency_ratio: float | None = MAX_LATENCY_RATIO,
-            progress: bool = True) -> SBCResult:
+            progress: bool = True, workers: int = 1, scheduler=None) -> SBCResult:
     """SBC of ``model`` on the design ``data`` (a tidy table; its latencies only set the
     data-dependent prior constants and are otherwise replaced by simulations).
 
@@ -341,12 +349,14 @@ def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | No
     the model's defaults, the settings its fits use). ``max_latency_ratio``: simulated
     data sets with a sweep whose slowest point is more than this many times its fastest
     are set aside and replaced by further prior draws (None: keep all); see
-    :func:`plausible_sweeps`.
+    :func:`plausible_sweeps`. ``workers`` > 1 samples the simulations in that many
+    processes, ``scheduler`` (address or ``distributed.Client``) on a Dask cluster
+    (:mod:`bayesspec.parallel`); ``compile_s`` is then the first worker's.
     """
 
     from .bayes import get_model_class
-    from .inference import (SamplerSettings, compile_model, diagnostics, sample_compiled,
-                            settings_for)
+    from .inference import SamplerSettings, diagnostics, settings_for
+    from .parallel import Recipe, sample_many
 
     if simulations < 2:
         raise BadInput(f"need at least 2 simulations, got {simulations}",
@@ -367,45 +377,55 @@ def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | No
     templates = {rv: np.asarray(_shared_source(pm_model.rvs_to_values[pm_model[rv]])
                                 .get_value()) for rv in observed}
 
-    compile_started = time.perf_counter()
-    log("sbc: compiling the model once (numba)", progress)
-    compiled = compile_model(pm_model, settings)
-    compile_s = time.perf_counter() - compile_started
-
     step, keep = thin_indices(settings.draws, settings.chains, thin_to)
     max_rank = settings.chains * len(keep)
-    rng = np.random.default_rng(seed)
-    ranks, records = [], []
-    loop_started = time.perf_counter()
+    records = {i: {"simulation": i, "status": "ok", "divergences": 0,
+                   "rhat_max": np.nan, "ess_bulk_min": np.nan} for i in range(simulations)}
+    jobs, job_simulation = [], []
     for i in range(simulations):
-        record = {"simulation": i, "status": "ok", "divergences": 0,
-                  "rhat_max": np.nan, "ess_bulk_min": np.nan}
         values = {observed[rv]: simulated[rv][i].reshape(templates[rv].shape)
                   .astype(templates[rv].dtype) for rv in observed}
         if not all(np.isfinite(v).all() for v in values.values()):
             # Kept in the report: dropping such draws conditions the prior.
-            record["status"] = "non-finite"
+            records[i]["status"] = "non-finite"
+            continue
+        jobs.append((values, replace(settings, seed=seed + 1 + i)))
+        job_simulation.append(i)
+    where = (f"on {scheduler}" if scheduler is not None else
+             f"in {workers} worker processes" if workers > 1 else "here")
+    log(f"sbc: sampling {len(jobs)} simulations {where} (the model compiles once per "
+        "worker, numba)", progress)
+    recipe = Recipe(f"sbc-{uuid.uuid4().hex}", _sbc_model, (model, config, data))
+    ranked = {}
+    loop_started = time.perf_counter()
+    compile_s = 0.0
+    for done, (index, result) in enumerate(sample_many(recipe, jobs, settings,
+                                                       workers=workers,
+                                                       scheduler=scheduler), start=1):
+        i = job_simulation[index]
+        record = records[i]
+        if isinstance(result, str):   # a sampler failure is a finding, not a crash
+            record["status"] = "failed"
+            record["error"] = result
         else:
-            try:
-                tree = sample_compiled(compiled, replace(settings, seed=seed + 1 + i),
-                                       data=values)
-            except Exception as error:  # a sampler failure is a finding, not a crash
-                record["status"] = "failed"
-                record["error"] = f"{type(error).__name__}: {error}"[:200]
-            else:
-                diag = diagnostics(tree, owners)
-                record.update(divergences=diag["divergences"], rhat_max=diag["rhat_max"],
-                              ess_bulk_min=diag["ess_bulk_min"])
-                posterior = tree["posterior"].to_dataset().isel(draw=keep)
-                flat = {v: _flat(posterior, v) for v in dict.fromkeys(owners)}
-                draws = np.column_stack([flat[v][:, j] for v, j in zip(owners, elements)])
-                ranks.append(ranks_of(draws, truth[i], rng))
-        records.append(record)
+            if done == 1:
+                compile_s = (time.perf_counter() - loop_started
+                             - result.attrs.get("sampling_seconds", 0.0))
+            diag = diagnostics(result, owners)
+            record.update(divergences=diag["divergences"], rhat_max=diag["rhat_max"],
+                          ess_bulk_min=diag["ess_bulk_min"])
+            posterior = result["posterior"].to_dataset().isel(draw=keep)
+            flat = {v: _flat(posterior, v) for v in dict.fromkeys(owners)}
+            draws = np.column_stack([flat[v][:, j] for v, j in zip(owners, elements)])
+            # One generator per simulation: ranks do not depend on the finishing order.
+            ranked[i] = ranks_of(draws, truth[i], np.random.default_rng([seed, i]))
         elapsed = time.perf_counter() - loop_started
-        eta = elapsed / (i + 1) * (simulations - i - 1)
-        log(f"sbc: simulation {i + 1}/{simulations} {record['status']}, "
-             f"divergences {record['divergences']}, R-hat max {record['rhat_max']:.3f}; "
-             f"elapsed {elapsed:.0f} s, ETA {eta:.0f} s", progress)
+        eta = elapsed / done * (len(jobs) - done)
+        log(f"sbc: simulation {i + 1} ({done}/{len(jobs)}) {record['status']}, "
+            f"divergences {record['divergences']}, R-hat max {record['rhat_max']:.3f}; "
+            f"elapsed {elapsed:.0f} s, ETA {eta:.0f} s", progress)
+    records = [records[i] for i in range(simulations)]
+    ranks = [ranked[i] for i in sorted(ranked)]
 
     per_simulation = pd.DataFrame(records)
     if len(ranks) < 2:

@@ -426,11 +426,38 @@ def case_scaling(quick: bool) -> dict:
                     "per gradient / parallel chains"}
 
 
+def case_parallel_refits(quick: bool) -> dict:
+    """SBC of the dense model (independent refits): 1 worker vs 2 worker processes.
+
+    On 2 cores the two workers split the cores nutpie's chains would otherwise use, so
+    the gain is the compile/sample overlap and Python overhead, not 2x; on a larger
+    machine or a Dask cluster (--scheduler) the same code scales with the workers."""
+    from bayesspec.bayes import DenseLatencyModel
+    from bayesspec.inference import SamplerSettings
+    from bayesspec.sbc import run_sbc
+
+    design = DenseLatencyModel.default_sbc_design()
+    simulations = 8 if quick else 24
+    settings = SamplerSettings(draws=500, tune=None, chains=2)
+    timings = {}
+    for workers in (1, 2):
+        log(f"parallel_refits: {simulations} SBC simulations, {workers} worker(s)...")
+        started = time.perf_counter()
+        result = run_sbc(design, "dense", simulations=simulations, settings=settings,
+                         seed=3, progress=False, workers=workers)
+        timings[workers] = time.perf_counter() - started
+        ranks = result.ranks
+    return {"name": "parallel_refits", "bayes_s": timings[2], "baseline_s": timings[1],
+            "ratio": timings[1] / timings[2], "simulations": simulations,
+            "ranked": int(len(ranks)),
+            "note": "baseline: the same SBC in one process; ratio > 1: workers faster"}
+
+
 CASES = {"dense_fit_vs_bootstrap": case_dense_fit_vs_bootstrap,
          "speculative_fit": case_speculative_fit, "decisions": case_decisions,
          "simulator": case_simulator, "sampler_choice": case_sampler_choice,
          "hierarchical_fit": case_hierarchical_fit, "check_leave_out_2": case_check_leave_out_2,
-         "scaling": case_scaling}
+         "scaling": case_scaling, "parallel_refits": case_parallel_refits}
 QUICK = ("dense_fit_vs_bootstrap", "speculative_fit", "decisions", "simulator")
 
 

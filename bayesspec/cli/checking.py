@@ -4,7 +4,8 @@ configurations, predict them), or the prior predictive check."""
 from __future__ import annotations
 
 from ..outputs import emit_json, log
-from .common import (add_catalog, add_common, add_sampler_options, check_output_path,
+from .common import (add_catalog, add_common, add_parallel_options, add_sampler_options,
+                     check_output_path, parallel_options,
                      check_prob, read_data, sampler_settings)
 
 
@@ -25,6 +26,7 @@ def register(verbs) -> None:
                        help="instead: share of the data inside prior predictive intervals")
     check.add_argument("--plot", default=None, metavar="PNG",
                        help="predicted vs observed held-out latency with intervals")
+    add_parallel_options(check)
     check.add_argument("--max-rps", type=float, default=None,
                        help="treat points above this rate as saturated")
     add_catalog(check)
@@ -58,7 +60,7 @@ def run(args) -> int:
         data, model=args.model, leave_out=args.leave_out, folds=args.folds,
         verifiers=[v for v in (args.leave_out_model or "").split(",") if v] or None,
         by_verifier=by_verifier, seed=args.seed or 0, prob=args.prob, settings=settings,
-        progress=settings.progress, catalog=catalog_of(args))
+        progress=settings.progress, catalog=catalog_of(args), **parallel_options(args))
     points = document.pop("_points")
     if args.plot:
         from ..plots import holdout_plot, save_figure

@@ -231,3 +231,21 @@ def strict_exit(args, verdicts) -> int:
 
 def stderr_is_terminal() -> bool:
     return sys.stderr.isatty()
+
+
+def add_parallel_options(parser) -> None:
+    """--workers and --scheduler: independent refits (folds, simulations) in parallel."""
+    group = parser.add_argument_group("parallel refits")
+    group.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="sample the independent refits in N worker processes (default 1: "
+                            "here; each worker compiles the model once)")
+    group.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                       help="run them on a Dask cluster instead (tcp://host:8786; needs "
+                            "pip install 'bayesspec[distributed]')")
+
+
+def parallel_options(args) -> dict:
+    from ..parallel import check_workers
+
+    check_workers(args.workers, args.scheduler)
+    return {"workers": args.workers, "scheduler": args.scheduler}

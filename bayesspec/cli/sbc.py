@@ -11,7 +11,7 @@ import pandas as pd
 from ..errors import BadInput
 from ..outputs import emit_json, json_text, write_text_atomic
 from ..sbc import DEFAULT_THIN_TO, MAX_LATENCY_RATIO
-from .common import add_catalog, read_data
+from .common import add_catalog, add_parallel_options, parallel_options, read_data
 
 
 def register(verbs) -> None:
@@ -51,6 +51,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--max-rps", type=float, default=None,
                         help="treat points above this rate as saturated")
     add_catalog(parser)
+    add_parallel_options(parser)
     parser.add_argument("--plot", help="write the rank ECDF plot to this PNG")
     parser.add_argument("--out", help="folder for sbc.json, ranks.csv, simulations.csv and "
                                       "(without --plot) sbc_ecdf.png")
@@ -109,7 +110,7 @@ def run(args) -> int:
     result = run_sbc(data, args.model, config=config, simulations=args.simulations,
                      settings=settings, seed=args.seed, thin_to=args.thin_to, bins=args.bins,
                      max_latency_ratio=args.max_latency_ratio or None,
-                     progress=not args.quiet)
+                     progress=not args.quiet, **parallel_options(args))
     document = result.document()
     plot = args.plot or (str(out / "sbc_ecdf.png") if out is not None else None)
     if plot:
