@@ -145,9 +145,6 @@ def run_speedup(args) -> int:
         print(note)
     if args.plot:
         print(f"plot: {args.plot}")
-    if args.vllm:
-        print()
-        print(schedule_text(document["vllm"]))
     return strict_exit(args, fit.diagnostics)
 
 
