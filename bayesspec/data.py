@@ -73,11 +73,15 @@ class SaturationRule:
     - the row's ``saturated`` column is true;
     - the row's ``strategy`` is ``throughput`` (GuideLLM's ceiling-finding run);
     - ``rps_target`` is given and the achieved ``rps`` is below ``shortfall`` of it;
-    - ``max_rps`` is given and the row's ``rps`` exceeds it (a user override).
+    - ``max_rps`` is given and the row's ``rps`` exceeds it (a user override);
+    - with ``detect``, what the numbers show (:func:`detect_saturation`).
     """
 
     max_rps: float | None = None
     shortfall: float = SHORTFALL_FRACTION
+    # Also read saturation off the data themselves (:func:`detect_saturation`), for
+    # files that do not say which points were overloaded.
+    detect: bool = True
 
 
 def read_tidy(path: str | os.PathLike, *, catalog=None,
@@ -554,8 +558,68 @@ def _mark_saturated(out: pd.DataFrame, rule: SaturationRule) -> None:
     if rule.max_rps is not None:
         above = (out["rps"] > rule.max_rps) & reason.eq("")
         reason = reason.where(~above, f"rps above --max-rps {rule.max_rps:g}")
+    if rule.detect:
+        reason = detect_saturation(out, reason)
     out["exclusion_reason"] = reason.astype(str)
     out["excluded"] = reason.ne("")
+
+
+# Saturation read off the numbers of one group, sorted by achieved rate:
+PLATEAU_RISE = 0.03   # an achieved rate rising by less than 3% over the previous point ...
+PLATEAU_JUMP = 1.3    # ... while the mean latency rises by more than 1.3x: a plateau;
+LAW_EXCESS = 2.0      # a latency over 2x eq. (1) drawn through the group's lower points,
+LAW_CEILING = 0.98    # or a rate at 98% or more of that line's ceiling 1/C2 with a
+#                       latency jump over the previous point like a plateau's.
+LAW_MIN_POINTS = 3    # lower points needed to draw the line
+
+
+def detect_saturation(data: pd.DataFrame, reason: pd.Series) -> pd.Series:
+    """Reasons for the points of each group that the numbers show to be saturated.
+
+    ``reason`` holds the reasons found so far ("" = kept); only kept points are judged.
+    Eq. (1) makes 1/L linear in the rate (1/L = 1/C1 - (C2/C1) RPS), so a straight line
+    through a group's lower-rate points is the law they imply; the highest points are
+    judged against it one at a time, from the top. A group whose lower points do not
+    fall with the rate (noise at light load only) is left alone: there is no law to
+    judge by. Returns the updated reasons.
+    """
+    reason = reason.copy()
+    rps = data["rps"].to_numpy(float)
+    latency = data["latency_mean_s"].to_numpy(float)
+    # Sparse MoE curves bend the other way at light load (expert coverage), so a line
+    # through their lower points is not their law.
+    moe = (pd.to_numeric(data["experts_total"], errors="coerce").fillna(0).to_numpy() > 0
+           if "experts_total" in data.columns else np.zeros(len(data), bool))
+    _, index = assign_groups(data)
+    for group in np.unique(index):
+        members = np.flatnonzero((index == group) & reason.eq("").to_numpy())
+        members = members[np.argsort(rps[members], kind="stable")]
+        for previous, this in zip(members[:-1], members[1:]):
+            if (rps[this] < (1 + PLATEAU_RISE) * rps[previous]
+                    and latency[this] > PLATEAU_JUMP * latency[previous]):
+                reason.iloc[this] = (f"achieved rate stopped rising ({rps[previous]:.4g} -> "
+                                     f"{rps[this]:.4g} RPS) while latency rose "
+                                     f"{latency[this] / latency[previous]:.1f}x")
+        kept = [m for m in members if reason.iloc[m] == ""]
+        while len(kept) > LAW_MIN_POINTS and not moe[kept[-1]]:
+            top, lower = kept[-1], kept[:-1]
+            slope, intercept = np.polyfit(rps[lower], 1.0 / latency[lower], 1)
+            if intercept <= 0 or slope >= 0:
+                break
+            ceiling = -intercept / slope
+            excess = latency[top] * (intercept + slope * rps[top])
+            jump = latency[top] / latency[lower[-1]]
+            if rps[top] >= LAW_CEILING * ceiling and jump > PLATEAU_JUMP:
+                reason.iloc[top] = (f"rate at {rps[top] / ceiling:.0%} of the ceiling "
+                                    f"{ceiling:.4g} RPS of the law through the group's "
+                                    "lower-rate points")
+            elif excess > LAW_EXCESS:
+                reason.iloc[top] = (f"latency {excess:.1f}x the law through the group's "
+                                    "lower-rate points")
+            else:
+                break
+            kept.pop()
+    return reason
 
 
 def describe_exclusions(data: pd.DataFrame) -> list[str]:

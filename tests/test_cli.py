@@ -164,8 +164,35 @@ def test_fit_verb_end_to_end(tmp_path, truth_16, capsys, mock_sampling):
     # which rows were set aside, and why, one line each
     assert "3 of 27 points set aside as saturated" in stderr
     assert stderr.count("marked saturated") == 3
+    assert [entry["reason"] for entry in document["set_aside"]] == ["marked saturated"] * 3
+    assert all(data["rps"].iloc[entry["row"] - 1] == entry["rps"]
+               for entry in document["set_aside"])
     listing = [p.name for p in tmp_path.iterdir()]
     assert not [name for name in listing if name.endswith(".tmp")]
+
+
+def test_fit_says_which_unmarked_points_the_numbers_set_aside(tmp_path, capsys,
+                                                            mock_sampling):
+    """A minimal CSV (no saturated/strategy columns) with a throughput point: fit sets it
+    aside, says so on stderr and in the JSON; --no-saturation-detection keeps it."""
+    from bayesspec.simulate import setup, sweep
+
+    rows = sweep(setup("Qwen3-8B", "H100", prefill=512, decode=512), 9, n_requests=400,
+                 seed=0).rows
+    source = tmp_path / "minimal.csv"
+    rows[["verifier", "prefill_tokens", "decode_tokens", "rps", "latency_mean_s"]].to_csv(
+        source, index=False)
+    throughput_row = int(rows.index[rows["strategy"].eq("throughput")][0]) + 1
+    code, stdout, stderr = run(capsys, "fit", str(source), "-o", str(tmp_path / "f.nc"),
+                               "--draws", "20", "--tune", "20", "--chains", "2", "--json")
+    assert code == 0, stderr
+    aside = json.loads(stdout)["set_aside"]
+    assert throughput_row in [entry["row"] for entry in aside]
+    assert f"row {throughput_row} (" in stderr and "law through the group" in stderr
+    code, stdout, _ = run(capsys, "fit", str(source), "-o", str(tmp_path / "g.nc"),
+                          "--draws", "20", "--tune", "20", "--chains", "2", "--json",
+                          "--no-saturation-detection")
+    assert code == 0 and json.loads(stdout)["set_aside"] == []
 
 
 def test_fit_to_missing_folder_fails_before_sampling(capsys, tmp_path, truth_16):

@@ -480,3 +480,85 @@ def test_columns_that_are_not_near_misses_pass_through(tmp_path, catalog):
 ])
 def test_near_miss(name, known):
     assert near_miss(name) == known
+
+
+# ------------------------------------------------- saturation the numbers show (issue 15)
+
+def _law_rows(rates, c1=1.0, c2=0.1):
+    return [(r, c1 / (1 - r * c2)) for r in rates]
+
+
+def _csv(rows) -> str:
+    return "rps,latency_mean_s\n" + "".join(f"{r},{lat}\n" for r, lat in rows)
+
+
+def test_plateau_of_the_achieved_rate_is_set_aside(tmp_path, catalog):
+    rows = _law_rows([1, 2, 3, 4]) + [(4.05, 4.0)]
+    data = read_tidy(write(tmp_path, "p.csv", _csv(rows)), catalog=catalog)
+    assert data["excluded"].tolist() == [False] * 4 + [True]
+    assert data["exclusion_reason"].iloc[4].startswith("achieved rate stopped rising")
+
+
+def test_points_beyond_the_law_of_the_lower_points_are_set_aside(tmp_path, catalog):
+    # the law through 1..4 RPS puts the ceiling at 10 RPS
+    beyond = _law_rows([1, 2, 3, 4]) + [(10.5, 6.0)]
+    data = read_tidy(write(tmp_path, "b.csv", _csv(beyond)), catalog=catalog)
+    assert data["excluded"].tolist() == [False] * 4 + [True]
+    assert "of the ceiling 10 RPS" in data["exclusion_reason"].iloc[4]
+    far_above = _law_rows([1, 2, 3, 4, 5]) + [(7, 8.0)]   # the law says 3.33 s at 7 RPS
+    data = read_tidy(write(tmp_path, "f.csv", _csv(far_above)), catalog=catalog)
+    assert data["excluded"].tolist() == [False] * 5 + [True]
+    assert data["exclusion_reason"].iloc[5] == ("latency 2.4x the law through the group's "
+                                                "lower-rate points")
+    on_the_law = _law_rows([1, 2, 3, 4, 5, 7, 9])
+    data = read_tidy(write(tmp_path, "k.csv", _csv(on_the_law)), catalog=catalog)
+    assert not data["excluded"].any()
+    kept = read_tidy(tmp_path / "f.csv", catalog=catalog,
+                     saturation=SaturationRule(detect=False))
+    assert not kept["excluded"].any()
+
+
+def test_moe_curves_are_not_judged_by_the_dense_law(tmp_path, catalog):
+    """An MoE curve rises steeply at light load and then flattens: a line through its
+    lower points predicts a ceiling that its higher points pass without saturating."""
+    rates = [0.5, 1, 1.5, 2, 3, 4, 5]
+    rows = [(r, 2.0 + 3.0 * (1 - np.exp(-r)) + 0.1 * r) for r in rates]
+    text = "verifier,rps,latency_mean_s\n" + "".join(f"Qwen3-30B-A3B,{r},{lat}\n"
+                                                   for r, lat in rows)
+    data = read_tidy(write(tmp_path, "m.csv", text), catalog=catalog)
+    assert data["experts_total"].notna().all()
+    assert not data["excluded"].any()
+
+
+def test_a_minimal_csv_of_a_simulated_sweep_sets_its_throughput_point_aside(catalog):
+    """The simulator's sweep without saturated/strategy/rps_target columns: the throughput
+    point is still found, and nothing the simulator kept is set aside."""
+    from bayesspec.simulate import setup, sweep
+
+    rows = sweep(setup("Qwen3-8B", "H100", prefill=512, decode=512), 9, n_requests=400,
+                 seed=0).rows
+    minimal = rows[["verifier", "prefill_tokens", "decode_tokens", "rps", "latency_mean_s"]]
+    data = prepare(minimal, catalog=catalog)
+    throughput = rows["strategy"].eq("throughput").to_numpy()
+    assert data["excluded"].to_numpy()[throughput].all()
+    marked = prepare(rows, catalog=catalog, saturation=SaturationRule(detect=False))
+    assert not (data["excluded"] & ~marked["excluded"]).any()
+
+
+def test_detection_flags_nothing_the_generators_keep(catalog):
+    """Bundled datasets and simulator sweeps over seeds (dense and SD): with their own
+    saturation columns, detection adds no flag to a point they keep."""
+    from bayesspec.simulate import setup, sweep
+
+    root = Path(__file__).resolve().parents[1] / "bayesspec" / "datasets"
+    tables = [pd.read_csv(path) for path in sorted(root.glob("*.csv"))]
+    setups = [setup("Qwen3-8B", "H100", prefill=256, decode=128),
+              setup("Llama-3.1-8B", "H100", prefill=2048, decode=256),
+              setup("Qwen3-8B", "H100", prefill=512, decode=512, k=3, alpha=0.8,
+                    drafter="EAGLE3-Qwen3-8B")]
+    tables += [sweep(s, 9, n_requests=300, seed=seed).rows for s in setups
+               for seed in range(4)]
+    for table in tables:
+        detected = prepare(table, catalog=catalog)["excluded"]
+        marked = prepare(table, catalog=catalog, saturation=SaturationRule(detect=False))
+        assert not (detected & ~marked["excluded"]).any()

@@ -809,3 +809,53 @@ def test_real_guidellm_081_report_with_real_scrapes_ingests():
     assert (rows["draft_tokens"] == 3 * rows["num_drafts"]).all()
     assert rows["acceptance_rate_pos1"].between(0.7, 0.9).all()   # forced alpha 0.8
     assert rows["num_drafts"].min() > 100
+
+
+# ---------------------------------------------------------------------------------------
+# Design flags never stamp a file that says otherwise (issue 15)
+# ---------------------------------------------------------------------------------------
+
+def test_speculative_flags_refused_when_files_disagree(tmp_path, capsys):
+    """A dense GuideLLM report next to an SD vllm bench result: --k/--alpha/--drafter
+    would stamp the dense rows; refused with the file named and nothing written."""
+    out = tmp_path / "rows.csv"
+    code = main(["ingest", str(FIXTURES / "guidellm_v1.json"),
+                 str(FIXTURES / "vllm_bench_append.jsonl"), "--drafter", "EAGLE3-Qwen3-8B",
+                 "--k", "3", "--alpha", "0.8", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert "guidellm_v1.json does not record speculative decoding" in err
+    assert "option --drafter" in err and "column" not in err
+
+
+def test_files_without_flags_keep_their_own_design(tmp_path):
+    out = tmp_path / "rows.csv"
+    assert main(["ingest", str(FIXTURES / "guidellm_v1.json"),
+                 str(FIXTURES / "vllm_bench_append.jsonl"), "--quiet", "-o", str(out)]) == 0
+    rows = pd.read_csv(out)
+    dense = rows[rows["source"].str.startswith("guidellm_v1.json")]
+    sd = rows[rows["source"].str.startswith("vllm_bench_append.jsonl")]
+    assert len(dense) and (dense["k"] == 0).all() and dense["alpha"].isna().all()
+    assert len(sd) and (sd["k"] == 3).all() and np.allclose(sd["alpha"], 0.8)
+
+
+def test_per_file_sidecar_settles_the_design(tmp_path):
+    """Per-file values in a sidecar next to the dense report: the flags then agree with
+    what every file says, so they are accepted."""
+    for name in ("guidellm_v1.json", "vllm_bench_append.jsonl"):
+        shutil.copy(FIXTURES / name, tmp_path / name)
+    (tmp_path / "guidellm_v1.json.meta.toml").write_text(
+        'drafter = "EAGLE3-Qwen3-8B"\nk = 3\nalpha = 0.8\n')
+    out = tmp_path / "rows.csv"
+    assert main(["ingest", str(tmp_path / "guidellm_v1.json"),
+                 str(tmp_path / "vllm_bench_append.jsonl"), "--k", "3", "--quiet",
+                 "-o", str(out)]) == 0
+    assert (pd.read_csv(out)["k"] == 3).all()
+
+
+def test_one_file_takes_the_flags(tmp_path):
+    """With one file the flags are the user's statement about it (GuideLLM cannot know)."""
+    out = tmp_path / "rows.csv"
+    assert main(["ingest", str(FIXTURES / "guidellm_v1.json"), "--drafter", "EAGLE3-Qwen3-8B",
+                 "--k", "3", "--alpha", "0.8", "--quiet", "-o", str(out)]) == 0
+    assert (pd.read_csv(out)["k"] == 3).all()

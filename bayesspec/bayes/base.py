@@ -56,8 +56,12 @@ def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
 
 # Prior scales every latency model shares (each model adds its own options).
 COMMON_CONFIG = {
-    "noise_base_scale": 0.1,      # prior scale of the load-independent log-noise
-    "noise_load_scale": 0.05,     # prior scale of the relative error in the rate
+    # Log-normal priors of the noise scales: the load-independent log-noise of a mean
+    # latency and the relative error in the rate, medians 2% with a log-sd of 0.75
+    # (95% prior interval 0.5% to 9%; a wider one let one-sweep fits reach a noise-free funnel).
+    "noise_base_median": 0.02,
+    "noise_load_median": 0.02,
+    "noise_log_sd": 0.75,
     "log_c1_scale": 2.0,          # prior scale of log C1 across groups
     "utilisation_logit_mean": 1.0,
     "utilisation_logit_scale": 1.5,

@@ -30,7 +30,7 @@ from .priors import latency_likelihood, pooled_normal
 
 class DenseLatencyModel(LatencyModel):
     name = "dense"
-    version = "1"
+    version = "2"
     default_config = {
         **COMMON_CONFIG,
     }

@@ -66,7 +66,7 @@ class MoELatencyModel(LatencyModel):
     # 3: log C1u pooled in the centred form at any group count (2: non-centred below
     # eight groups, whose ridge gave the divergences; 2 made C1u the pooled quantity and
     # C1s = C1u*exp(z); 1 pooled the total C1, split by a share)
-    version = "3"
+    version = "4"
     target_accept = 0.95
     default_config = {
         **COMMON_CONFIG,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
@@ -15,15 +16,18 @@ def pooled_normal(name: str, mean: float, scale: float, dim: str, size: int, *,
     With fewer than three groups the spread between groups cannot be learned and a
     mean-plus-spread form is a funnel (the classic source of divergences), so the groups
     then get independent priors with the population prior's location and scale.
-    Centred for quantities each group's data pin down well; non-centred otherwise.
+    Centred for quantities each group's data pin down well (any number of groups);
+    non-centred otherwise.
     """
     if size < 3:
         return pm.Normal(name, mean, scale, dims=dim)
     mu = pm.Normal(f"{name}_mean", mean, scale)
     tau = pm.HalfNormal(f"{name}_sd", spread_scale if spread_scale is not None else scale)
-    # Centred only with enough groups to learn the spread: with a handful, tau is
-    # weakly identified and the centred form is a funnel (divergences).
-    if centred and size >= 8:
+    # ``centred`` is for values every group's own data pin down (a group's C1 to a
+    # percent): then the group values do not follow tau towards zero and the centred
+    # form has no funnel however few the groups, while the non-centred one couples each
+    # z to tau and mixes slowly (measured: benchmarks/convergence.py, 4 groups).
+    if centred:
         return pm.Normal(name, mu, tau, dims=dim)
     z = pm.Normal(f"{name}_z", 0.0, 1.0, dims=dim)
     return mu + tau * z
@@ -67,8 +71,14 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     c1 = pm.Deterministic("C1", c1, dims="group")
     c2 = pm.Deterministic("C2", c2, dims="group")
     pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
-    noise_base = pm.HalfNormal("noise_base", cfg["noise_base_scale"])
-    noise_load = pm.HalfNormal("noise_load", cfg["noise_load_scale"])
+    # Log-normal, not half-normal: a prior with mass at zero lets the posterior reach a
+    # noise-free neck where the few low-load points (whose only error is their tiny
+    # standard error) make the likelihood razor sharp: a funnel, and the divergences of
+    # one-sweep fits. Real measured means always scatter by some tenths of a percent.
+    noise_base = pm.LogNormal("noise_base", np.log(cfg["noise_base_median"]),
+                              cfg["noise_log_sd"])
+    noise_load = pm.LogNormal("noise_load", np.log(cfg["noise_load_median"]),
+                              cfg["noise_log_sd"])
     if c2_point is None:
         c2_point = c2[group_index]
     # A model can also ask for the cap through ``data`` (it passes through model hooks,

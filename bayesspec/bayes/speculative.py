@@ -261,13 +261,13 @@ def curve_utilisation(cfg: dict):
 class SpeculativeLatencyModel(LatencyModel):
     name = "speculative"
     # 2: latent alpha from a Beta-Binomial on the counters (1: a normal approximation)
-    version = "2"
+    version = "3"
     # Measured: at 0.9 about one fit in three had one or two divergences near the top
     # utilisation; at 0.95 none in the replicate runs (benchmarks/README.md).
     target_accept = 0.95
     default_config = {
         **COMMON_CONFIG,
-        "share_scale": 2.5,          # prior sd of the log shares between coefficients
+        "share_scale": 1.5,          # prior sd of the log shares between coefficients
         "latent_alpha": "auto",      # auto | always | never
         "acceptance": "auto",        # auto | totals | per_position (counters used)
         "acceptance_dispersion": "learned",   # learned | none (plain Binomial counts)

@@ -34,7 +34,7 @@ from .speculative import (COEFFICIENTS, SpeculativeLatencyModel, _setup_label,
 
 class VersionEffectModel(LatencyModel):
     name = "versions"
-    version = "1"
+    version = "2"
     target_accept = 0.95
     default_config = {
         **COMMON_CONFIG,
@@ -198,7 +198,7 @@ class SpeculativeVersionEffectModel(SpeculativeLatencyModel):
     """
 
     name = "speculative_versions"
-    version = "1"
+    version = "2"
     default_config = {
         **SpeculativeLatencyModel.default_config,
         "effect_scale": 0.2,

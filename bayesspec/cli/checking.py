@@ -29,6 +29,9 @@ def register(verbs) -> None:
     add_parallel_options(check)
     check.add_argument("--max-rps", type=float, default=None,
                        help="treat points above this rate as saturated")
+    check.add_argument("--no-saturation-detection", action="store_true",
+                       help="set aside only the points the file marks as saturated (not those "
+                            "the numbers show: a plateau, or a jump far above the law)")
     add_catalog(check)
     add_sampler_options(check)
     add_common(check)

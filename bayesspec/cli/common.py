@@ -159,7 +159,8 @@ def read_data(path: str, args):
     were set aside as saturated and why."""
     from ..data import SaturationRule, describe_exclusions, read_tidy
 
-    rule = SaturationRule(max_rps=getattr(args, "max_rps", None))
+    rule = SaturationRule(max_rps=getattr(args, "max_rps", None),
+                          detect=not getattr(args, "no_saturation_detection", False))
     data = read_tidy(path, catalog=catalog_of(args), saturation=rule)
     lines = describe_exclusions(data)
     if lines:

@@ -25,6 +25,9 @@ def register(verbs) -> None:
     fit.add_argument("--model", default="dense", help=MODEL_HELP)
     fit.add_argument("--max-rps", type=float, default=None,
                      help="treat points above this rate as saturated")
+    fit.add_argument("--no-saturation-detection", action="store_true",
+                   help="set aside only the points the file marks as saturated (not those "
+                        "the numbers show: a plateau, or a jump far above the law)")
     add_catalog(fit)
     fit.add_argument("--no-loo", action="store_true",
                      help="skip PSIS-LOO after sampling (saves a few seconds)")
@@ -62,6 +65,13 @@ def verdict_line(verdict: dict) -> str:
             f"{verdict['text']}")
 
 
+def set_aside(data) -> list[dict]:
+    """The rows left out of the likelihood: 1-based data row, rate and why."""
+    rows = [i for i, excluded in enumerate(data["excluded"].to_numpy(bool)) if excluded]
+    return [{"row": int(i) + 1, "rps": float(data["rps"].iloc[i]),
+             "reason": str(data["exclusion_reason"].iloc[i])} for i in rows]
+
+
 def run_fit(args) -> int:
     check_output_path(args.output)
     settings = sampler_settings(args)
@@ -77,6 +87,7 @@ def run_fit(args) -> int:
     result.save(args.output)
     document = {"fit": args.output, "model": args.model, "groups": len(result.groups),
                 "rows": len(data), "excluded": int(data["excluded"].sum()),
+                "set_aside": set_aside(data),
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),
                 "diagnostics": diagnostics_json(verdict)}
     # In text mode the verdict is the last line on stdout; said once, not twice.

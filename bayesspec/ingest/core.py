@@ -202,6 +202,38 @@ def _sidecar_pairs(sidecar: Sidecar | None, path: str, n_files: int) -> list[Met
     return pairs
 
 
+SPECULATIVE_FIELDS = ("drafter", "k", "alpha", "method")
+
+
+def _records_speculation(path: str, report: Report) -> bool:
+    """Whether a file (or its own sidecar) says how it decoded: a design value (drafter,
+    k, alpha, method) or spec-decode counters on any of its points."""
+    if any(name in load_sidecar(side).design for side in find_sidecars(path)
+           for name in SPECULATIVE_FIELDS):
+        return True
+    return any(any(point.facts.get(name) is not None for name in SPECULATIVE_FIELDS)
+               or any(point.row.get(name) is not None for name in COUNTER_COLUMNS)
+               for point in report.points)
+
+
+def _check_flags_fit_every_file(given: dict, paths: list[str], reports: list) -> None:
+    """Speculative design flags apply to every file; refuse them when some files record
+    their decoding and others do not (a dense GuideLLM report next to an SD vllm bench
+    result would otherwise be stamped as SD without a word)."""
+    flagged = [name for name in SPECULATIVE_FIELDS if name in given]
+    if len(paths) < 2 or not flagged:
+        return
+    recorded = [_records_speculation(path, report) for path, report in zip(paths, reports)]
+    if all(recorded) or not any(recorded):
+        return
+    silent = paths[recorded.index(False)]
+    speaking = paths[recorded.index(True)]
+    raise BadInput(f"the design flags apply to every file, but {Path(silent).name} does "
+                   f"not record speculative decoding while {Path(speaking).name} does: "
+                   f"ingest the files separately, or put per-file values in a sidecar "
+                   f"({Path(silent).name}.meta.toml)", argument=flagged[0])
+
+
 def ingest_files(paths, *, flags: dict | None = None, sidecar: str | None = None,
                  metrics: list[tuple[str, str]] | None = None,
                  check: bool = True) -> IngestResult:
@@ -234,6 +266,7 @@ def ingest_files(paths, *, flags: dict | None = None, sidecar: str | None = None
     given = flag_values(flags or {})
     explicit = load_sidecar(sidecar) if sidecar else None
     reports = [read_report(path) for path in paths]
+    _check_flags_fit_every_file(given, paths, reports)
     scrapes = _Scrapes()
 
     cli_pairs: list[MetricsPair] = []
