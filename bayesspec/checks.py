@@ -320,11 +320,13 @@ def compare_models(fits: dict) -> dict:
     verdict = f"{best['name']} is preferred"
     if rest:
         second = rest[0]
+        # ArviZ 1 reports the difference of a worse model as negative.
+        gap = abs(second["elpd_diff"])
         if second["dse"] > 0:
-            ratio = second["elpd_diff"] / second["dse"]
+            ratio = gap / second["dse"]
         else:
-            ratio = float("inf") if second["elpd_diff"] > 0 else 0.0
-        verdict += (f" over {second['name']} by {second['elpd_diff']:.1f} +- "
+            ratio = float("inf") if gap > 0 else 0.0
+        verdict += (f" over {second['name']} by {gap:.1f} +- "
                     f"{second['dse']:.1f} elpd" +
                     (" (clear: > 2 SE)" if ratio > 2 else " (within 2 SE: not decisive)"))
     return {"models": rows, "verdict": verdict}

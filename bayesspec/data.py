@@ -626,12 +626,10 @@ def describe_exclusions(data: pd.DataFrame) -> list[str]:
     """One line per row set aside from the likelihood: its 1-based data row, the verifier
     and lengths, the rate and why."""
     lines = []
+    columns = group_columns(data)
     for position in np.flatnonzero(data["excluded"].to_numpy(bool)):
         row = data.iloc[position]
-        where = " ".join(str(part) for part in (
-            row.get("verifier", ""), "" if _isna(row.get("prefill_tokens")) else
-            f"p{row['prefill_tokens']}", "" if _isna(row.get("decode_tokens")) else
-            f"g{row['decode_tokens']}") if str(part))
+        where = group_label(row.to_dict(), columns)
         lines.append(f"row {position + 1} ({where}, RPS {row['rps']:.4g}): "
                      f"{row['exclusion_reason']}")
     return lines

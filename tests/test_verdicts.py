@@ -133,3 +133,29 @@ def test_compare_models_does_not_rank_an_unconverged_fit_without_a_word(
     assert "did not converge" in err
     code, _, _ = run(capsys, "compare-models", good, bad, "--json", "--strict")
     assert code == 3
+
+
+def test_compare_models_verdict_reads_arviz_negative_differences(monkeypatch):
+    """ArviZ 1 gives the worse model a negative elpd_diff; 11 +- 1.5 is clear, not 'within
+    2 SE'."""
+    import types
+
+    import arviz as az
+    import pandas as pd
+    import xarray as xr
+
+    from bayesspec import checks, inference
+
+    table = pd.DataFrame({"rank": [0, 1], "elpd": [113.0, 102.0], "se": [1.9, 3.1],
+                          "elpd_diff": [0.0, -11.0], "dse": [0.0, 1.5], "p": [6.4, 14.2],
+                          "weight": [1.0, 0.0], "warning": [False, False]},
+                         index=["sd.nc", "dense.nc"])
+    monkeypatch.setattr(az, "compare", lambda trees, var_name: table)
+    monkeypatch.setattr(inference, "add_log_likelihood", lambda fit: None)
+    points = xr.DataArray(np.zeros((1, 1, 5)), dims=("chain", "draw", "point"))
+    fake = types.SimpleNamespace(tree={"log_likelihood": {"log_latency": points}})
+    verdict = checks.compare_models({"sd.nc": fake, "dense.nc": fake})["verdict"]
+    assert verdict == "sd.nc is preferred over dense.nc by 11.0 +- 1.5 elpd (clear: > 2 SE)"
+    table.loc["dense.nc", "elpd_diff"] = -2.0
+    verdict = checks.compare_models({"sd.nc": fake, "dense.nc": fake})["verdict"]
+    assert verdict.endswith("by 2.0 +- 1.5 elpd (within 2 SE: not decisive)")

@@ -1,0 +1,131 @@
+"""The README as a user meets it: the walkthrough runs as pasted, every `bayesspec` command
+it shows parses, and every link points at a file (and heading) inside the repository."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bayesspec.cli import build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def section(text: str, title: str) -> str:
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
+
+
+def shell_blocks(text: str) -> list[str]:
+    return re.findall(r"```sh\n(.*?)```", text, flags=re.S)
+
+
+def commands(block: str) -> list[str]:
+    """One string per command: continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", " ", block)
+    out = []
+    for line in joined.splitlines():
+        line = line.split(" #", 1)[0].strip() if not line.lstrip().startswith("#") else ""
+        if line:
+            out.append(line)
+    return out
+
+
+WALKTHROUGH = [c for block in shell_blocks(section(README, "Using it")) for c in commands(block)]
+
+
+def test_walkthrough_is_there():
+    verbs = {shlex.split(c)[1] for c in WALKTHROUGH}
+    assert {"simulate", "fit", "summary", "speedup", "crossover", "kstar", "predict",
+            "compare-models", "check", "ingest"} <= verbs
+
+
+@pytest.fixture(scope="module")
+def walkthrough_run(tmp_path_factory):
+    """Every walkthrough command, in order, in a fresh folder that sees the repository's
+    examples/ and tests/ (the files the commands name), with this Python's bin on PATH."""
+    folder = tmp_path_factory.mktemp("walkthrough")
+    for name in ("examples", "tests"):
+        (folder / name).symlink_to(ROOT / name)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}"
+                                f"{os.environ.get('PATH', '')}")
+    results = []
+    for command in WALKTHROUGH:
+        done = subprocess.run(command, shell=True, cwd=folder, env=env, capture_output=True,
+                              text=True, timeout=600)
+        results.append((command, done))
+        if done.returncode != 0:
+            break
+    return folder, results
+
+
+def test_walkthrough_runs_as_pasted(walkthrough_run):
+    folder, results = walkthrough_run
+    for command, done in results:
+        assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
+    assert len(results) == len(WALKTHROUGH)
+    for name in ("sweeps.csv", "fit.nc", "dense.nc", "ingested.csv", "ingested.nc",
+                 "speedup.png", "kstar.png"):
+        assert (folder / name).stat().st_size > 0, name
+
+
+def test_walkthrough_fits_converge_and_answer(walkthrough_run):
+    _, results = walkthrough_run
+    said = {command: done.stdout for command, done in results}
+    fits = [out for command, out in said.items() if " fit " in f" {command} "]
+    assert fits and all("-> OK" in out for out in fits), fits
+    crossover = next(out for command, out in said.items() if "crossover" in command)
+    assert re.search(r"RPS\* = [\d.]+ \[[\d.]+, [\d.]+\]", crossover)
+    schedule = next(out for command, out in said.items() if "--vllm" in command)
+    assert "num_speculative_tokens_per_batch_size" in schedule
+
+
+def test_every_command_in_the_readme_parses():
+    """Commands outside the walkthrough (sbc, serve, compare ...) at least name verbs and
+    options that exist."""
+    parser = build_parser()
+    shown = [c for block in shell_blocks(README) for c in commands(block)]
+    shown += re.findall(r"`(bayesspec [^`]+)`", README)
+    placeholders = {"N": "2", "W": "2", "V": "Qwen3-8B", "DATA": "x.csv", "DIR": "out",
+                    "tcp://...": "tcp://127.0.0.1:8786"}
+    checked = 0
+    for command in shown:
+        words = shlex.split(command.replace("[", "").replace("]", ""))
+        if words[0] != "bayesspec" or len(words) < 2:
+            continue
+        words = [placeholders.get(w, w) for w in words[1:]]
+        try:
+            parser.parse_args(words)
+        except SystemExit as stop:
+            assert stop.code == 0, command
+        checked += 1
+    assert checked >= len(WALKTHROUGH)
+
+
+def _slug(heading: str) -> str:
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def test_links_stay_inside_the_repository():
+    for document in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+                     ROOT / "benchmarks" / "README.md", ROOT / "ARCHITECTURE.md"]:
+        text = document.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            assert "://" not in target, f"{document.name}: external link {target}"
+            path, _, anchor = target.partition("#")
+            linked = (document.parent / path).resolve() if path else document
+            assert linked.exists(), f"{document.name}: {target}"
+            assert str(linked).startswith(str(ROOT)), f"{document.name}: {target}"
+            if anchor:
+                headings = re.findall(r"^#+ (.+)$", linked.read_text(encoding="utf-8"), re.M)
+                assert anchor in {_slug(h) for h in headings}, f"{document.name}: {target}"
+        assert "../shared" not in text, document.name
