@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ..outputs import emit_json, log
 from .common import (add_catalog, add_common, add_parallel_options, add_sampler_options,
-                     check_output_path, parallel_options,
-                     check_prob, read_data, sampler_settings)
+                     add_saturation_options, check_output_path, check_prob, parallel_options,
+                     read_data, sampler_settings)
 
 
 def register(verbs) -> None:
@@ -27,11 +27,7 @@ def register(verbs) -> None:
     check.add_argument("--plot", default=None, metavar="PNG",
                        help="predicted vs observed held-out latency with intervals")
     add_parallel_options(check)
-    check.add_argument("--max-rps", type=float, default=None,
-                       help="treat points above this rate as saturated")
-    check.add_argument("--no-saturation-detection", action="store_true",
-                       help="set aside only the points the file marks as saturated (not those "
-                            "the numbers show: a plateau, or a jump far above the law)")
+    add_saturation_options(check)
     add_catalog(check)
     add_sampler_options(check)
     add_common(check)

@@ -154,6 +154,16 @@ def catalog_of(args):
     return load_catalog(folders if isinstance(folders, (list, tuple)) else [folders])
 
 
+def add_saturation_options(parser) -> None:
+    """How points are set aside as saturated (read by :func:`read_data`)."""
+    parser.add_argument("--max-rps", type=float, default=None,
+                        help="treat points above this rate as saturated")
+    parser.add_argument("--no-saturation-detection", action="store_true",
+                        help="set aside only the points the file marks as saturated (not "
+                             "those the numbers show: a plateau, or a jump far above the "
+                             "law)")
+
+
 def read_data(path: str, args):
     """A tidy table through :func:`bayesspec.data.read_tidy`, saying on stderr which rows
     were set aside as saturated and why."""

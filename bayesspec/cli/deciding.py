@@ -148,38 +148,6 @@ def run_speedup(args) -> int:
     return strict_exit(args, fit.diagnostics)
 
 
-def schedule_text(schedule: dict) -> str:
-    """The vLLM schedule as a person reads it: ranges, switches and how sure each is."""
-    lines = [f"vLLM schedule at alpha {schedule['alpha']:g} (batch size = running requests "
-             f"= RPS x latency, Little's law; k switched only for > {schedule['min_gain']:g} "
-             "expected speedup points)",
-             f"{'batch size':>12} {'k':>4} {'RPS':>17} {'P(best)':>8} "
-             f"{'speedup [interval]':>28}"]
-    for row in schedule["ranges"]:
-        sizes = (f"{row['batch_min']}-{row['batch_max']}" if row["batch_max"] is not None
-                 else f"{row['batch_min']}+")
-        rates = f"{row['rps_min']:.3g}-{row['rps_max']:.3g}"
-        k = "off" if row["k"] == 0 else str(row["k"])
-        lines.append(f"{sizes:>12} {k:>4} {rates:>16}{EXTRAPOLATED if row['extrapolated'] else ' '}"
-                     f" {row['p_best']:>8.2f} {fmt(row['speedup']):>28}")
-    for switch in schedule["switches"]:
-        interval = switch["batch_interval"]
-        where = (f"{interval['lo']:.0f}-{interval['hi']:.0f}" if interval else "unknown")
-        if not switch["pinned"]:
-            lines.append(f"warning: the switch k {switch['from_k']} -> {switch['to_k']} at "
-                         f"batch {switch['batch']} is not pinned down by the data (90% of "
-                         f"draws put it at batch {where}; in "
-                         f"{switch['p_switch_in_range']:.0%} of draws it happens within the "
-                         "searched rates): measure near that load before relying on it")
-    import json
-
-    lines.append("num_speculative_tokens_per_batch_size: "
-                 + json.dumps(schedule["num_speculative_tokens_per_batch_size"]))
-    lines.append("speculative_config (vLLM today): "
-                 + json.dumps(schedule["speculative_config"]))
-    return "\n".join(lines)
-
-
 def run_crossover(args) -> int:
     from ..decisions import crossover
 

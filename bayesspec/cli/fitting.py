@@ -8,9 +8,9 @@ import os
 
 from ..errors import BadInput
 from ..outputs import emit_json, log
-from .common import (add_catalog, add_common, add_sampler_options, check_output_path,
-                     check_prob, finish, g, load_fit, read_data, sampler_settings,
-                     strict_exit)
+from .common import (add_catalog, add_common, add_sampler_options, add_saturation_options,
+                     check_output_path, check_prob, finish, g, load_fit, read_data,
+                     sampler_settings, strict_exit)
 
 MODEL_HELP = ("dense (one C1, C2 per group), speculative (six cycle coefficients shared by "
               "every alpha and k), moe (covered/saturated split), or hierarchical (the "
@@ -23,11 +23,7 @@ def register(verbs) -> None:
                                   "from GuideLLM / vllm bench files)")
     fit.add_argument("-o", "--output", required=True, help="fit file to write (NetCDF)")
     fit.add_argument("--model", default="dense", help=MODEL_HELP)
-    fit.add_argument("--max-rps", type=float, default=None,
-                     help="treat points above this rate as saturated")
-    fit.add_argument("--no-saturation-detection", action="store_true",
-                   help="set aside only the points the file marks as saturated (not those "
-                        "the numbers show: a plateau, or a jump far above the law)")
+    add_saturation_options(fit)
     add_catalog(fit)
     fit.add_argument("--no-loo", action="store_true",
                      help="skip PSIS-LOO after sampling (saves a few seconds)")
