@@ -270,3 +270,69 @@ def hierarchical_truth(verifiers=("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-8B", "Qwen3
                              "decode_tokens": decode, "gpu": gpu,
                              "verifier_params_b": card.params_total_b, "C1": c1, "C2": c2})
     return pd.DataFrame(rows)
+
+
+#: Rates of the MoE low-load case (issue 16): fractions of the saturation rate.
+MOE_LOW_LOAD_FRACTIONS = np.linspace(0.03, 0.90, 9)
+
+
+def moe_truth(pairs=((256, 256), (512, 512), (1024, 256), (256, 1024)), *,
+              experts_active: int = 8, experts_total: int = 128,
+              step_active_s: float = 0.006, step_all_experts_s: float = 0.016,
+              per_token_s: float = 1.4e-5) -> pd.DataFrame:
+    """Known eq. (4) costs of a Qwen3-30B-A3B-like sparse verifier (m = 8 of M = 128
+    experts) on an H100 at a few (prefill, decode) pairs.
+
+    A decode step costs ``step_active_s`` when few experts are touched and
+    ``step_all_experts_s`` more when every expert's weights are streamed (the covered
+    part C1s); each concurrent request adds its tokens' compute and KV reads (C2), about
+    half of which is expert work that grows with coverage (C2s).
+    """
+    rows = []
+    for prefill, decode in pairs:
+        c1u = decode * step_active_s + prefill * 2e-5
+        c1s = decode * step_all_experts_s
+        c2 = (prefill + decode) * per_token_s + decode * 1.5e-5
+        rows.append({"verifier": "Qwen3-30B-A3B", "drafter": "", "k": 0,
+                     "prefill_tokens": prefill, "decode_tokens": decode, "gpu": "H100",
+                     "experts_active": experts_active, "experts_total": experts_total,
+                     "C1u": c1u, "C1s": c1s, "C2u": 0.5 * c2, "C2s": 0.5 * c2})
+    return pd.DataFrame(rows)
+
+
+def moe_true_latency(truth_row, rps) -> np.ndarray:
+    """The exact eq. (4) mean latency (paper's T = RPS*L, one token per request and step)
+    of one row of :func:`moe_truth` at rates ``rps``."""
+    from .laws import moe_latency
+
+    return moe_latency(np.asarray(rps, float), *(float(truth_row[n]) for n in
+                                                  ("C1u", "C1s", "C2u", "C2s")),
+                       float(truth_row["experts_active"]), float(truth_row["experts_total"]),
+                       1.0)
+
+
+def generate_moe_sweeps(truth: pd.DataFrame, *, fractions=MOE_LOW_LOAD_FRACTIONS,
+                        noise: float = 0.025, n_requests: int = 500,
+                        seed: int | None = 0) -> pd.DataFrame:
+    """Sweeps straight from eq. (4): per group, Poisson-like rates at ``fractions`` of
+    the saturation rate 1/(C2u + C2s), mean latency the exact law times a log-normal
+    error of sd ``noise`` plus the sampling error of a mean of ``n_requests`` requests,
+    whose standard error is recorded (``latency_std_s``, ``n_requests``)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _, group in truth.iterrows():
+        ceiling = 1.0 / (float(group["C2u"]) + float(group["C2s"]))
+        rates = np.asarray(fractions, float) * ceiling
+        true = moe_true_latency(group, rates)
+        for rate, mean in zip(rates, true):
+            utilisation = rate / ceiling
+            cv = 0.15 + 0.6 * utilisation
+            se = cv / np.sqrt(n_requests)
+            observed = mean * np.exp(rng.normal(0.0, noise) + rng.normal(0.0, se))
+            rows.append({**{c: group[c] for c in ("verifier", "drafter", "k",
+                                                  "prefill_tokens", "decode_tokens", "gpu",
+                                                  "experts_active", "experts_total")},
+                         "rps": rate, "latency_mean_s": observed,
+                         "latency_std_s": cv * observed, "n_requests": n_requests,
+                         "strategy": "poisson", "saturated": False})
+    return pd.DataFrame(rows)
