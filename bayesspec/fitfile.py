@@ -40,6 +40,16 @@ SELECTORS = {"verifier": "verifier", "drafter": "drafter", "prefill": "prefill_t
              "engine_version": "engine_version"}
 
 
+def is_fit_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` looks like a fit file (an HDF5/netCDF-4 file, by its first bytes),
+    as opposed to a data table."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(8) == b"\x89HDF\r\n\x1a\n"
+    except OSError:
+        return False
+
+
 def read_tree(path: str | os.PathLike) -> xr.DataTree:
     """A fit file's tree, checked to be a bayesspec fit of this fit format (which model
     made it, and whether this bayesspec has that model's version, is checked by the model

@@ -40,6 +40,28 @@ def latency_expr(rps, c1, c2):
     return c1 / (1.0 - rps * c2)
 
 
+def curved_latency_expr(rps, c1, c2, bend):
+    """The second-order law L = C1 (1 + bend*x)/(1 - x), x = RPS*C2: the batch-1 latency
+    C1 is reached only at zero load, and the cost of a step grows with the batch by more
+    (bend > 0) or less (-1 < bend < 0) than eq. (1) says. bend = 0 is eq. (1)."""
+    utilisation = rps * c2
+    return c1 * (1.0 + bend * utilisation) / (1.0 - utilisation)
+
+
+def two_regime_latency_expr(rps, c1m, c2m, c1c, c2c, sharpness=12.0):
+    """The roofline's two regimes, each a law of eq. (1): a step costs the larger of its
+    memory time (C1m + C2m*B: weights, KV reads) and its compute time (C1c + C2c*B), so
+    with B = RPS*L (Little) the mean latency is the larger of the two laws' latencies,
+    max(C1m/(1 - RPS*C2m), C1c/(1 - RPS*C2c)) (the least L with L >= C1_r + C2_r*RPS*L
+    for both r). The max is smoothed as a p-norm of sharpness p (at the crossover the
+    p-norm is 2^(1/p) above either: 6% at p = 12), which also matches a step's gradual
+    change of regime. One law when either branch never leads."""
+    memory = c1m / (1.0 - rps * c2m)
+    compute = c1c / (1.0 - rps * c2c)
+    top = memory + compute  # scale out before the power: latencies^12 overflow nothing
+    return top * ((memory / top) ** sharpness + (compute / top) ** sharpness) ** (1.0 / sharpness)
+
+
 def load_amplification_expr(rps, c2):
     """x/(1-x) with x = RPS*C2: how a relative error in RPS is amplified in log L."""
     utilisation = rps * c2
@@ -139,6 +161,23 @@ def latency(rps, c1, c2):
     with np.errstate(divide="ignore", invalid="ignore"):
         value = latency_expr(rps, c1, c2)
     return np.where(rps * c2 >= 1.0, np.inf, value)[()]
+
+
+def curved_latency(rps, c1, c2, bend):
+    """:func:`curved_latency_expr` with ``inf`` at or past saturation (rps*C2 >= 1)."""
+    rps, c1, c2, bend = _as_float(rps, c1, c2, bend)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = curved_latency_expr(rps, c1, c2, bend)
+    return np.where(rps * c2 >= 1.0, np.inf, value)[()]
+
+
+def two_regime_latency(rps, c1m, c2m, c1c, c2c, sharpness=12.0):
+    """:func:`two_regime_latency_expr` with ``inf`` at or past either branch's
+    saturation."""
+    rps, c1m, c2m, c1c, c2c, sharpness = _as_float(rps, c1m, c2m, c1c, c2c, sharpness)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        value = two_regime_latency_expr(rps, c1m, c2m, c1c, c2c, sharpness)
+    return np.where(rps * np.maximum(c2m, c2c) >= 1.0, np.inf, value)[()]
 
 
 def expected_accepted(alpha, k):

@@ -219,7 +219,8 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
     grid = np.linspace(0.0, min(0.985, max(0.9, float(np.nanmax(x)) + 0.02)), 200)
     rng = np.random.default_rng(seed)
     noise = curves[0].noise
-    noise = Noise(noise.base[:max_draws], noise.load[:max_draws])
+    noise = Noise(noise.base[:max_draws], noise.load[:max_draws],
+                  None if noise.nu is None else noise.nu[:max_draws])
     ones = np.ones_like(noise.base)
     normalised_law = Curve(ones, ones, noise=noise)
     # Several noise draws per posterior draw: smooth band edges with a few hundred draws.
@@ -1009,3 +1010,61 @@ def holdout_plot(points, *, prob: float = BAND_PROB, title: str = "leave-n-out")
     figure.suptitle(f"{title}: {inside.mean():.0%} of {len(points)} held-out points inside "
                     f"their {prob:.0%} predictive interval", fontsize=10)
     return figure
+
+
+def predictive_check_plot(points, calibration, *, prob: float = BAND_PROB,
+                          per_figure: int = 16):
+    """Posterior predictive check per group: observed / predicted median against
+    utilisation, with the predictive interval of each point as a band; held-out points
+    (fitted on lower rates only) hollow. A group whose points fall outside more often than
+    the interval promises is titled in red with "MISFIT"."""
+    flags = {entry["group"]: entry for entry in calibration}
+    labels = list(dict.fromkeys(points["group"]))
+    figures = []
+    for start in range(0, len(labels), per_figure):
+        chunk = labels[start:start + per_figure]
+        columns = min(4, len(chunk))
+        rows_n = math.ceil(len(chunk) / columns)
+        figure, axes = plt.subplots(rows_n, columns, figsize=(3.6 * columns, 2.9 * rows_n + 0.8),
+                                    squeeze=False, layout="constrained")
+        for axis in axes.ravel()[len(chunk):]:
+            axis.set_visible(False)
+        for axis, label in zip(axes.ravel(), chunk):
+            part = points.loc[points["group"] == label].sort_values("utilisation")
+            x = part["utilisation"].to_numpy(float)
+            predicted = part["predicted"].to_numpy(float)
+            lo = part["lo"].to_numpy(float) / predicted
+            hi = np.minimum(part["hi"].to_numpy(float) / predicted, 10.0)
+            axis.fill_between(x, lo, hi, color="#9ecae1", alpha=0.6, lw=0, step="mid")
+            axis.axhline(1.0, color="#08306b", lw=1.0)
+            ratio = part["observed"].to_numpy(float) / predicted
+            inside = part["inside"].to_numpy(bool)
+            held_out = part["held_out"].to_numpy(bool)
+            for mask, face in ((~held_out, None), (held_out, "none")):
+                for good, colour in ((True, "black"), (False, "tab:red")):
+                    chosen = mask & (inside == good)
+                    if chosen.any():
+                        axis.scatter(x[chosen], ratio[chosen], s=18, zorder=3,
+                                     facecolors=face or colour, edgecolors=colour)
+            entry = flags.get(label, {})
+            title = _wrap(label, 44)
+            if entry.get("flagged"):
+                title += "\nMISFIT: too many points outside"
+            axis.set_title(title, fontsize=8, color="tab:red" if entry.get("flagged") else "black")
+            axis.set_xlim(0, max(1.0, float(x.max()) * 1.02) if len(x) else 1.0)
+            axis.tick_params(labelsize=7)
+            axis.grid(alpha=0.3)
+        handles = [
+            Patch(color="#9ecae1", alpha=0.6, label=f"{prob:.0%} predictive interval"),
+            Line2D([], [], color="black", marker="o", ls="none", ms=4, label="fitted point"),
+            Line2D([], [], color="black", marker="o", mfc="none", ls="none", ms=4,
+                   label="held-out point (not fitted)"),
+            Line2D([], [], color="tab:red", marker="o", ls="none", ms=4,
+                   label="outside its interval"),
+        ]
+        figure.legend(handles=handles, loc="outside upper center", ncol=4, fontsize=8,
+                      frameon=False)
+        figure.supxlabel("utilisation x = RPS * C2 (posterior median)", fontsize=9)
+        figure.supylabel("observed / predicted median latency", fontsize=9)
+        figures.append(figure)
+    return figures

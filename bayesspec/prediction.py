@@ -26,8 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import BadInput
-from .laws import (crossover_rps, effective_costs, expert_coverage, latency,
-                   load_amplification_expr, moe_latency, verification_tokens)
+from .laws import (crossover_rps, curved_latency, effective_costs, expert_coverage, latency,
+                   load_amplification_expr, moe_latency, two_regime_latency,
+                   verification_tokens)
 
 COEFFICIENT_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 
@@ -56,6 +57,11 @@ class Noise:
 
     base: np.ndarray     # (S,)
     load: np.ndarray     # (S,)
+    #: Student-t degrees of freedom (S,) when the model's error is Student-t, else None.
+    nu: np.ndarray | None = None
+
+    def _nu(self, ndim: int) -> np.ndarray:
+        return np.asarray(self.nu, dtype=float).reshape((-1,) + (1,) * (ndim - 1))
 
     def sigma(self, rps, point_c2, log_se=0.0) -> np.ndarray:
         rps = np.asarray(rps, dtype=float)
@@ -72,8 +78,22 @@ class Noise:
     def draw(self, curve: np.ndarray, sigma: np.ndarray, rng: np.random.Generator):
         """A new measurement of each curve draw (inf stays inf)."""
         with np.errstate(invalid="ignore", over="ignore"):
-            noise = rng.standard_normal(curve.shape) * sigma
-            return np.where(np.isfinite(curve), curve * np.exp(noise), np.inf)
+            if self.nu is None:
+                standard = rng.standard_normal(curve.shape)
+            else:
+                standard = rng.standard_t(np.broadcast_to(self._nu(curve.ndim), curve.shape))
+            return np.where(np.isfinite(curve), curve * np.exp(standard * sigma), np.inf)
+
+    def log_density(self, log_residual: np.ndarray, sigma: np.ndarray) -> np.ndarray:
+        """Log density of log L_obs - log L under the error (per draw and point)."""
+        z = log_residual / sigma
+        if self.nu is None:
+            return -0.5 * z**2 - np.log(sigma) - 0.5 * np.log(2 * np.pi)
+        from scipy.special import gammaln
+
+        nu = self._nu(np.ndim(z))
+        return (gammaln((nu + 1) / 2) - gammaln(nu / 2) - 0.5 * np.log(nu * np.pi)
+                - np.log(sigma) - (nu + 1) / 2 * np.log1p(z**2 / nu))
 
 
 # --------------------------------------------------------------------------- curves
@@ -122,18 +142,55 @@ class Curve:
 
     def log_predictive_density(self, rps, observed, log_se=0.0) -> np.ndarray:
         """Log pointwise predictive density of observed mean latencies (R,) at rates
-        (R,): log mean over draws of Normal(log obs | log L, sigma) (saturated draws
-        count as 0)."""
+        (R,): log mean over draws of the error density of log obs around log L
+        (saturated draws count as 0)."""
         rps = np.asarray(rps, dtype=float)
         curve = self.latency(rps)
         sigma = self.noise.sigma(rps, self.point_c2(rps, curve), log_se)
         with np.errstate(invalid="ignore", divide="ignore"):
-            z = (np.log(np.asarray(observed, dtype=float)) - np.log(curve)) / sigma
-            logp = -0.5 * z**2 - np.log(sigma) - 0.5 * np.log(2 * np.pi)
+            logp = self.noise.log_density(
+                np.log(np.asarray(observed, dtype=float)) - np.log(curve), sigma)
         logp = np.where(np.isfinite(logp), logp, -np.inf)
         top = np.max(logp, axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
             return top + np.log(np.mean(np.exp(logp - top[None, :]), axis=0))
+
+
+class CurvedCurve(Curve):
+    """Draws of the second-order law L = C1 (1 + bend*x)/(1 - x), x = RPS*C2
+    (:func:`bayesspec.laws.curved_latency`); eq. (1) when bend = 0."""
+
+    law_name = "second-order eq. (1)"
+
+    def __init__(self, c1, c2, bend, *, label: str = "", noise: Noise | None = None):
+        super().__init__(c1, c2, label=label, noise=noise)
+        self.bend = np.asarray(bend, dtype=float)
+
+    def latency(self, rps) -> np.ndarray:
+        rps = np.asarray(rps, dtype=float)
+        return curved_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
+                              _lift(self.bend, rps))
+
+
+class TwoRegimeCurve(Curve):
+    """Draws of the two-regime roofline law (:func:`bayesspec.laws.two_regime_latency`):
+    the larger of a memory-bound law (C1m, C2m) and a compute-bound one (C1c, C2c).
+    ``c1``/``c2`` are the zero-load latency and the C2 of the saturating branch."""
+
+    law_name = "two-regime eq. (1)"
+
+    def __init__(self, c1m, c2m, c1c, c2c, *, sharpness: float, label: str = "",
+                 noise: Noise | None = None):
+        c1m, c2m = np.asarray(c1m, dtype=float), np.asarray(c2m, dtype=float)
+        c1c, c2c = np.asarray(c1c, dtype=float), np.asarray(c2c, dtype=float)
+        zero_load = two_regime_latency(0.0, c1m, c2m, c1c, c2c, sharpness)
+        super().__init__(zero_load, np.maximum(c2m, c2c), label=label, noise=noise)
+        self.parts = (c1m, c2m, c1c, c2c)
+        self.sharpness = float(sharpness)
+
+    def latency(self, rps) -> np.ndarray:
+        rps = np.asarray(rps, dtype=float)
+        return two_regime_latency(rps, *(_lift(p, rps) for p in self.parts), self.sharpness)
 
 
 class MoECurve(Curve):

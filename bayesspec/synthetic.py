@@ -67,7 +67,7 @@ def generate_sweeps(truth: pd.DataFrame, *, n_rates: int = 9, n_requests: int = 
     from .laws import moe_latency
 
     rng = np.random.default_rng(seed)
-    moe_columns = {"C1u", "C1s", "C2u", "C2s", "tokens_per_request"}
+    moe_columns = {"C1u", "C1s", "C2u", "C2s", "tokens_per_request", "bend"}
     design = [c for c in truth.columns if c not in {"C1", "C2"} | moe_columns]
     is_moe = {"C1u", "C1s", "C2u", "C2s"} <= set(truth.columns)
     rows = []
@@ -82,9 +82,11 @@ def generate_sweeps(truth: pd.DataFrame, *, n_rates: int = 9, n_requests: int = 
                 return float(moe_latency(rate, *parts, *experts))
         else:
             c1, c2 = float(group["C1"]), float(group["C2"])
+            # A "bend" column: the second-order law (a sweep the law misfits).
+            bend = float(group["bend"]) if "bend" in truth.columns else 0.0
 
-            def law(rate, c1=c1, c2=c2):
-                return c1 / (1 - rate * c2)
+            def law(rate, c1=c1, c2=c2, bend=bend):
+                return c1 * (1 + bend * rate * c2) / (1 - rate * c2)
         rates = sweep_rates(c1, c2, n_rates)
         for i, rate in enumerate(rates):
             strategy = ("synchronous" if i == 0 else

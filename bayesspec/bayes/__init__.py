@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from .base import LatencyModel, ModelInputs
 from .dense import DenseLatencyModel
+from .discrepancy import DiscrepancyLatencyModel
+from .roofline import TwoRegimeLatencyModel
 from .hierarchical import HierarchicalLatencyModel
 from .moe import MoELatencyModel
 from .speculative import SpeculativeLatencyModel
@@ -14,6 +16,8 @@ from .versions import SpeculativeVersionEffectModel, VersionEffectModel
 
 MODEL_CLASSES: dict[str, type[LatencyModel]] = {
     DenseLatencyModel.name: DenseLatencyModel,
+    DiscrepancyLatencyModel.name: DiscrepancyLatencyModel,
+    TwoRegimeLatencyModel.name: TwoRegimeLatencyModel,
     SpeculativeLatencyModel.name: SpeculativeLatencyModel,
     MoELatencyModel.name: MoELatencyModel,
     VersionEffectModel.name: VersionEffectModel,
@@ -54,7 +58,9 @@ def versions_model_for(data) -> str:
             else VersionEffectModel.name)
 
 
-__all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "SpeculativeLatencyModel", "MoELatencyModel", "VersionEffectModel",
+__all__ = ["LatencyModel", "ModelInputs", "DenseLatencyModel", "DiscrepancyLatencyModel",
+           "TwoRegimeLatencyModel",
+           "SpeculativeLatencyModel", "MoELatencyModel", "VersionEffectModel",
            "SpeculativeVersionEffectModel",
            "HierarchicalLatencyModel", "MODEL_CLASSES",
            "get_model_class", "versions_model_for", "load_fit"]

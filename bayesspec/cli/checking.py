@@ -1,8 +1,10 @@
 """``bayesspec check``: leave-n-out posterior predictive checks (refit without some
-configurations, predict them), or the prior predictive check."""
+configurations, predict them), the posterior predictive check of a fit's own points and
+of rates above those it was fitted on (``--ppc``), or the prior predictive check."""
 
 from __future__ import annotations
 
+from ..errors import BadInput
 from ..outputs import emit_json, log
 from .common import (add_catalog, add_common, add_parallel_options, add_sampler_options,
                      add_saturation_options, check_output_path, check_prob, parallel_options,
@@ -12,7 +14,7 @@ from .common import (add_catalog, add_common, add_parallel_options, add_sampler_
 def register(verbs) -> None:
     check = verbs.add_parser("check", help="leave-n-out posterior predictive checks: refit "
                                            "without some configurations, predict them")
-    check.add_argument("data", help="tidy CSV or Parquet file")
+    check.add_argument("data", help="tidy CSV or Parquet file (with --ppc also a fit file)")
     check.add_argument("--leave-out", type=int, default=1, metavar="N",
                        help="(prefill, decode) combinations held out per fold (default 1: "
                             "each in turn; N > 1: seeded random subsets)")
@@ -21,11 +23,20 @@ def register(verbs) -> None:
     check.add_argument("--leave-out-model", nargs="?", const="", default=None,
                        metavar="V[,V...]",
                        help="hold out whole verifiers instead (each in turn, or the named)")
-    check.add_argument("--model", default="hierarchical", help="model (hierarchical)")
+    check.add_argument("--model", default=None,
+                       help="model to fit (default: hierarchical; dense with --ppc)")
     check.add_argument("--prior-predictive", action="store_true",
                        help="instead: share of the data inside prior predictive intervals")
+    check.add_argument("--ppc", action="store_true",
+                       help="instead: posterior predictive check per group (observed vs "
+                            "predicted along utilisation, groups with too many points "
+                            "outside their interval flagged); DATA may be a fit file")
+    check.add_argument("--hold-out-above", type=float, default=None, metavar="F",
+                       help="with --ppc: fit each group's rates up to F (0-1) of its "
+                            "highest measured rate only, and predict the higher ones")
     check.add_argument("--plot", default=None, metavar="PNG",
-                       help="predicted vs observed held-out latency with intervals")
+                       help="predicted vs observed held-out latency with intervals (with "
+                            "--ppc: one panel per group; PNG_2.png ... past 16 groups)")
     add_parallel_options(check)
     add_saturation_options(check)
     add_catalog(check)
@@ -39,6 +50,11 @@ def run(args) -> int:
     if args.plot:
         check_output_path(args.plot)
     settings = sampler_settings(args)
+    if args.ppc:
+        return run_predictive_check(args, settings)
+    if args.hold_out_above is not None:
+        raise BadInput("needs --ppc", option="--hold-out-above")
+    args.model = args.model or "hierarchical"
     data = read_data(args.data, args)
     from .. import checks
     from .common import catalog_of
@@ -86,3 +102,69 @@ def run(args) -> int:
         log("bayesspec: --strict: exiting with status 3 (a fold did not converge)")
         return 3
     return 0
+
+
+def run_predictive_check(args, settings) -> int:
+    """``check --ppc``: on a fit file as it is, or fit DATA (its lower rates only with
+    ``--hold-out-above``) and check."""
+    from .. import misfit
+    from ..fitfile import is_fit_file
+    from .common import catalog_of, load_fit, strict_exit
+
+    if args.prior_predictive:
+        raise BadInput("choose one of --ppc and --prior-predictive", option="--ppc")
+    fraction = args.hold_out_above
+    if fraction is not None and not 0.0 < fraction < 1.0:
+        raise BadInput(f"must be in (0, 1), got {fraction}", option="--hold-out-above")
+    if is_fit_file(args.data):
+        if fraction is not None:
+            raise BadInput("--hold-out-above refits: give the data file, not a fit file",
+                           file=args.data)
+        fit = load_fit(args.data)
+        document = misfit.predictive_check(fit, prob=args.prob, seed=args.seed or 0)
+    else:
+        data = read_data(args.data, args)
+        model = args.model or "dense"
+        if fraction is None:
+            from ..workflow import fit as fit_model
+
+            fit = fit_model(data, model, settings=settings, catalog=catalog_of(args))
+            document = misfit.predictive_check(fit, prob=args.prob, seed=args.seed or 0)
+        else:
+            fit, document = misfit.rate_holdout_check(
+                data, model=model, fraction=fraction, prob=args.prob, settings=settings,
+                catalog=catalog_of(args), seed=args.seed or 0)
+    points = document.pop("_points")
+    if args.plot:
+        from pathlib import Path
+
+        from ..plots import predictive_check_plot, save_figure
+
+        figures = predictive_check_plot(points, document["groups"], prob=args.prob)
+        target = Path(args.plot)
+        document["plots"] = [save_figure(figure, target if i == 0 else
+                                         target.with_name(f"{target.stem}_{i + 1}{target.suffix}"))
+                             for i, figure in enumerate(figures)]
+    verdicts = [fit.diagnostics]
+    if args.json:
+        emit_json(document)
+    else:
+        print(f"posterior predictive check ({document['model']} model, "
+              f"{document['prob']:.0%} intervals): inside {document['inside']}")
+        for entry in document["groups"]:
+            cells = []
+            for name in ("held_in", "held_out"):
+                if name in entry:
+                    part = entry[name]
+                    cells.append(f"{name.replace('_', '-')} {part['coverage']:.0%} of "
+                                 f"{part['points']} (R^2 {part['r2']:.3f})")
+            pattern = " ".join(f"{band} {value:+.1%}" for band, value in
+                               entry["residual_by_utilisation"].items())
+            mark = "  MISFIT" if entry["flagged"] else ""
+            print(f"  {entry['group']}: {'; '.join(cells)}; mean residual by load: "
+                  f"{pattern}{mark}")
+        print(document["verdict"])
+        print(f"convergence: {fit.diagnostics['text']}")
+        for path in document.get("plots", []):
+            print(f"plot: {path}")
+    return strict_exit(args, verdicts)

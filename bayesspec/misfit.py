@@ -1,0 +1,178 @@
+"""Does a fitted law describe its own data, and the rates it was not fitted on?
+
+``predictive_points``: every point of a fit (and optionally held-out points) against its
+group's posterior predictive distribution of a new measured mean latency: the interval,
+whether the point is inside, its utilisation and its log residual.
+``group_calibration``: per group, the share inside and a flag when more points fall
+outside than the interval allows (a binomial tail at ``FLAG_LEVEL``), plus the residual
+pattern along utilisation (the law's systematic misfit).
+``rate_holdout``: fit on each group's lower rates only and predict the higher ones, the
+question a user extrapolating from a light load test asks.
+
+Pure consumers of the prediction contract (``Fit.group_curve``); no model names.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: A group is flagged when P(at least this many outside | the interval is right) is below.
+FLAG_LEVEL = 0.01
+#: Utilisation bands of the residual pattern.
+PATTERN_BANDS = ((0.0, 0.33, "low"), (0.33, 0.67, "mid"), (0.67, 1.01, "high"))
+
+
+def _log_se(rows: pd.DataFrame) -> np.ndarray:
+    from .bayes.base import measurement_log_se
+
+    return measurement_log_se(rows)
+
+
+def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.9,
+                      seed: int = 0, max_draws: int = 4000) -> pd.DataFrame:
+    """One row per fitted point (``held_out`` False) and per row of ``extra`` whose group
+    the fit has (``held_out`` True): group, rps, observed, predictive median and interval,
+    ``inside``, ``utilisation`` (RPS x posterior median C2 the point feels), ``log_residual``
+    (log observed - log predictive median) and ``pit`` (share of predictive draws below the
+    observation: uniform when the model is calibrated)."""
+    from .data import included, row_group_labels
+
+    rng = np.random.default_rng(seed)
+    fitted = included(fit.data).copy()
+    fitted["held_out"] = False
+    parts = [fitted]
+    if extra is not None and len(extra):
+        extra = included(extra).copy()
+        extra["group"] = row_group_labels(extra, fit.groups)
+        extra = extra.loc[extra["group"] != ""]
+        extra["held_out"] = True
+        parts.append(extra)
+    rows = pd.concat(parts, ignore_index=True)
+    labels = fit.groups["label"].tolist()
+    tail = (1.0 - prob) / 2.0
+    out = []
+    for g, label in enumerate(labels):
+        members = rows.loc[rows["group"] == label]
+        if members.empty:
+            continue
+        curve = fit.group_curve(g)
+        rps = members["rps"].to_numpy(float)
+        observed = members["latency_mean_s"].to_numpy(float)
+        draws = curve.predictive(rps, rng, _log_se(members))[:max_draws]
+        mean_curve = curve.latency(rps)[:max_draws]
+        point_c2 = curve.point_c2(rps, mean_curve)
+        with np.errstate(invalid="ignore"):
+            lo, median, hi = np.nanquantile(np.where(np.isfinite(draws), draws, np.inf),
+                                            [tail, 0.5, 1.0 - tail], axis=0)
+        out.append(pd.DataFrame({
+            "group": label, "rps": rps, "observed": observed, "predicted": median,
+            "lo": lo, "hi": hi, "inside": (lo <= observed) & (observed <= hi),
+            "held_out": members["held_out"].to_numpy(bool),
+            "utilisation": rps * np.median(point_c2, axis=0),
+            "log_residual": np.log(observed) - np.log(median),
+            "pit": np.mean(draws < observed[None, :], axis=0)}))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def _binomial_tail(outside: int, n: int, p: float) -> float:
+    """P(X >= outside) for X ~ Binomial(n, p)."""
+    from math import comb
+
+    return float(sum(comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(outside, n + 1)))
+
+
+def group_calibration(points: pd.DataFrame, *, prob: float = 0.9) -> list[dict]:
+    """Per group: points and coverage (held in, held out), R^2 of the predictive median,
+    the mean log residual per utilisation band, and ``flagged`` when the points outside
+    the interval are too many for it (binomial tail below ``FLAG_LEVEL``)."""
+    from .checks import r_squared
+
+    result = []
+    for label, part in points.groupby("group", sort=False):
+        entry = {"group": label}
+        for name, subset in (("held_in", part.loc[~part["held_out"]]),
+                             ("held_out", part.loc[part["held_out"]])):
+            if subset.empty:
+                continue
+            n = len(subset)
+            outside = int((~subset["inside"]).sum())
+            entry[name] = {"points": n, "coverage": float(subset["inside"].mean()),
+                           "r2": r_squared(subset["observed"], subset["predicted"]),
+                           "p_too_many_outside": _binomial_tail(outside, n, 1.0 - prob)}
+        pattern = {}
+        for lo, hi, name in PATTERN_BANDS:
+            band = part.loc[(part["utilisation"] >= lo) & (part["utilisation"] < hi)]
+            if len(band):
+                pattern[name] = float(band["log_residual"].mean())
+        entry["residual_by_utilisation"] = pattern
+        entry["flagged"] = any(entry[s]["p_too_many_outside"] < FLAG_LEVEL
+                               for s in ("held_in", "held_out") if s in entry)
+        result.append(entry)
+    return result
+
+
+def pooled_coverage(points: pd.DataFrame) -> dict:
+    """Coverage of held-in and held-out points pooled over groups."""
+    out = {}
+    for name, subset in (("held_in", points.loc[~points["held_out"]]),
+                         ("held_out", points.loc[points["held_out"]])):
+        if len(subset):
+            out[name] = {"points": int(len(subset)), "coverage": float(subset["inside"].mean())}
+    return out
+
+
+def split_by_rate(data: pd.DataFrame, fraction: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rows at or below ``fraction`` of their group's highest unsaturated rate, and the
+    other unsaturated rows. Groups are the model's (``data.assign_groups`` on the included rows)."""
+    from .data import assign_groups, included
+    from .errors import BadInput
+
+    if not 0.0 < fraction < 1.0:
+        raise BadInput(f"the rate fraction must be in (0, 1), got {fraction}",
+                       argument="fraction")
+    rows = included(data)
+    _, index = assign_groups(rows)
+    top = pd.Series(rows["rps"].to_numpy(float)).groupby(index).transform("max").to_numpy()
+    low = rows["rps"].to_numpy(float) <= fraction * top
+    # Saturated rows go too: a user extrapolating from a light load test has none.
+    return data.loc[rows.index[low]], data.loc[rows.index[~low]]
+
+
+def predictive_check(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.9,
+                     seed: int = 0) -> dict:
+    """The posterior predictive check of a fit (and of held-out rows ``extra``): pooled
+    and per-group coverage, R^2, residual pattern, flagged groups, a verdict line, and the
+    per-point table under ``_points`` (for the plot)."""
+    points = predictive_points(fit, extra, prob=prob, seed=seed)
+    groups = group_calibration(points, prob=prob)
+    pooled = pooled_coverage(points)
+    flagged = [g["group"] for g in groups if g["flagged"]]
+    parts = [f"{name.replace('_', '-')} {v['coverage']:.0%} of {v['points']}"
+             for name, v in pooled.items()]
+    if flagged:
+        verdict = (f"{len(flagged)} of {len(groups)} groups have more points outside their "
+                   f"{prob:.0%} predictive interval than it allows (misfit): "
+                   + ", ".join(flagged[:6]) + (" ..." if len(flagged) > 6 else "")
+                   + ". Their intervals are overconfident; try a model that admits misfit "
+                   "(--model dense-discrepancy) and compare by PSIS-LOO (compare-models).")
+    else:
+        verdict = f"no group has more points outside its {prob:.0%} interval than it allows"
+    return {"model": fit.model_name, "prob": prob, "pooled": pooled,
+            "inside": ", ".join(parts), "groups": groups, "flagged": flagged,
+            "verdict": verdict, "convergence": fit.diagnostics["status"],
+            "_points": points}
+
+
+def rate_holdout_check(data: pd.DataFrame, *, model: str = "dense", fraction: float = 0.6,
+                       prob: float = 0.9, settings=None, config: dict | None = None,
+                       catalog=None, seed: int = 0):
+    """Fit ``model`` on each group's rates up to ``fraction`` of its highest measured
+    rate, check it on those points and predict the rest. Returns (fit, document)."""
+    from .workflow import fit as fit_model
+
+    low, high = split_by_rate(data, fraction)
+    result = fit_model(low, model, settings=settings, config=config, catalog=catalog)
+    document = predictive_check(result, high, prob=prob, seed=seed)
+    document["fraction"] = fraction
+    return result, document

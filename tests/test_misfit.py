@@ -1,0 +1,222 @@
+"""Misfit: the posterior predictive check per group, the rate hold-out, and the model
+that admits misfit (second-order law, group noise, Student-t)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytensor.tensor as pt
+import pytest
+from scipy import stats
+
+from bayesspec import laws, misfit
+from bayesspec.cli import main
+from bayesspec.data import prepare
+from bayesspec.errors import BadInput
+from bayesspec.inference import SamplerSettings
+from bayesspec.prediction import CurvedCurve, Noise
+from bayesspec.synthetic import generate_sweeps, placeholder_truth
+from bayesspec.workflow import fit
+
+
+# ------------------------------------------------------------------------- the law
+
+def test_curved_law_is_eq1_at_zero_bend_and_one_definition_serves_numpy_and_pytensor():
+    rng = np.random.default_rng(0)
+    rps, c1, c2 = rng.uniform(0, 10, 50), rng.uniform(0.5, 5, 50), rng.uniform(0.01, 0.09, 50)
+    bend = rng.uniform(-0.5, 2, 50)
+    assert np.allclose(laws.curved_latency(rps, c1, c2, 0.0), laws.latency(rps, c1, c2))
+    symbolic = laws.curved_latency_expr(pt.as_tensor(rps), pt.as_tensor(c1), pt.as_tensor(c2),
+                                        pt.as_tensor(bend)).eval()
+    assert np.allclose(symbolic, laws.curved_latency(rps, c1, c2, bend))
+    assert np.isinf(laws.curved_latency(20.0, 1.0, 0.05, 0.3))
+    # bend > 0: above eq. (1) at every load, equal at zero load
+    assert laws.curved_latency(0.0, 2.0, 0.05, 1.0) == pytest.approx(2.0)
+    assert laws.curved_latency(10.0, 2.0, 0.05, 1.0) > laws.latency(10.0, 2.0, 0.05)
+
+
+def test_student_t_noise_density_and_draws():
+    nu = np.array([3.0, 30.0])
+    noise = Noise(np.array([0.02, 0.02]), np.array([0.01, 0.01]), nu)
+    residual = np.array([[0.05, -0.01], [0.05, -0.01]])
+    sigma = np.full_like(residual, 0.02)
+    expected = stats.t.logpdf(residual, df=nu[:, None], scale=0.02)
+    assert np.allclose(noise.log_density(residual, sigma), expected)
+    normal = Noise(np.array([0.02]), np.array([0.01]))
+    assert np.allclose(normal.log_density(residual[:1], sigma[:1]),
+                       stats.norm.logpdf(residual[:1], scale=0.02))
+    heavy = Noise(np.full(20000, 0.02), np.zeros(20000), np.full(20000, 2.5))
+    draws = heavy.draw(np.ones((20000, 1)), np.full((20000, 1), 0.02),
+                       np.random.default_rng(1))
+    # heavier tails than the normal of the same scale
+    assert np.mean(np.abs(np.log(draws)) > 3 * 0.02) > 0.03
+
+
+# ------------------------------------------------------------------------- checks
+
+def test_binomial_tail():
+    assert misfit._binomial_tail(0, 10, 0.1) == pytest.approx(1.0)
+    assert misfit._binomial_tail(4, 11, 0.1) == pytest.approx(stats.binom.sf(3, 11, 0.1))
+
+
+def test_split_by_rate_keeps_each_groups_lower_rates(dense_fit_factory):
+    data = dense_fit_factory(n_groups=3).data
+    low, high = misfit.split_by_rate(data, 0.6)
+    assert not low["excluded"].any() and not high["excluded"].any()
+    for label, part in data.loc[~data["excluded"]].groupby("group"):
+        top = part["rps"].max()
+        assert (low.loc[low["group"] == label, "rps"] <= 0.6 * top).all()
+        assert (high.loc[high["group"] == label, "rps"] > 0.6 * top).all()
+    assert len(low) + len(high) == int((~data["excluded"]).sum())
+    with pytest.raises(BadInput):
+        misfit.split_by_rate(data, 1.5)
+
+
+def test_predictive_check_passes_a_right_law_and_flags_a_misfit_group(dense_fit_factory):
+    fit_ = dense_fit_factory(n_groups=4, seed=2)
+    document = misfit.predictive_check(fit_, prob=0.9)
+    assert document["pooled"]["held_in"]["coverage"] >= 0.8
+    assert document["flagged"] == []
+    # the same sweeps, one group 25% slower at every point above light load: flagged
+    data = fit_.data.loc[~fit_.data["excluded"]].copy()
+    first = data["group"].iloc[0]
+    bent = data.loc[data["group"] == first].copy()
+    bent["latency_mean_s"] *= 1.0 + 0.25 * bent["rps"] / bent["rps"].max()
+    document = misfit.predictive_check(fit_, bent.drop(columns=["group"]), prob=0.9)
+    assert document["flagged"] == [first]
+    entry = next(g for g in document["groups"] if g["group"] == first)
+    assert entry["held_out"]["coverage"] < 0.5
+    assert entry["residual_by_utilisation"]["high"] > 0.1
+    points = document["_points"]
+    assert {"utilisation", "pit", "log_residual", "held_out"} <= set(points.columns)
+
+
+# ------------------------------------------------------------------------- the model
+
+@pytest.fixture(scope="module")
+def bent_sweeps():
+    """Six groups whose true law bends (C1 (1 + bend x)/(1 - x)) by different amounts."""
+    truth = placeholder_truth()
+    truth = truth[truth["verifier"] == "Qwen3-8B"].head(6).reset_index(drop=True)
+    truth["bend"] = [0.0, 0.3, 0.8, 1.5, 0.0, 1.0]
+    return truth, prepare(generate_sweeps(truth, n_rates=11, seed=5), source="<bent>")
+
+
+@pytest.fixture(scope="module")
+def bent_fits(bent_sweeps):
+    _, data = bent_sweeps
+    settings = SamplerSettings(draws=400, tune=600, chains=2, seed=4, progress=False)
+    low, high = misfit.split_by_rate(data, 0.6)
+    return {name: (fit(low, name, settings=settings), high)
+            for name in ("dense", "dense-discrepancy")}
+
+
+def test_discrepancy_model_recovers_the_bend_and_covers_held_out_rates(bent_sweeps, bent_fits):
+    truth, _ = bent_sweeps
+    flexible, high = bent_fits["dense-discrepancy"]
+    assert flexible.diagnostics["divergences"] <= 2, flexible.diagnostics["text"]
+    bend = flexible.draws("bend")
+    lo, hi = np.quantile(bend, [0.02, 0.98], axis=0)
+    inside = (lo <= truth["bend"].to_numpy()) & (truth["bend"].to_numpy() <= hi)
+    assert inside.mean() >= 5 / 6, (lo, hi)
+    held_out = {name: misfit.predictive_check(f, h)["pooled"]["held_out"]["coverage"]
+                for name, (f, h) in bent_fits.items()}
+    # The law that cannot bend misses most of the steep high-load points it was not
+    # shown (seed 5: 50%); the model that can bend covers more of them, though not all
+    # (measured over seeds 5-7: 68-82% of 22 points; the bend trades with C2 when only
+    # the lower 60% of the rates are seen).
+    assert held_out["dense-discrepancy"] >= 0.65, held_out
+    assert held_out["dense-discrepancy"] >= held_out["dense"] + 0.1, held_out
+
+
+def test_discrepancy_fit_answers_decisions_and_round_trips(bent_fits, tmp_path):
+    from bayesspec.bayes import load_fit
+
+    flexible, _ = bent_fits["dense-discrepancy"]
+    curve = flexible.group_curve(0)
+    assert isinstance(curve, CurvedCurve)
+    path = tmp_path / "flex.nc"
+    flexible.save(path)
+    again = load_fit(path)
+    assert np.allclose(again.group_curve(0).latency([1.0, 5.0]), curve.latency([1.0, 5.0]))
+    assert "bend" in again.model().comparable_parameters(again)
+
+
+# ------------------------------------------------------------------------- the verb
+
+def test_check_ppc_on_data_and_on_a_fit_file(tmp_path, capsys, mock_sampling, real_fit_path):
+    truth = placeholder_truth()
+    data = generate_sweeps(truth[truth["verifier"] == "Qwen3-8B"].head(3), seed=1)
+    source = tmp_path / "sweeps.csv"
+    data.to_csv(source, index=False)
+    plot = tmp_path / "ppc.png"
+    assert main(["check", str(source), "--ppc", "--hold-out-above", "0.6", "--draws", "50",
+                 "--quiet", "--json", "--plot", str(plot)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["model"] == "dense" and document["fraction"] == 0.6
+    assert set(document["pooled"]) == {"held_in", "held_out"}
+    assert len(document["groups"]) == 3 and plot.exists()
+    assert main(["check", str(real_fit_path), "--ppc"]) == 0
+    out = capsys.readouterr().out
+    assert "posterior predictive check (dense model" in out and "held-in" in out
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--hold-out-above", "0.6"], "--ppc"),
+    (["--ppc", "--hold-out-above", "1.2"], "(0, 1)"),
+    (["--ppc", "--prior-predictive"], "one of"),
+])
+def test_check_ppc_refuses_bad_options(tmp_path, capsys, extra, needle):
+    truth = placeholder_truth()
+    source = tmp_path / "sweeps.csv"
+    generate_sweeps(truth.head(1), seed=1).to_csv(source, index=False)
+    assert main(["check", str(source), *extra]) == 2
+    assert needle in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------- two regimes
+
+def test_two_regime_law_is_the_larger_branch_and_nests_eq1():
+    rps = np.linspace(0, 2.8, 30)
+    both = laws.two_regime_latency(rps, 21.5, 0.01, 16.8, 0.2, 200.0)
+    larger = np.maximum(laws.latency(rps, 21.5, 0.01), laws.latency(rps, 16.8, 0.2))
+    assert np.allclose(both, larger, rtol=0.01)
+    # a compute branch far below the memory one: eq. (1) of the memory branch
+    assert np.allclose(laws.two_regime_latency(rps, 2.0, 0.05, 1e-6, 0.1),
+                       laws.latency(rps, 2.0, 0.05))
+    assert np.isinf(laws.two_regime_latency(12.0, 2.0, 0.05, 1.0, 0.1))
+    symbolic = laws.two_regime_latency_expr(pt.as_tensor(rps), 21.5, 0.01, 16.8, 0.2).eval()
+    assert np.allclose(symbolic, laws.two_regime_latency(rps, 21.5, 0.01, 16.8, 0.2))
+
+
+def test_two_regime_model_follows_a_kinked_sweep(tmp_path):
+    """Sweeps flat while memory-bound, then rising (the shape of the Vidur 70B sweeps):
+    the two-regime model fits them where eq. (1) leaves a pattern."""
+    from bayesspec.bayes import load_fit
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for decode, scale in ((256, 1.0), (512, 2.0), (1024, 4.0)):
+        rps = np.linspace(0.05, 0.95, 11) * (1 / (0.2 * scale))
+        true = laws.two_regime_latency(rps, 10.0 * scale, 0.01 * scale, 7.0 * scale,
+                                       0.2 * scale)
+        for r, t in zip(rps, true):
+            rows.append({"verifier": "Llama-2-70B", "drafter": "", "k": 0,
+                         "prefill_tokens": 512, "decode_tokens": decode, "rps": r,
+                         "latency_mean_s": t * np.exp(rng.normal(0, 0.005)),
+                         "strategy": "poisson", "saturated": False})
+    data = prepare(pd.DataFrame(rows), source="<kinked>")
+    settings = SamplerSettings(draws=300, tune=500, chains=2, seed=1, progress=False)
+    fits = {name: fit(data, name, settings=settings)
+            for name in ("dense", "dense-roofline")}
+    r2 = {name: min(g["held_in"]["r2"] for g in misfit.predictive_check(f)["groups"])
+          for name, f in fits.items()}
+    assert r2["dense-roofline"] > 0.995, r2
+    assert r2["dense-roofline"] > r2["dense"], r2
+    path = tmp_path / "roof.nc"
+    fits["dense-roofline"].save(path)
+    again = load_fit(path)
+    assert np.allclose(again.group_curve(1).latency([0.5, 2.0]),
+                       fits["dense-roofline"].group_curve(1).latency([0.5, 2.0]))
