@@ -603,6 +603,8 @@ def detect_saturation(data: pd.DataFrame, reason: pd.Series) -> pd.Series:
         kept = [m for m in members if reason.iloc[m] == ""]
         while len(kept) > LAW_MIN_POINTS and not moe[kept[-1]]:
             top, lower = kept[-1], kept[:-1]
+            if np.ptp(rps[lower]) <= 0:  # every point at one rate: no law to draw
+                break
             slope, intercept = np.polyfit(rps[lower], 1.0 / latency[lower], 1)
             if intercept <= 0 or slope >= 0:
                 break

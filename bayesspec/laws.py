@@ -82,6 +82,18 @@ def expected_accepted_expr(alpha, k, xp: ModuleType = np):
     return xp.where(at_one, k + 1.0, geometric)
 
 
+def expected_accepted_positions_expr(conditional, xp: ModuleType = np):
+    """Tokens committed per SD cycle when acceptance depends on the draft position:
+    E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i, for every k = 0..K at once.
+
+    ``conditional`` (..., K): alpha_i = P(accept position i | positions < i accepted).
+    Returns (..., K + 1): E(0) = 1, ..., E(K). With alpha_i = alpha for every i it is
+    :func:`expected_accepted_expr` (eq. 3's i.i.d. case)."""
+    survival = xp.cumprod(conditional, axis=-1)
+    ones = xp.ones_like(survival[..., :1])
+    return xp.concatenate([ones, 1.0 + xp.cumsum(survival, axis=-1)], axis=-1)
+
+
 def effective_costs_expr(alpha, k, decode_tokens, c1p, c1v, c1d, c2p, c2v, c2d,
                          xp: ModuleType = np):
     """Eq. (3): per-request costs of speculative decoding from six cycle coefficients."""

@@ -1068,3 +1068,40 @@ def predictive_check_plot(points, calibration, *, prob: float = BAND_PROB,
         figure.supylabel("observed / predicted median latency", fontsize=9)
         figures.append(figure)
     return figures
+
+
+def acceptance_plot(report: dict):
+    """Per setup: the conditional acceptance alpha_i by position and the acceptance length
+    E(k) with their intervals; measured positions/k filled, extrapolated ones hollow."""
+    setups = report["setups"]
+    figure, axes = plt.subplots(len(setups), 2, figsize=(10.5, 3.4 * len(setups) + 0.6),
+                                squeeze=False, layout="constrained")
+    for row, setup in enumerate(setups):
+        for axis, key, label in ((axes[row, 0], "alpha_position",
+                                  "alpha_i = P(accept i | accepted < i)"),
+                                 (axes[row, 1], "acceptance_length",
+                                  "E(k): tokens committed per cycle")):
+            entries = setup[key]
+            x = np.array([e.get("position", e.get("k")) for e in entries], dtype=float)
+            median = np.array([e["median"] for e in entries])
+            lo = np.array([e["lo"] for e in entries])
+            hi = np.array([e["hi"] for e in entries])
+            extrapolated = np.array([e["extrapolated"] for e in entries])
+            axis.fill_between(x, lo, hi, color="#9ecae1", alpha=0.6, lw=0,
+                              label=f"{report['prob']:.0%} interval")
+            axis.plot(x, median, color="#08306b", lw=1.2)
+            axis.scatter(x[~extrapolated], median[~extrapolated], color="#08306b", zorder=3,
+                         label="within the measured k")
+            axis.scatter(x[extrapolated], median[extrapolated], facecolors="none",
+                         edgecolors="#08306b", zorder=3, label="extrapolated")
+            axis.set_xlabel("draft position i" if key == "alpha_position" else "draft length k")
+            axis.set_ylabel(label, fontsize=8)
+            axis.set_xticks(x)
+            axis.grid(alpha=0.3)
+            axis.set_title(_wrap(setup["setup"], 60), fontsize=8)
+        axes[row, 0].legend(fontsize=7, loc="lower left")
+    verdict = ("decay supported" if report["decay_supported"] else "no clear decay")
+    figure.suptitle(f"acceptance by position: {verdict} (elpd_loo decay - i.i.d. "
+                    f"{report['elpd_difference']:+.1f} +- {report['elpd_difference_se']:.1f})",
+                    fontsize=10)
+    return figure

@@ -206,7 +206,8 @@ def add_acceptance_counters(data: pd.DataFrame, *, drafts_per_row: int = 20000,
 
 def add_position_counters(data: pd.DataFrame, *, drafts_per_row: int = 20000,
                           concentration: float | None = None, per_position: bool = True,
-                          seed: int | None = 0, drop_alpha: bool = True) -> pd.DataFrame:
+                          seed: int | None = 0, drop_alpha: bool = True,
+                          decay: float = 0.0) -> pd.DataFrame:
     """Add vLLM-like counters, per position too, to SD rows, with optional overdispersion.
 
     Each row is a window of ``drafts_per_row`` drafts. With ``concentration`` kappa the
@@ -216,6 +217,8 @@ def add_position_counters(data: pd.DataFrame, *, drafts_per_row: int = 20000,
     are a chain of binomial thinnings with rates a_1..a_k. Writes num_drafts,
     draft_tokens, accepted_tokens and, with ``per_position``, ``accepted_tokens_posI``
     (I = 1..max k; 0 beyond a row's k, as vLLM has no series there).
+    ``decay`` b: the conditional rate of position i is logit^-1(logit(alpha) + b log i)
+    (acceptance that falls along the draft; 0: i.i.d.).
     """
     rng = np.random.default_rng(seed)
     out = data.copy()
@@ -225,8 +228,9 @@ def add_position_counters(data: pd.DataFrame, *, drafts_per_row: int = 20000,
     for row, (k, alpha) in enumerate(zip(ks, out["alpha"].to_numpy(float))):
         surviving = drafts_per_row
         for i in range(k):
-            rate = (alpha if concentration is None else
-                    rng.beta(alpha * concentration, (1 - alpha) * concentration))
+            mean = 1.0 / (1.0 + np.exp(-(np.log(alpha / (1 - alpha)) + decay * np.log(i + 1))))
+            rate = (mean if concentration is None else
+                    rng.beta(mean * concentration, (1 - mean) * concentration))
             surviving = rng.binomial(surviving, rate)
             positions[row, i] = surviving
     is_sd = ks > 0

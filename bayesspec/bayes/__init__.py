@@ -8,7 +8,7 @@ from __future__ import annotations
 from .base import LatencyModel, ModelInputs
 from .dense import DenseLatencyModel
 from .discrepancy import DiscrepancyLatencyModel
-from .roofline import TwoRegimeLatencyModel
+from .two_regime import TwoRegimeLatencyModel
 from .hierarchical import HierarchicalLatencyModel
 from .moe import MoELatencyModel
 from .speculative import SpeculativeLatencyModel

@@ -12,9 +12,12 @@ from .common import (add_catalog, add_common, add_sampler_options, add_saturatio
                      check_output_path, check_prob, finish, g, load_fit, read_data,
                      sampler_settings, strict_exit)
 
-MODEL_HELP = ("dense (one C1, C2 per group), speculative (six cycle coefficients shared by "
-              "every alpha and k), moe (covered/saturated split), or hierarchical (the "
-              "coefficients on scaling trends across verifiers, drafters and lengths)")
+MODEL_HELP = ("dense (one C1, C2 per group), dense-discrepancy (dense with a pooled "
+              "second-order term and per-group noise: admits misfit), dense-roofline (the "
+              "larger of a memory-bound and a compute-bound law), speculative (six cycle "
+              "coefficients shared by every alpha and k), moe (covered/saturated split), or "
+              "hierarchical (the coefficients on scaling trends across verifiers, drafters "
+              "and lengths)")
 
 
 def register(verbs) -> None:

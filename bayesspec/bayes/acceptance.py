@@ -1,0 +1,216 @@
+"""Acceptance by draft position, from vLLM's per-position counters.
+
+Eq. (3) takes every drafted token as accepted with the same probability alpha (i.i.d.).
+Measured drafters accept less the further into the draft: the conditional rate
+alpha_i = P(accept position i | positions before it accepted) decays with i. This model
+fits, per drafter setup (verifier, drafter), a smooth decay
+
+    logit alpha_i = a + b * log(i)          (b = 0: the i.i.d. case)
+
+from the counters of every window (a row: ``num_drafts`` drafts, ``accepted_tokens_posI``
+of them with their first I tokens accepted), with prompt-to-prompt overdispersion: in a
+window position i's rate is Beta(alpha_i kappa, (1 - alpha_i) kappa), so the conditional
+counts are a Beta-Binomial chain. It answers the acceptance length
+E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i (:func:`bayesspec.laws.expected_accepted_positions_expr`)
+for any k, measured or not, with intervals. ``decay=False`` fits the i.i.d. model; PSIS-LOO
+between the two says whether the data support the decay.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pymc as pm
+import pytensor.tensor as pt
+
+from ..errors import BadInput
+from ..laws import expected_accepted_positions_expr
+
+POSITION_COLUMN = "accepted_tokens_pos{}"
+SETUP_COLUMNS = ("verifier", "drafter")
+
+
+def position_windows(data: pd.DataFrame) -> dict:
+    """The windows with complete per-position counters: per window its setup, k, drafts
+    and the conditional trials/accepted per position (positions beyond k masked)."""
+    rows = data.loc[data["k"].astype(int) > 0]
+    source = data.attrs.get("source_file")
+    if rows.empty:
+        raise BadInput("no speculative rows (k > 0): nothing to learn acceptance from",
+                       file=source)
+    k = rows["k"].to_numpy(int)
+    max_k = int(k.max())
+    missing = [POSITION_COLUMN.format(i) for i in range(1, max_k + 1)
+               if POSITION_COLUMN.format(i) not in rows.columns]
+    if "num_drafts" not in rows.columns or missing:
+        raise BadInput("per-position acceptance needs num_drafts and accepted_tokens_pos1.."
+                       f"pos{max_k} (vLLM's spec_decode_num_accepted_tokens_per_pos; "
+                       "`bayesspec ingest --metrics` reads them)", file=source,
+                       column=(missing or ["num_drafts"])[0])
+    drafts = pd.to_numeric(rows["num_drafts"], errors="coerce").to_numpy(float)
+    counts = np.stack([pd.to_numeric(rows[POSITION_COLUMN.format(i)], errors="coerce")
+                       .to_numpy(float) for i in range(1, max_k + 1)], axis=1)
+    inside = np.arange(1, max_k + 1)[None, :] <= k[:, None]
+    usable = np.isfinite(drafts) & (drafts > 0) & np.all(np.isfinite(counts) | ~inside, axis=1)
+    if not usable.any():
+        raise BadInput("no row has complete per-position counters", file=source,
+                       column="accepted_tokens_pos1")
+    rows, k, drafts, counts, inside = (rows.loc[usable], k[usable], drafts[usable],
+                                       counts[usable], inside[usable])
+    counts = np.where(inside, counts, 0.0)
+    trials = np.concatenate([drafts[:, None], counts[:, :-1]], axis=1)
+    bad = inside & (counts > trials)
+    if bad.any():
+        row = int(np.flatnonzero(bad.any(axis=1))[0])
+        raise BadInput("per-position accepted counts must not increase with the position",
+                       file=source, row=int(rows.index[row]) + 1,
+                       column=POSITION_COLUMN.format(int(np.flatnonzero(bad[row])[0]) + 1))
+    setup_keys = rows[list(SETUP_COLUMNS)].astype(str).agg(" + ".join, axis=1)
+    setups = list(dict.fromkeys(setup_keys))
+    return {"setup": np.array([setups.index(s) for s in setup_keys]), "setups": setups,
+            "k": k, "drafts": drafts, "trials": np.where(inside, trials, 0.0),
+            "accepted": counts, "inside": inside, "max_k": max_k,
+            "k_measured": [sorted(set(k[setup_keys.to_numpy() == s])) for s in setups]}
+
+
+class PositionAcceptanceModel:
+    """Per-position acceptance: build / fit / predict. Not a latency model: it feeds
+    the acceptance length E(k) that eq. (3) uses."""
+
+    name = "position-acceptance"
+    version = "1"
+
+    def __init__(self, *, decay: bool = True, concentration_prior: tuple = (np.log(200.0), 1.5)):
+        self.decay = decay
+        self.concentration_prior = concentration_prior
+        self.windows: dict | None = None
+        self.posterior = None
+
+    def build(self, data: pd.DataFrame) -> pm.Model:
+        windows = self.windows = position_windows(data)
+        n_setups = len(windows["setups"])
+        coords = {"setup": windows["setups"], "window": np.arange(len(windows["k"])),
+                  "position": np.arange(1, windows["max_k"] + 1)}
+        log_position = np.log(np.arange(1, windows["max_k"] + 1, dtype=float))
+        with pm.Model(coords=coords) as model:
+            level = pm.Normal("logit_alpha_1", 1.0, 1.5, dims="setup")
+            slope = (pm.Normal("decay", 0.0, 1.0, dims="setup") if self.decay
+                     else pt.zeros(n_setups))
+            logit = level[:, None] + slope[:, None] * log_position[None, :]
+            conditional = pm.Deterministic("alpha_position", pm.math.sigmoid(logit),
+                                           dims=("setup", "position"))
+            kappa = pm.Deterministic("concentration", pt.exp(pm.Normal(
+                "log_concentration", *self.concentration_prior, dims="setup")), dims="setup")
+            s = windows["setup"]
+            rate = conditional[s]
+            inside = windows["inside"]
+            # Positions beyond a window's k have 0 trials and 0 accepted: log p = 0.
+            pm.BetaBinomial("position_count", n=windows["trials"].astype(int),
+                            alpha=rate * kappa[s][:, None],
+                            beta=(1.0 - rate) * kappa[s][:, None],
+                            observed=windows["accepted"].astype(int) * inside,
+                            dims=("window", "position"))
+        return model
+
+    def fit(self, data: pd.DataFrame, *, draws: int = 1000, tune: int = 1000, chains: int = 4,
+            seed: int | None = None, progress: bool = False):
+        import nutpie
+
+        compiled = nutpie.compile_pymc_model(self.build(data))
+        self.posterior = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains,
+                                       seed=seed, progress_bar=progress)
+        return self.posterior
+
+    # ------------------------------------------------------------------ answers
+    def conditional_draws(self, setup: int, k_max: int) -> np.ndarray:
+        """(S, k_max) draws of alpha_i, extrapolated past the measured positions by the
+        fitted decay."""
+        post = self.posterior.posterior
+        level = post["logit_alpha_1"].isel(setup=setup).stack(s=("chain", "draw")).values
+        slope = (post["decay"].isel(setup=setup).stack(s=("chain", "draw")).values
+                 if self.decay else np.zeros_like(level))
+        logit = level[:, None] + slope[:, None] * np.log(np.arange(1, k_max + 1))[None, :]
+        return 1.0 / (1.0 + np.exp(-logit))
+
+    def acceptance_length_draws(self, setup: int, k_max: int) -> np.ndarray:
+        """(S, k_max + 1) draws of E(k), k = 0..k_max."""
+        return expected_accepted_positions_expr(self.conditional_draws(setup, k_max))
+
+    def log_likelihood(self) -> np.ndarray:
+        """Pointwise log-likelihood per window (chains, draws, windows), for PSIS-LOO."""
+        from scipy.special import betaln, gammaln
+
+        w = self.windows
+        post = self.posterior.posterior
+        conditional = post["alpha_position"].values[:, :, w["setup"], :]
+        kappa = post["concentration"].values[:, :, w["setup"]][..., None]
+        a, b = conditional * kappa, (1.0 - conditional) * kappa
+        n, x = w["trials"], w["accepted"] * w["inside"]
+        log_p = (gammaln(n + 1) - gammaln(x + 1) - gammaln(n - x + 1)
+                 + betaln(x + a, n - x + b) - betaln(a, b))
+        return np.sum(np.where(w["inside"], log_p, 0.0), axis=-1)
+
+
+def acceptance_report(data: pd.DataFrame, *, k_max: int = 8, prob: float = 0.9,
+                      draws: int = 1000, tune: int = 1000, chains: int = 4,
+                      seed: int | None = 0) -> dict:
+    """Fit the decay and the i.i.d. models, compare them by PSIS-LOO, and answer per
+    setup: alpha_i per position and E(k) for k = 1..k_max (measured k marked)."""
+    import arviz as az
+    import xarray as xr
+
+    from ..inference import convergence_verdict
+
+    tail = (1.0 - prob) / 2.0
+    fits = {}
+    for name, decay in (("decay", True), ("iid", False)):
+        model = PositionAcceptanceModel(decay=decay)
+        model.fit(data, draws=draws, tune=tune, chains=chains, seed=seed)
+        fits[name] = model
+    loo, pointwise_elpd = {}, {}
+    for name, model in fits.items():
+        pointwise = model.log_likelihood()
+        tree = xr.DataTree.from_dict({
+            "posterior": model.posterior.posterior,
+            "log_likelihood": xr.Dataset({"windows": (("chain", "draw", "window"), pointwise)})})
+        result = az.loo(tree, var_name="windows", pointwise=True)
+        pointwise_elpd[name] = np.asarray(result.elpd_i, dtype=float)
+        loo[name] = {"elpd_loo": float(result.elpd), "se": float(result.se),
+                     "pareto_k_max": float(np.nanmax(np.asarray(result.pareto_k)))}
+    gain = pointwise_elpd["decay"] - pointwise_elpd["iid"]
+    difference = float(gain.sum())
+    difference_se = float(np.sqrt(gain.size) * gain.std(ddof=1)) if gain.size > 1 else np.nan
+    model = fits["decay"]
+    variables = ["logit_alpha_1", "decay", "log_concentration"]
+    verdict = convergence_verdict(xr.DataTree.from_dict(
+        {"posterior": model.posterior.posterior,
+         "sample_stats": model.posterior.sample_stats}), variables)
+    setups = []
+    for s, label in enumerate(model.windows["setups"]):
+        conditional = model.conditional_draws(s, k_max)
+        length = model.acceptance_length_draws(s, k_max)
+        measured = set(int(k) for k in model.windows["k_measured"][s])
+        measured_max = max(measured)
+
+        def interval(values):
+            lo, median, hi = np.quantile(values, [tail, 0.5, 1 - tail])
+            return {"median": float(median), "lo": float(lo), "hi": float(hi)}
+
+        setups.append({
+            "setup": label,
+            "k_measured": sorted(measured),
+            "alpha_position": [{"position": i + 1, **interval(conditional[:, i]),
+                                "extrapolated": i + 1 > measured_max}
+                               for i in range(k_max)],
+            "decay": interval(model.posterior.posterior["decay"].isel(setup=s).values.ravel()),
+            "acceptance_length": [{"k": k, **interval(length[:, k]),
+                                   "measured": k in measured, "extrapolated": k > measured_max}
+                                  for k in range(1, k_max + 1)]})
+    # The decay earns its place when it predicts held-out windows better by more than
+    # twice the standard error of the difference (and by more than 4 elpd, the usual
+    # floor below which PSIS-LOO differences are noise).
+    supported = difference > max(4.0, 2.0 * difference_se)
+    return {"prob": prob, "k_max": k_max, "setups": setups, "loo": loo,
+            "elpd_difference": difference, "elpd_difference_se": difference_se,
+            "decay_supported": bool(supported),
+            "convergence": verdict["status"], "convergence_text": verdict["text"]}
