@@ -97,7 +97,15 @@ def expected_accepted_positions_expr(conditional, xp: ModuleType = np):
 def effective_costs_expr(alpha, k, decode_tokens, c1p, c1v, c1d, c2p, c2v, c2d,
                          xp: ModuleType = np):
     """Eq. (3): per-request costs of speculative decoding from six cycle coefficients."""
-    cycles = decode_tokens / expected_accepted_expr(alpha, k, xp=xp)
+    return costs_for_acceptance_length(expected_accepted_expr(alpha, k, xp=xp), k,
+                                       decode_tokens, c1p, c1v, c1d, c2p, c2v, c2d)
+
+
+def costs_for_acceptance_length(length, k, decode_tokens, c1p, c1v, c1d, c2p, c2v, c2d):
+    """Eq. (3) given the tokens committed per cycle E directly (i.i.d. acceptance gives
+    E = expected_accepted(alpha, k); acceptance by position gives
+    :func:`expected_accepted_positions_expr`): g/E cycles of a verification and k drafts."""
+    cycles = decode_tokens / length
     c1_eff = c1p + cycles * (c1v + k * c1d)
     c2_eff = c2p + cycles * (c2v + k * c2d)
     return c1_eff, c2_eff
@@ -207,11 +215,9 @@ def effective_costs(alpha, k, decode_tokens, c1p, c1v, c1d, c2p, c2v, c2d):
     """(C1_eff, C2_eff) of eq. (3) for acceptance ``alpha``, draft length ``k``."""
     arrays = _as_float(alpha, k, decode_tokens, c1p, c1v, c1d, c2p, c2v, c2d)
     with np.errstate(divide="ignore", invalid="ignore"):
-        alpha, k, decode_tokens = arrays[:3]
-        cycles = decode_tokens / expected_accepted(alpha, k)
-        c1p, c1v, c1d, c2p, c2v, c2d = arrays[3:]
-        c1_eff = c1p + cycles * (c1v + k * c1d)
-        c2_eff = c2p + cycles * (c2v + k * c2d)
+        alpha, k = arrays[:2]
+        c1_eff, c2_eff = costs_for_acceptance_length(expected_accepted(alpha, k), k,
+                                                     *arrays[2:])
     return c1_eff[()], c2_eff[()]
 
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import BadInput
-from .laws import (crossover_rps, curved_latency, effective_costs, expert_coverage, latency,
-                   load_amplification_expr, moe_latency, two_regime_latency,
-                   verification_tokens)
+from .laws import (costs_for_acceptance_length, crossover_rps, curved_latency,
+                   effective_costs, expert_coverage, latency, load_amplification_expr,
+                   moe_latency, two_regime_latency, verification_tokens)
 
 COEFFICIENT_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 
@@ -385,15 +385,43 @@ class CoefficientLaw(Law):
         self.decode_tokens = float(decode_tokens)
         self.moe = moe
         self.noise = noise
+        #: (S, K + 1) draws of E(k), k = 0..K, from acceptance by position; None: eq. (3)'s
+        #: i.i.d. E(alpha, k).
+        self.acceptance_lengths: np.ndarray | None = None
+
+    def with_acceptance_lengths(self, lengths: np.ndarray, *, seed: int = 0) -> "CoefficientLaw":
+        """The same law answering SD from measured acceptance by position: E(k) draws
+        (S_a, K + 1) instead of E(alpha, k); alpha is then ignored. The two posteriors are
+        independent, so draws are paired at random (resampled to this law's draws)."""
+        import copy
+
+        lengths = np.asarray(lengths, dtype=float)
+        draws = next(iter(self.coefficients.values())).shape[0]
+        pick = np.random.default_rng(seed).integers(0, lengths.shape[0], draws)
+        law = copy.copy(self)
+        law.acceptance_lengths = lengths[pick]
+        law.label = f"{self.label} (acceptance by position)"
+        return law
 
     def sd(self, alpha: float, k) -> Curve:
         alpha = np.asarray(alpha, dtype=float)
         k = np.asarray(k, dtype=float)
         shape = (-1,) + (1,) * k.ndim
-        c1, c2 = effective_costs(alpha, k, self.decode_tokens,
-                                 *(self.coefficients[n].reshape(shape)
-                                   for n in COEFFICIENT_NAMES))
-        label = f"{self.label} alpha {float(alpha):g} k {k.tolist()}"
+        coefficients = [self.coefficients[n].reshape(shape) for n in COEFFICIENT_NAMES]
+        if self.acceptance_lengths is None:
+            c1, c2 = effective_costs(alpha, k, self.decode_tokens, *coefficients)
+            label = f"{self.label} alpha {float(alpha):g} k {k.tolist()}"
+        else:
+            top = self.acceptance_lengths.shape[1] - 1
+            if np.any(k > top):
+                raise BadInput(f"acceptance by position answers k up to {top}, not "
+                               f"{int(np.max(k))}", argument="kmax")
+            length = self.acceptance_lengths[:, k.astype(int)].reshape(
+                (-1,) + np.shape(k))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                c1, c2 = costs_for_acceptance_length(length, k, self.decode_tokens,
+                                                     *coefficients)
+            label = f"{self.label} k {k.tolist()}"
         if self.moe is None:
             return Curve(c1, c2, label=label, noise=self.noise)
         s1, s2 = (share.reshape(shape) for share in self.moe.sd_shares)

@@ -451,3 +451,34 @@ def test_alpha_coverage_over_many_replicates(per_position, concentration):
     upper = 0.96 if concentration is not None else 1.0
     assert 0.85 <= result["covers"].mean() <= upper, result["covers"].mean()
     assert (result["divergences"] == 0).all()
+
+
+def test_acceptance_by_position_nests_eq3_and_changes_kstar(capsys, spec_fit, spec_fit_path,
+                                                           tmp_path):
+    """E(k) from per-position counters replaces E(alpha, k) in eq. (3): with i.i.d.
+    lengths the costs are eq. (3)'s; with a decaying drafter long drafts pay less."""
+    law = spec_fit.law({})
+    iid = np.tile(laws.expected_accepted(0.8, np.arange(9)), (50, 1))
+    positioned = law.with_acceptance_lengths(iid)
+    for k in (1, 3, 6):
+        assert np.allclose(positioned.costs(np.nan, k)[0], law.costs(0.8, k)[0])
+        assert np.allclose(positioned.costs(np.nan, k)[1], law.costs(0.8, k)[1])
+    with pytest.raises(BadInput):
+        positioned.costs(np.nan, 9)
+    rows = [{"verifier": "Llama-3.1-8B", "drafter": "EAGLE3", "k": k, "alpha": 0.84,
+             "rps": 1.0 + w, "latency_mean_s": 3.0, "prefill_tokens": 512,
+             "decode_tokens": 512} for k in (2, 3, 4) for w in range(5)]
+    counters = tmp_path / "counters.csv"
+    add_position_counters(pd.DataFrame(rows), drafts_per_row=5000, concentration=150,
+                          decay=-1.2, seed=4).to_csv(counters, index=False)
+    assert main(["kstar", str(spec_fit_path), "--acceptance", str(counters), "--rps", "0.5",
+                 "--kmax", "8", "--json"]) == 0
+    measured = json.loads(capsys.readouterr().out)
+    assert measured["table"][0]["alpha"] is None
+    assert measured["acceptance"]["setup"] == "Llama-3.1-8B + EAGLE3"
+    assert main(["kstar", str(spec_fit_path), "--alpha", "0.84", "--rps", "0.5", "--kmax", "8",
+                 "--json"]) == 0
+    assumed = json.loads(capsys.readouterr().out)
+    assert measured["table"][0]["k"] < assumed["table"][0]["k"]
+    assert main(["kstar", str(spec_fit_path), "--rps", "0.5"]) == 2
+    assert "--acceptance" in capsys.readouterr().err

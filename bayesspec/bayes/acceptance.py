@@ -214,3 +214,32 @@ def acceptance_report(data: pd.DataFrame, *, k_max: int = 8, prob: float = 0.9,
             "elpd_difference": difference, "elpd_difference_se": difference_se,
             "decay_supported": bool(supported),
             "convergence": verdict["status"], "convergence_text": verdict["text"]}
+
+
+def acceptance_length_draws(data: pd.DataFrame, k_max: int, *, drafter: str | None = None,
+                            draws: int = 1000, tune: int = 1000, chains: int = 4,
+                            seed: int | None = 0) -> tuple[np.ndarray, str, dict]:
+    """Fit the decay model to per-position counters and return E(k) draws (S, k_max + 1)
+    of the setup whose drafter is ``drafter`` (the only one when None), its label and the
+    convergence verdict."""
+    import xarray as xr
+
+    from ..inference import convergence_verdict
+
+    model = PositionAcceptanceModel(decay=True)
+    model.fit(data, draws=draws, tune=tune, chains=chains, seed=seed)
+    setups = model.windows["setups"]
+    drafters = [label.split(" + ", 1)[1] for label in setups]
+    if drafter is not None:
+        chosen = [i for i, d in enumerate(drafters) if d.strip().lower() == drafter.strip().lower()]
+    else:
+        chosen = list(range(len(setups)))
+    if len(chosen) != 1:
+        raise BadInput(f"the counters hold setups {', '.join(setups)}; "
+                       + ("none" if not chosen else "more than one")
+                       + (f" with drafter '{drafter}'" if drafter else "")
+                       + ": name the drafter", argument="drafter")
+    verdict = convergence_verdict(xr.DataTree.from_dict(
+        {"posterior": model.posterior.posterior, "sample_stats": model.posterior.sample_stats}),
+        ["logit_alpha_1", "decay", "log_concentration"])
+    return model.acceptance_length_draws(chosen[0], k_max), setups[chosen[0]], verdict

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import BadInput
-from ..outputs import emit_json
+from ..outputs import emit_json, log
 from .common import (add_common, add_group_options, check_alpha_k, check_output_path,
                      check_prob, finish, fmt, group_criteria, load_fit, parse_list, rates,
-                     strict_exit)
+                     read_data, strict_exit)
 
 STRICT_HELP = "exit with status 3 when the posterior did not converge"
 EXTRAPOLATED = "*"   # marks rates above the highest rate the data reached
@@ -45,7 +45,11 @@ def register(verbs) -> None:
 
     kstar = verbs.add_parser("kstar", help="best draft length per (alpha, RPS)")
     kstar.add_argument("fit", help="fit file")
-    kstar.add_argument("--alpha", required=True, help="LIST of acceptance rates")
+    kstar.add_argument("--alpha", help="LIST of acceptance rates (i.i.d., eq. 3)")
+    kstar.add_argument("--acceptance", metavar="COUNTERS",
+                       help="instead of --alpha: a tidy file with the drafter's per-position "
+                            "counters (num_drafts, accepted_tokens_pos1..k): k* from the "
+                            "acceptance length E(k) they imply, any k up to --kmax")
     kstar.add_argument("--rps", required=True, help="LIST of rates")
     kstar.add_argument("--kmax", type=int, default=10, help="largest k considered (default 10)")
     kstar.add_argument("--objective", choices=("mean", "q10"), default="mean",
@@ -185,14 +189,36 @@ def run_kstar(args) -> int:
     from ..decisions import kstar_table
 
     check_prob(args)
-    alphas = parse_list(args.alpha, option="--alpha")
-    if np.any((alphas < 0) | (alphas > 1)):
-        raise BadInput("values must be within [0, 1]", option="--alpha")
+    if (args.alpha is None) == (args.acceptance is None):
+        raise BadInput("give one of --alpha (acceptance rates) and --acceptance (a file of "
+                       "per-position counters)", option="--alpha")
+    if args.acceptance is None:
+        alphas = parse_list(args.alpha, option="--alpha")
+        if np.any((alphas < 0) | (alphas > 1)):
+            raise BadInput("values must be within [0, 1]", option="--alpha")
+    else:
+        alphas = np.array([np.nan])  # the measured acceptance: alpha does not enter
+        if args.plot:
+            raise BadInput("the k* map is over alpha; with --acceptance see `bayesspec "
+                           "acceptance --plot`", option="--plot")
     rps = rates(args.rps)
     if not 1 <= args.kmax <= 64:
         raise BadInput(f"must be within 1..64, got {args.kmax}", option="--kmax")
     fit = load_fit(args.fit)
     law = fit.law(group_criteria(args))
+    verdicts = [fit.diagnostics]
+    if args.acceptance is not None:
+        from ..bayes.acceptance import acceptance_length_draws
+
+        if not law.answers_any_configuration:
+            raise BadInput("k* needs the speculative model (six cycle coefficients); fit "
+                           "with --model speculative", file=args.fit)
+        counters = read_data(args.acceptance, args)
+        lengths, setup, verdict = acceptance_length_draws(
+            counters, args.kmax, drafter=getattr(args, "drafter", None),
+            seed=0)
+        law = law.with_acceptance_lengths(lengths)
+        verdicts.append(verdict)
     document = kstar_table(law, alphas, rps, ks=range(0, args.kmax + 1),
                            objective=args.objective, prob=args.prob)
     if args.vllm:
@@ -206,6 +232,11 @@ def run_kstar(args) -> int:
         document["vllm"] = vllm_schedule(law, float(alphas[0]), rps,
                                          ks=range(0, args.kmax + 1),
                                          min_gain=args.min_gain, prob=args.prob)
+    if args.acceptance is not None:
+        document["acceptance"] = {"file": args.acceptance, "setup": setup,
+                                  "convergence": verdict["status"]}
+        if not verdict["converged"]:
+            log(f"warning: acceptance by position: {verdict['text']}")
     document = finish(document, fit.diagnostics, args)
     if args.plot:
         from ..plots import kstar_map_plot, save_figure
@@ -214,14 +245,18 @@ def run_kstar(args) -> int:
         document["plot"] = save_figure(kstar_map_plot(document), args.plot)
     if args.json:
         emit_json(document)
-        return strict_exit(args, fit.diagnostics)
+        return strict_exit(args, verdicts)
+    if args.acceptance is not None:
+        print(f"acceptance: E(k) from the per-position counters of {setup} in "
+              f"{args.acceptance} (alpha column: measured)")
     print(f"setup: {document['setup']}   objective: {args.objective}   k = 0 means "
           f"'do not speculate'")
     print(f"{'alpha':>6} {'RPS':>10} {'k*':>5} {'P(best)':>8} {'speedup [interval]':>28} "
           f"{'batch-1 k':>9} {'loss vs batch-1 k (speedup points)':>35}")
     for row in document["table"]:
         k = f">={row['k']}" if row["at_max_k"] else str(row["k"])
-        print(f"{row['alpha']:>6.3g} {row['rps']:>9.4g}{_mark(row)} {k:>5} "
+        alpha = "meas." if np.isnan(row["alpha"]) else f"{row['alpha']:.3g}"
+        print(f"{alpha:>6} {row['rps']:>9.4g}{_mark(row)} {k:>5} "
               f"{row['p_best']:>8.2f} {fmt(row['speedup']):>28} {row['k_batch1']:>9} "
               f"{row['loss_vs_batch1']:>35.3f}")
     if any(row["at_max_k"] for row in document["table"]):
@@ -234,7 +269,7 @@ def run_kstar(args) -> int:
     if args.vllm:
         print()
         print(schedule_text(document["vllm"]))
-    return strict_exit(args, fit.diagnostics)
+    return strict_exit(args, verdicts)
 
 
 def schedule_text(schedule: dict) -> str:
