@@ -182,7 +182,7 @@ def _forward(p, tokens, kv):
 @njit(cache=True)
 def _run(arrival, streams, prompt, output, acc_off, acc, k, vp, dp, sp, budget, max_seqs,
          total_blocks, block_size, jitter, t_first, t_finish, n_preempt, cap_wait, cycles,
-         accepted, drafted):
+         accepted, drafted, accepted_pos):
     n = prompt.shape[0]
     computed = np.zeros(n, np.int64)
     generated = np.zeros(n, np.int64)
@@ -330,6 +330,8 @@ def _run(arrival, streams, prompt, output, acc_off, acc, k, vp, dp, sp, budget, 
                             a = drafts[j]
                         drafted[r] += drafts[j]
                         accepted[r] += a
+                        for i in range(a):   # vLLM's per-position counter
+                            accepted_pos[r, i] += 1
                     cycles[r] += 1
                     c = a + 1
                     if c > output[r] - generated[r]:
@@ -377,6 +379,7 @@ class PointResult:
     cycles: np.ndarray
     accepted: np.ndarray
     drafted: np.ndarray
+    accepted_pos: np.ndarray                # (requests, k): drafts whose first i+1 were accepted
     steps: int
     busy_s: float
     window: tuple[float, float]
@@ -476,6 +479,7 @@ def _simulate(step_model: StepModel, server: ServerConfig, workload: Workload,
     cycles = np.zeros(n, np.int64)
     accepted = np.zeros(n, np.int64)
     drafted = np.zeros(n, np.int64)
+    accepted_pos = np.zeros((n, max(int(spec.k), 1)), np.int64)
     vp, dp, sp = step_model.as_arrays()
     streams = 0 if arrivals.open_loop else arrivals.client_streams(server)
     steps, _end, busy = _run(arrival, np.int64(streams), prompt, output, acc_off, acc,
@@ -484,13 +488,13 @@ def _simulate(step_model: StepModel, server: ServerConfig, workload: Workload,
                              np.int64(server.max_num_seqs),
                              np.int64(server.kv_capacity_tokens // server.block_size),
                              np.int64(server.block_size), jitter, t_first, t_finish,
-                             n_preempt, cap_wait, cycles, accepted, drafted)
+                             n_preempt, cap_wait, cycles, accepted, drafted, accepted_pos)
     if steps < 0:
         raise BadInput("the simulated server stalled: a request does not fit in the KV cache")
     return PointResult(arrivals=arrivals, spec=spec, arrival=arrival, first_token=t_first,
                        finish=t_finish, prompt=prompt, output=output, preemptions=n_preempt,
                        capacity_wait=cap_wait, cycles=cycles, accepted=accepted,
-                       drafted=drafted, steps=int(steps), busy_s=float(busy),
+                       drafted=drafted, accepted_pos=accepted_pos, steps=int(steps), busy_s=float(busy),
                        window=(0.0, 0.0), measured=np.zeros(n, bool))
 
 
@@ -620,6 +624,8 @@ def _measure(res: PointResult, *, warm: int, cool: int, tolerance: float,
         "num_drafts": int(res.cycles[measured].sum()) if spec_on else 0,
         "draft_tokens": int(res.drafted[measured].sum()) if spec_on else 0,
         "accepted_tokens": int(res.accepted[measured].sum()) if spec_on else 0,
+        "accepted_tokens_pos": ([int(v) for v in res.accepted_pos[measured].sum(axis=0)]
+                                if spec_on else []),
         "preempted_requests": preempted,
         "capacity_wait_share": waited,
         "duration_s": float(duration),

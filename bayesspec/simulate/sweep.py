@@ -167,6 +167,8 @@ def _row(s: Setup, res: PointResult, seed: int) -> dict:
         "num_drafts": summary["num_drafts"],
         "draft_tokens": summary["draft_tokens"],
         "accepted_tokens": summary["accepted_tokens"],
+        **{f"accepted_tokens_pos{i + 1}": count
+           for i, count in enumerate(summary.get("accepted_tokens_pos", []))},
         "source": f"{ENGINE} seed={seed}",
     })
     return row
