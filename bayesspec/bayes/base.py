@@ -135,6 +135,16 @@ class LatencyModel:
                                   extras={"log_se": measurement_log_se(rows)})
         return self.inputs
 
+    def empty_model(self, data: pd.DataFrame):
+        """(inputs, an empty ``pm.Model`` with the ``group`` and ``point`` coords) for
+        ``build``: open it, ``add_data(inputs)``, add the priors and the likelihood."""
+        import pymc as pm
+
+        inputs = self.prepare(data)
+        coords = {"group": inputs.groups["label"].tolist(),
+                  "point": np.arange(len(inputs.rows))}
+        return inputs, pm.Model(coords=coords)
+
     def data_arrays(self, inputs: ModelInputs) -> dict[str, tuple[np.ndarray, str | None]]:
         """Every ``pm.Data`` of the model: name -> (values, dim)."""
         return {

@@ -36,28 +36,28 @@ class DenseLatencyModel(LatencyModel):
     }
 
     def build(self, data: pd.DataFrame) -> pm.Model:
-        inputs = self.prepare(data)
-        cfg = self.config
-        groups = inputs.groups
-        coords = {"group": groups["label"].tolist(), "point": np.arange(len(inputs.rows))}
-        with pm.Model(coords=coords) as model:
+        inputs, model = self.empty_model(data)
+        with model:
             data = self.add_data(inputs)
-            rps_max, log_c1_center = data["rps_max"], data["log_C1_center"]
-
-            # Centred: every group's data pin C1 down and C1 differs a lot between groups,
-            # the case where the centred form samples better than the non-centred one.
-            n_groups = len(groups)
-            log_c1 = pooled_normal("log_C1", log_c1_center, cfg["log_c1_scale"], "group",
-                                   n_groups, centred=True)
-            # Not pooled: how close a sweep came to its ceiling is a property of the test
-            # design, not of the system, and pooling it is a funnel one way or the other
-            # (non-centred when every sweep pins u down, centred when they all agree).
-            utilisation = pm.math.sigmoid(pm.Normal(
-                "utilisation_logit", cfg["utilisation_logit_mean"],
-                cfg["utilisation_logit_scale"], dims="group"))
-
-            latency_likelihood(pt.exp(log_c1), utilisation / rps_max, cfg, data)
+            log_c1, utilisation = self.group_costs(data, len(inputs.groups))
+            latency_likelihood(pt.exp(log_c1), utilisation / data["rps_max"], self.config, data)
         return model
+
+    def group_costs(self, data: dict, n_groups: int, name: str = "log_C1"):
+        """Per group: log C1 (pooled) and the utilisation u in (0, 1) reached by the
+        group's highest rate (C2 = u/rps_max), in the current model."""
+        cfg = self.config
+        # Centred: every group's data pin C1 down and C1 differs a lot between groups,
+        # the case where the centred form samples better than the non-centred one.
+        log_c1 = pooled_normal(name, data["log_C1_center"], cfg["log_c1_scale"], "group",
+                               n_groups, centred=True)
+        # Not pooled: how close a sweep came to its ceiling is a property of the test
+        # design, not of the system, and pooling it is a funnel one way or the other
+        # (non-centred when every sweep pins u down, centred when they all agree).
+        utilisation = pm.math.sigmoid(pm.Normal(
+            "utilisation_logit", cfg["utilisation_logit_mean"],
+            cfg["utilisation_logit_scale"], dims="group"))
+        return log_c1, utilisation
 
     def data_arrays(self, inputs):
         arrays = super().data_arrays(inputs)

@@ -28,7 +28,7 @@ import pytensor.tensor as pt
 from ..laws import curved_latency_expr
 from ..prediction import CurvedCurve, Noise
 from .dense import DenseLatencyModel
-from .priors import latency_likelihood, pooled_normal
+from .priors import latency_likelihood
 
 
 class DiscrepancyLatencyModel(DenseLatencyModel):
@@ -42,20 +42,14 @@ class DiscrepancyLatencyModel(DenseLatencyModel):
     }
 
     def build(self, data: pd.DataFrame) -> pm.Model:
-        inputs = self.prepare(data)
+        inputs, model = self.empty_model(data)
         cfg = self.config
-        groups = inputs.groups
-        n_groups = len(groups)
-        coords = {"group": groups["label"].tolist(), "point": np.arange(len(inputs.rows))}
-        with pm.Model(coords=coords) as model:
+        n_groups = len(inputs.groups)
+        with model:
             data = self.add_data(inputs)
-            rps, rps_max, g = data["rps"], data["rps_max"], data["group_index"]
-            log_c1 = pooled_normal("log_C1", data["log_C1_center"], cfg["log_c1_scale"],
-                                   "group", n_groups, centred=True)
-            utilisation = pm.math.sigmoid(pm.Normal(
-                "utilisation_logit", cfg["utilisation_logit_mean"],
-                cfg["utilisation_logit_scale"], dims="group"))
-            c1, c2 = pt.exp(log_c1), utilisation / rps_max
+            rps, g = data["rps"], data["group_index"]
+            log_c1, utilisation = self.group_costs(data, n_groups)
+            c1, c2 = pt.exp(log_c1), utilisation / data["rps_max"]
             if n_groups >= 3:
                 # Non-centred: most groups' data say little about their bend, so it
                 # follows tau (the case where the centred form is a funnel).

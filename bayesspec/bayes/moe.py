@@ -101,12 +101,11 @@ class MoELatencyModel(LatencyModel):
         return inputs
 
     def build(self, data: pd.DataFrame) -> pm.Model:
-        inputs = self.prepare(data)
+        inputs, model = self.empty_model(data)
         cfg = self.config
         groups = inputs.groups
         n_groups = len(groups)
-        coords = {"group": groups["label"].tolist(), "point": np.arange(len(inputs.rows))}
-        with pm.Model(coords=coords) as model:
+        with model:
             data = self.add_data(inputs)
             rps_data, rps_max = data["rps"], data["rps_max"]
             center = float(np.log(np.median(groups["latency_low"])))

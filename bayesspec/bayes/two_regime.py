@@ -33,7 +33,7 @@ import pytensor.tensor as pt
 from ..laws import two_regime_latency_expr
 from ..prediction import TwoRegimeCurve
 from .dense import DenseLatencyModel
-from .priors import latency_likelihood, pooled_normal
+from .priors import latency_likelihood
 
 
 class TwoRegimeLatencyModel(DenseLatencyModel):
@@ -48,18 +48,12 @@ class TwoRegimeLatencyModel(DenseLatencyModel):
     }
 
     def build(self, data: pd.DataFrame) -> pm.Model:
-        inputs = self.prepare(data)
+        inputs, model = self.empty_model(data)
         cfg = self.config
-        groups = inputs.groups
-        coords = {"group": groups["label"].tolist(), "point": np.arange(len(inputs.rows))}
-        with pm.Model(coords=coords) as model:
+        with model:
             data = self.add_data(inputs)
             rps, rps_max, g = data["rps"], data["rps_max"], data["group_index"]
-            log_c1m = pooled_normal("log_C1m", data["log_C1_center"], cfg["log_c1_scale"],
-                                    "group", len(groups), centred=True)
-            utilisation = pm.math.sigmoid(pm.Normal(
-                "utilisation_logit", cfg["utilisation_logit_mean"],
-                cfg["utilisation_logit_scale"], dims="group"))
+            log_c1m, utilisation = self.group_costs(data, len(inputs.groups), name="log_C1m")
             share_c1 = pm.math.sigmoid(pm.Normal("logit_share_C1c", 0.0,
                                                  cfg["share_logit_scale"], dims="group"))
             share_c2 = pm.math.sigmoid(pm.Normal("logit_share_C2m", 0.0,
