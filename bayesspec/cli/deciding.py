@@ -217,6 +217,11 @@ def run_kstar(args) -> int:
         lengths, setup, verdict = acceptance_length_draws(
             counters, args.kmax, drafter=getattr(args, "drafter", None),
             seed=0)
+        counted_drafter = setup.split(" + ", 1)[-1]
+        if counted_drafter.lower() not in law.label.lower():
+            log(f"warning: the counters are of drafter '{counted_drafter}', the fitted setup "
+                f"is '{law.label}': the acceptance of one drafter is applied to the costs of "
+                "another")
         law = law.with_acceptance_lengths(lengths)
         verdicts.append(verdict)
     document = kstar_table(law, alphas, rps, ks=range(0, args.kmax + 1),
