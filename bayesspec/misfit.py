@@ -173,8 +173,21 @@ def rate_holdout_check(data: pd.DataFrame, *, model: str = "dense", fraction: fl
     rate, check it on those points and predict the rest. Returns (fit, document)."""
     from .workflow import fit as fit_model
 
+    from .data import EXTRA_GROUP_COLUMNS, GROUP_COLUMNS, group_label, row_group_labels
+
     low, high = split_by_rate(data, fraction)
     result = fit_model(low, model, settings=settings, config=config, catalog=catalog)
     document = predictive_check(result, high, prob=prob, seed=seed)
     document["fraction"] = fraction
+    # A one-point sweep has nothing at or below a fraction of its top rate: it cannot be
+    # fitted here, so it is named rather than silently left out.
+    columns = [c for c in result.groups.columns if c in high.columns
+               and c in set(GROUP_COLUMNS) | set(EXTRA_GROUP_COLUMNS)]
+    unfitted = sorted({group_label(row, columns) for row, known in zip(
+        high.to_dict("records"), row_group_labels(high, result.groups)) if not known})
+    if unfitted:
+        document["unfitted_groups"] = unfitted
+        document["verdict"] += (f"; {len(unfitted)} group(s) had no rate at or below "
+                                f"{fraction:g} of their top rate and were not checked: "
+                                + ", ".join(unfitted[:6]))
     return result, document

@@ -243,3 +243,14 @@ def test_real_profile_sweeps_dense_law_calibrated_held_in_and_flagged_beyond():
               if "gpu=A100" in g["group"] and "70B" in g["group"]}
     assert len(kinked) == 10
     assert kinked <= set(document["flagged"]), sorted(kinked - set(document["flagged"]))
+
+
+def test_rate_holdout_names_groups_it_could_not_fit(tmp_path, mock_sampling):
+    truth = placeholder_truth()
+    data = generate_sweeps(truth[truth["verifier"] == "Qwen3-8B"].head(2), seed=1)
+    lonely = data.iloc[[3]].assign(prefill_tokens=4096)   # a one-point sweep
+    frame = prepare(pd.concat([data, lonely], ignore_index=True), source="<x>")
+    settings = SamplerSettings(draws=20, tune=20, chains=2, seed=1, progress=False)
+    _, document = misfit.rate_holdout_check(frame, fraction=0.6, settings=settings)
+    assert document["unfitted_groups"] == ["Qwen3-8B p4096 g256"]
+    assert "not checked" in document["verdict"]
