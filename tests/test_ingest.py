@@ -859,3 +859,18 @@ def test_one_file_takes_the_flags(tmp_path):
     assert main(["ingest", str(FIXTURES / "guidellm_v1.json"), "--drafter", "EAGLE3-Qwen3-8B",
                  "--k", "3", "--alpha", "0.8", "--quiet", "-o", str(out)]) == 0
     assert (pd.read_csv(out)["k"] == 3).all()
+
+
+def test_percentiles_of_latency_ttft_and_itl_are_kept():
+    """Issue 17: tail decisions need the percentiles the reports already carry."""
+    report = json.loads((FIXTURES / "guidellm_v1.json").read_text())
+    first = report["benchmarks"][0]["metrics"]
+    rows = ingest_files([FIXTURES / "guidellm_v1.json"]).rows
+    expected_ttft = first["time_to_first_token_ms"]["successful"]["percentiles"]["p99"] / 1e3
+    assert expected_ttft in set(rows["ttft_p99_s"].round(12))
+    expected_latency = first["request_latency"]["successful"]["percentiles"]["p90"]
+    assert expected_latency in set(rows["latency_p90_s"].round(12))
+    bench = ingest_files([FIXTURES / "vllm_bench_no_e2el.json"]).rows
+    raw = json.loads((FIXTURES / "vllm_bench_no_e2el.json").read_text())
+    assert bench["itl_p99_s"].iloc[0] == pytest.approx(raw["p99_itl_ms"] / 1e3)
+    assert bench["ttft_p50_s"].iloc[0] == pytest.approx(raw["median_ttft_ms"] / 1e3)

@@ -456,3 +456,15 @@ def test_cli_output_is_atomic(tmp_path, monkeypatch):
               "--quiet"])
     assert out.read_text() == "old\n"
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_sweeps_carry_latency_and_ttft_percentiles():
+    """Issue 17: per-request percentiles of end-to-end latency and TTFT, ordered."""
+    from bayesspec.simulate import setup, sweep
+
+    rows = sweep(setup("Qwen3-8B", prefill=256, decode=128), n_points=4, n_requests=300,
+                 seed=2).rows
+    for prefix in ("latency", "ttft"):
+        p50, p90, p95, p99 = (rows[f"{prefix}_p{q}_s"].to_numpy(float) for q in (50, 90, 95, 99))
+        assert np.all(p50 <= p90) and np.all(p90 <= p95) and np.all(p95 <= p99)
+    assert np.all(rows["ttft_p99_s"] < rows["latency_p99_s"])

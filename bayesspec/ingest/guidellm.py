@@ -176,6 +176,10 @@ def _benchmark(bench: Field, name: str) -> Point:
         value = metrics.at(*keys, "successful", "mean").number()
         return None if value is None else value * scale
 
+    def percentile_of(key, q, scale=1.0):
+        value = metrics.at(key, "successful", "percentiles", f"p{q}").number()
+        return None if value is None else value * scale
+
     row = {
         "rps": successful / duration,
         "latency_mean_s": latency["mean"].number(required=True, positive=True),
@@ -185,8 +189,13 @@ def _benchmark(bench: Field, name: str) -> Point:
         "latency_p50_s": latency["median"].number(),
         "latency_p95_s": latency.at("percentiles", "p95").number(),
         "latency_p99_s": latency.at("percentiles", "p99").number(),
+        "latency_p90_s": latency.at("percentiles", "p90").number(),
         "ttft_mean_s": mean_of("time_to_first_token_ms", scale=1e-3),
         "itl_mean_s": mean_of("inter_token_latency_ms", scale=1e-3),
+        **{f"{short}_p{q}_s": percentile_of(key, q, scale=1e-3)
+           for short, key in (("ttft", "time_to_first_token_ms"),
+                              ("itl", "inter_token_latency_ms"))
+           for q in (50, 90, 95, 99)},
         "mean_concurrency": mean_of("request_concurrency"),
         "saturated": kind == "throughput",
         "strategy": kind,

@@ -83,13 +83,14 @@ def _run(obj: Field, name: str) -> Point:
     total_out = obj["total_output_tokens"].number(integer=True)
     ms = {}
     for metric in ("ttft", "tpot", "itl", "e2el"):
-        for stat in ("mean", "median", "std", "p95", "p99"):
+        for stat in ("mean", "median", "std", "p90", "p95", "p99"):
             ms[stat, metric] = obj[f"{stat}_{metric}_ms"].number()
     row: dict = {"rps": rps, "n_requests": completed}
     if ms["mean", "e2el"] is not None:
         latency_field = obj["mean_e2el_ms"]
         latency = latency_field.number(positive=True) / 1e3
         row.update(latency_std_s=_s(ms["std", "e2el"]), latency_p50_s=_s(ms["median", "e2el"]),
+                   latency_p90_s=_s(ms["p90", "e2el"]),
                    latency_p95_s=_s(ms["p95", "e2el"]), latency_p99_s=_s(ms["p99", "e2el"]),
                    latency_reconstructed=False)
     else:
@@ -108,6 +109,10 @@ def _run(obj: Field, name: str) -> Point:
         row["latency_reconstructed"] = True
     row["latency_mean_s"] = latency
     row["ttft_mean_s"] = _s(ms["mean", "ttft"])
+    for metric in ("ttft", "itl"):
+        for stat, quantile in (("median", "p50"), ("p90", "p90"), ("p95", "p95"),
+                               ("p99", "p99")):
+            row[f"{metric}_{quantile}_s"] = _s(ms[stat, metric])
     row["itl_mean_s"] = _s(ms["mean", "itl"])
 
     rate, infinite = _rate(obj["request_rate"])
