@@ -23,12 +23,6 @@ FLAG_LEVEL = 0.01
 PATTERN_BANDS = ((0.0, 0.33, "low"), (0.33, 0.67, "mid"), (0.67, 1.01, "high"))
 
 
-def _log_se(rows: pd.DataFrame) -> np.ndarray:
-    from .bayes.base import measurement_log_se
-
-    return measurement_log_se(rows)
-
-
 def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.9,
                       seed: int = 0, max_draws: int = 4000) -> pd.DataFrame:
     """One row per fitted point (``held_out`` False) and per row of ``extra`` whose group
@@ -36,6 +30,7 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
     ``inside``, ``utilisation`` (RPS x posterior median C2 the point feels), ``log_residual``
     (log observed - log predictive median) and ``pit`` (share of predictive draws below the
     observation: uniform when the model is calibrated)."""
+    from .bayes.base import measurement_log_se
     from .data import included, row_group_labels
 
     rng = np.random.default_rng(seed)
@@ -59,7 +54,7 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
         curve = fit.group_curve(g)
         rps = members["rps"].to_numpy(float)
         observed = members["latency_mean_s"].to_numpy(float)
-        draws = curve.predictive(rps, rng, _log_se(members))[:max_draws]
+        draws = curve.predictive(rps, rng, measurement_log_se(members))[:max_draws]
         mean_curve = curve.latency(rps)[:max_draws]
         point_c2 = curve.point_c2(rps, mean_curve)
         with np.errstate(invalid="ignore"):
@@ -77,9 +72,9 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
 
 def _binomial_tail(outside: int, n: int, p: float) -> float:
     """P(X >= outside) for X ~ Binomial(n, p)."""
-    from math import comb
+    from scipy.stats import binom
 
-    return float(sum(comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(outside, n + 1)))
+    return float(binom.sf(outside - 1, n, p))
 
 
 def group_calibration(points: pd.DataFrame, *, prob: float = 0.9) -> list[dict]:

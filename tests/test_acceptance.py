@@ -12,6 +12,7 @@ import pytest
 from bayesspec.bayes.acceptance import acceptance_report, position_windows
 from bayesspec.cli import main
 from bayesspec.errors import BadInput
+from bayesspec.inference import SamplerSettings
 from bayesspec.laws import expected_accepted, expected_accepted_positions_expr
 from bayesspec.synthetic import add_position_counters
 
@@ -22,6 +23,10 @@ def windows(decay: float, *, ks=(2, 3, 4), per_k: int = 5, seed: int = 1, alpha=
              "decode_tokens": 512} for k in ks for w in range(per_k)]
     return add_position_counters(pd.DataFrame(rows), drafts_per_row=5000, concentration=150,
                                  decay=decay, seed=seed)
+
+
+def settings(draws: int, tune: int, seed: int) -> SamplerSettings:
+    return SamplerSettings(draws=draws, tune=tune, chains=2, seed=seed, progress=False)
 
 
 def true_conditional(alpha, decay, k_max):
@@ -41,7 +46,7 @@ def test_position_law_is_eq3_when_acceptance_is_iid():
 
 @pytest.fixture(scope="module")
 def decaying_report():
-    return acceptance_report(windows(-0.9), k_max=7, draws=400, tune=500, chains=2, seed=3)
+    return acceptance_report(windows(-0.9), k_max=7, settings=settings(400, 500, 3))
 
 
 def test_decay_is_recovered_and_unmeasured_k_is_predicted(decaying_report):
@@ -61,8 +66,7 @@ def test_decay_is_recovered_and_unmeasured_k_is_predicted(decaying_report):
 
 
 def test_iid_counters_do_not_claim_a_decay():
-    report = acceptance_report(windows(0.0, seed=2), k_max=5, draws=300, tune=400, chains=2,
-                               seed=1)
+    report = acceptance_report(windows(0.0, seed=2), k_max=5, settings=settings(300, 400, 1))
     assert not report["decay_supported"]
     decay = report["setups"][0]["decay"]
     assert decay["lo"] <= 0.0 <= decay["hi"]
@@ -101,7 +105,7 @@ def test_acceptance_length_coverage_over_replicates():
     inside = []
     for seed in range(20):
         report = acceptance_report(windows(-0.7, seed=100 + seed, alpha=0.8), k_max=7,
-                                   draws=400, tune=500, chains=2, seed=seed)
+                                   settings=settings(400, 500, seed))
         for entry in report["setups"][0]["acceptance_length"]:
             inside.append(entry["lo"] <= truth[entry["k"]] <= entry["hi"])
     assert 0.8 <= np.mean(inside) <= 0.98, np.mean(inside)

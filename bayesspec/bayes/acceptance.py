@@ -79,12 +79,21 @@ class PositionAcceptanceModel:
 
     name = "position-acceptance"
     version = "1"
+    # What inference.settings_for fills in when the caller leaves a setting unset.
+    default_tune = 1000
+    default_draws = 1000
+    target_accept = 0.9
+    adaptation = "diag"
+    init = "jitter"
+    #: What the answers are computed from (the convergence verdict judges these).
+    decision_variables = ["logit_alpha_1", "decay", "log_concentration"]
 
     def __init__(self, *, decay: bool = True, concentration_prior: tuple = (np.log(200.0), 1.5)):
         self.decay = decay
         self.concentration_prior = concentration_prior
         self.windows: dict | None = None
-        self.posterior = None
+        self.pm_model: pm.Model | None = None
+        self.tree = None            # the sampled xarray DataTree
 
     def build(self, data: pd.DataFrame) -> pm.Model:
         windows = self.windows = position_windows(data)
@@ -110,22 +119,32 @@ class PositionAcceptanceModel:
                             beta=(1.0 - rate) * kappa[s][:, None],
                             observed=windows["accepted"].astype(int) * inside,
                             dims=("window", "position"))
+        self.pm_model = model
         return model
 
-    def fit(self, data: pd.DataFrame, *, draws: int = 1000, tune: int = 1000, chains: int = 4,
-            seed: int | None = None, progress: bool = False):
-        import nutpie
+    def fit(self, data: pd.DataFrame, settings=None):
+        """Sample the posterior (settings left unset: the defaults above) and return the
+        DataTree (also kept as ``tree``)."""
+        from ..inference import sample_model, settings_for
 
-        compiled = nutpie.compile_pymc_model(self.build(data))
-        self.posterior = nutpie.sample(compiled, draws=draws, tune=tune, chains=chains,
-                                       seed=seed, progress_bar=progress)
-        return self.posterior
+        self.tree = sample_model(self.build(data), settings_for(self, settings))
+        return self.tree
+
+    @property
+    def posterior(self):
+        return self.tree["posterior"].to_dataset()
+
+    def verdict(self) -> dict:
+        from ..inference import convergence_verdict
+
+        names = [n for n in self.decision_variables if n in self.posterior]
+        return convergence_verdict(self.tree, names)
 
     # ------------------------------------------------------------------ answers
     def conditional_draws(self, setup: int, k_max: int) -> np.ndarray:
         """(S, k_max) draws of alpha_i, extrapolated past the measured positions by the
         fitted decay."""
-        post = self.posterior.posterior
+        post = self.posterior
         level = post["logit_alpha_1"].isel(setup=setup).stack(s=("chain", "draw")).values
         slope = (post["decay"].isel(setup=setup).stack(s=("chain", "draw")).values
                  if self.decay else np.zeros_like(level))
@@ -137,41 +156,33 @@ class PositionAcceptanceModel:
         return expected_accepted_positions_expr(self.conditional_draws(setup, k_max))
 
     def log_likelihood(self) -> np.ndarray:
-        """Pointwise log-likelihood per window (chains, draws, windows), for PSIS-LOO."""
-        from scipy.special import betaln, gammaln
-
-        w = self.windows
-        post = self.posterior.posterior
-        conditional = post["alpha_position"].values[:, :, w["setup"], :]
-        kappa = post["concentration"].values[:, :, w["setup"]][..., None]
-        a, b = conditional * kappa, (1.0 - conditional) * kappa
-        n, x = w["trials"], w["accepted"] * w["inside"]
-        log_p = (gammaln(n + 1) - gammaln(x + 1) - gammaln(n - x + 1)
-                 + betaln(x + a, n - x + b) - betaln(a, b))
-        return np.sum(np.where(w["inside"], log_p, 0.0), axis=-1)
+        """Pointwise log-likelihood per window (chains, draws, windows), for PSIS-LOO: the
+        model's own Beta-Binomial terms summed over positions (beyond a window's k they
+        are 0)."""
+        pointwise = pm.compute_log_likelihood(self.tree, model=self.pm_model,
+                                              var_names=["position_count"],
+                                              extend_inferencedata=False, progressbar=False)
+        return np.asarray(pointwise["position_count"].sum("position").values, dtype=float)
 
 
 def acceptance_report(data: pd.DataFrame, *, k_max: int = 8, prob: float = 0.9,
-                      draws: int = 1000, tune: int = 1000, chains: int = 4,
-                      seed: int | None = 0) -> dict:
+                      settings=None) -> dict:
     """Fit the decay and the i.i.d. models, compare them by PSIS-LOO, and answer per
     setup: alpha_i per position and E(k) for k = 1..k_max (measured k marked)."""
     import arviz as az
     import xarray as xr
 
-    from ..inference import convergence_verdict
-
     tail = (1.0 - prob) / 2.0
     fits = {}
     for name, decay in (("decay", True), ("iid", False)):
         model = PositionAcceptanceModel(decay=decay)
-        model.fit(data, draws=draws, tune=tune, chains=chains, seed=seed)
+        model.fit(data, settings)
         fits[name] = model
     loo, pointwise_elpd = {}, {}
     for name, model in fits.items():
         pointwise = model.log_likelihood()
         tree = xr.DataTree.from_dict({
-            "posterior": model.posterior.posterior,
+            "posterior": model.posterior,
             "log_likelihood": xr.Dataset({"windows": (("chain", "draw", "window"), pointwise)})})
         result = az.loo(tree, var_name="windows", pointwise=True)
         pointwise_elpd[name] = np.asarray(result.elpd_i, dtype=float)
@@ -181,10 +192,7 @@ def acceptance_report(data: pd.DataFrame, *, k_max: int = 8, prob: float = 0.9,
     difference = float(gain.sum())
     difference_se = float(np.sqrt(gain.size) * gain.std(ddof=1)) if gain.size > 1 else np.nan
     model = fits["decay"]
-    variables = ["logit_alpha_1", "decay", "log_concentration"]
-    verdict = convergence_verdict(xr.DataTree.from_dict(
-        {"posterior": model.posterior.posterior,
-         "sample_stats": model.posterior.sample_stats}), variables)
+    verdict = model.verdict()
     setups = []
     for s, label in enumerate(model.windows["setups"]):
         conditional = model.conditional_draws(s, k_max)
@@ -202,7 +210,7 @@ def acceptance_report(data: pd.DataFrame, *, k_max: int = 8, prob: float = 0.9,
             "alpha_position": [{"position": i + 1, **interval(conditional[:, i]),
                                 "extrapolated": i + 1 > measured_max}
                                for i in range(k_max)],
-            "decay": interval(model.posterior.posterior["decay"].isel(setup=s).values.ravel()),
+            "decay": interval(model.posterior["decay"].isel(setup=s).values.ravel()),
             "acceptance_length": [{"k": k, **interval(length[:, k]),
                                    "measured": k in measured, "extrapolated": k > measured_max}
                                   for k in range(1, k_max + 1)]})
@@ -217,17 +225,12 @@ def acceptance_report(data: pd.DataFrame, *, k_max: int = 8, prob: float = 0.9,
 
 
 def acceptance_length_draws(data: pd.DataFrame, k_max: int, *, drafter: str | None = None,
-                            draws: int = 1000, tune: int = 1000, chains: int = 4,
-                            seed: int | None = 0) -> tuple[np.ndarray, str, dict]:
+                            settings=None) -> tuple[np.ndarray, str, dict]:
     """Fit the decay model to per-position counters and return E(k) draws (S, k_max + 1)
     of the setup whose drafter is ``drafter`` (the only one when None), its label and the
     convergence verdict."""
-    import xarray as xr
-
-    from ..inference import convergence_verdict
-
     model = PositionAcceptanceModel(decay=True)
-    model.fit(data, draws=draws, tune=tune, chains=chains, seed=seed)
+    model.fit(data, settings)
     setups = model.windows["setups"]
     drafters = [label.split(" + ", 1)[1] for label in setups]
     if drafter is not None:
@@ -239,7 +242,4 @@ def acceptance_length_draws(data: pd.DataFrame, k_max: int, *, drafter: str | No
                        + ("none" if not chosen else "more than one")
                        + (f" with drafter '{drafter}'" if drafter else "")
                        + ": name the drafter", argument="drafter")
-    verdict = convergence_verdict(xr.DataTree.from_dict(
-        {"posterior": model.posterior.posterior, "sample_stats": model.posterior.sample_stats}),
-        ["logit_alpha_1", "decay", "log_concentration"])
-    return model.acceptance_length_draws(chosen[0], k_max), setups[chosen[0]], verdict
+    return model.acceptance_length_draws(chosen[0], k_max), setups[chosen[0]], model.verdict()

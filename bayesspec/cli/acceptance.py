@@ -3,9 +3,10 @@ counters, and the acceptance length of any k (measured or not) with intervals.""
 
 from __future__ import annotations
 
+from ..data import read_tidy
 from ..outputs import emit_json
-from .common import (add_common, check_output_path, check_prob, fmt, read_data,
-                     strict_exit)
+from .common import (add_common, add_sampler_options, check_output_path, check_prob, fmt,
+                     sampler_settings, strict_exit)
 
 
 def register(verbs) -> None:
@@ -16,14 +17,9 @@ def register(verbs) -> None:
                                      "accepted_tokens_pos1..k (`bayesspec ingest --metrics`)")
     parser.add_argument("--k-max", type=int, default=8,
                         help="answer E(k) for k = 1..K (default 8)")
-    parser.add_argument("--draws", type=int, default=1000, help="draws per chain (1000)")
-    parser.add_argument("--tune", type=int, default=1000, help="tuning steps per chain (1000)")
-    parser.add_argument("--chains", type=int, default=4, help="chains (4)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed")
     parser.add_argument("--plot", default=None, metavar="PNG",
                         help="alpha_i per position and E(k) with intervals")
-    parser.add_argument("--strict", action="store_true",
-                        help="exit with status 3 when the posterior did not converge")
+    add_sampler_options(parser)
     add_common(parser)
     parser.set_defaults(handler=run)
 
@@ -37,12 +33,11 @@ def run(args) -> int:
         check_output_path(args.plot)
     if not 1 <= args.k_max <= 32:
         raise BadInput(f"must be within 1..32, got {args.k_max}", option="--k-max")
-    for name, low in (("draws", 2), ("tune", 0), ("chains", 1)):
-        if getattr(args, name) < low:
-            raise BadInput(f"must be >= {low}", option=f"--{name}")
-    data = read_data(args.data, args)
-    report = acceptance_report(data, k_max=args.k_max, prob=args.prob, draws=args.draws,
-                               tune=args.tune, chains=args.chains, seed=args.seed)
+    settings = sampler_settings(args)
+    # Every window's counters count, saturated load points too (acceptance does not
+    # depend on load), so no saturation rule and no list of points set aside.
+    data = read_tidy(args.data)
+    report = acceptance_report(data, k_max=args.k_max, prob=args.prob, settings=settings)
     if args.plot:
         from ..plots import acceptance_plot, save_figure
 

@@ -8,7 +8,7 @@ from ..errors import BadInput
 from ..outputs import emit_json, log
 from .common import (add_common, add_group_options, check_alpha_k, check_output_path,
                      check_prob, finish, fmt, group_criteria, load_fit, parse_list, rates,
-                     read_data, strict_exit)
+                     strict_exit)
 
 STRICT_HELP = "exit with status 3 when the posterior did not converge"
 EXTRAPOLATED = "*"   # marks rates above the highest rate the data reached
@@ -213,10 +213,14 @@ def run_kstar(args) -> int:
         if not law.answers_any_configuration:
             raise BadInput("k* needs the speculative model (six cycle coefficients); fit "
                            "with --model speculative", file=args.fit)
-        counters = read_data(args.acceptance, args)
+        from ..data import read_tidy
+
+        counters = read_tidy(args.acceptance)   # every window counts, saturated ones too
+        from ..inference import SamplerSettings
+
         lengths, setup, verdict = acceptance_length_draws(
             counters, args.kmax, drafter=getattr(args, "drafter", None),
-            seed=0)
+            settings=SamplerSettings(seed=0, progress=False))
         counted_drafter = setup.split(" + ", 1)[-1]
         if counted_drafter.lower() not in law.label.lower():
             log(f"warning: the counters are of drafter '{counted_drafter}', the fitted setup "
