@@ -46,6 +46,13 @@ class SamplerSettings:
     # Chain starts: "jitter" (nutpie's: the prior's support point, jittered) or
     # "optimised" (see optimised_starts).
     init: str | None = None
+    # "nuts" (sample), or an approximation checked by Pareto-smoothed importance
+    # resampling: "advi" (mean-field) or "fullrank_advi" (bayesspec.approximate).
+    method: str = "nuts"
+    # Optimisation steps of an approximation (None: approximate.DEFAULT_STEPS).
+    steps: int | None = None
+    # Sample with NUTS when the approximation's Pareto k is above the limit (0.7).
+    fallback: bool = True
 
 
 def usable_cores() -> int:
@@ -72,24 +79,59 @@ def settings_for(latency_model, settings: SamplerSettings | None = None) -> Samp
     return settings
 
 
+METHODS = ("nuts", "advi", "fullrank_advi")
+
+
+@dataclass(frozen=True)
+class WithPyMCModel:
+    """A nutpie-compiled model kept with the PyMC model it came from: an approximate
+    method fits on the PyMC model and checks against the compiled density (and falls back
+    to NUTS on the compiled model). ``with_data`` as nutpie's."""
+
+    compiled: object
+    pm_model: object
+
+    def with_data(self, **data) -> "WithPyMCModel":
+        return replace(self, compiled=self.compiled.with_data(**data))
+
+
+def check_method(settings: SamplerSettings) -> None:
+    if settings.method not in METHODS:
+        raise ValueError(f"unknown method {settings.method!r}; have {', '.join(METHODS)}")
+
+
 def compile_model(pm_model, settings: SamplerSettings):
-    """Compile once with nutpie; reuse the result with ``sample_compiled`` and new data."""
+    """Compile once with nutpie; reuse the result with ``sample_compiled`` and new data.
+    For an approximate ``settings.method`` the PyMC model is kept with it
+    (:class:`WithPyMCModel`)."""
     import nutpie
 
+    check_method(settings)
     started = time.perf_counter()
     log("compiling model (numba)...", settings.progress)
     compiled = nutpie.compile_pymc_model(pm_model)
     log(f"compiled in {time.perf_counter() - started:.1f} s", settings.progress)
+    if settings.method != "nuts":
+        return WithPyMCModel(compiled, pm_model)
     return compiled
 
 
 def sample_compiled(compiled, settings: SamplerSettings,
                     data: dict | None = None) -> xr.DataTree:
-    """Sample a compiled model, optionally with new values for its ``pm.Data``."""
+    """Sample a compiled model, optionally with new values for its ``pm.Data``; with an
+    approximate ``settings.method``, approximate (:func:`approximate`) instead."""
     import nutpie
 
+    check_method(settings)
     if data:
         compiled = compiled.with_data(**data)
+    if settings.method != "nuts":
+        if not isinstance(compiled, WithPyMCModel):
+            raise ValueError(f"method {settings.method!r} needs the PyMC model: compile with "
+                             "compile_model(pm_model, settings) with that method set")
+        return approximate(compiled, settings)
+    if isinstance(compiled, WithPyMCModel):
+        compiled = compiled.compiled
     if settings.init == "optimised":
         compiled = with_optimised_starts(compiled, settings)
     started = time.perf_counter()
@@ -103,6 +145,54 @@ def sample_compiled(compiled, settings: SamplerSettings,
                          adaptation=settings.adaptation or "diag")
     log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
     return tree
+
+
+def approximate(model: WithPyMCModel, settings: SamplerSettings) -> xr.DataTree:
+    """The approximate posterior of ``settings.method`` (:mod:`bayesspec.approximate`),
+    started at the best optimised start; when its Pareto k is above the limit, NUTS on
+    the same compiled model (said on stderr, recorded in the tree's attrs ``fallback``,
+    ``approximation`` and ``pareto_k``) unless ``settings.fallback`` is False."""
+    from .approximate import PARETO_K_LIMIT, approximate_posterior
+
+    _sync_data(model)
+    started = time.perf_counter()
+    log(f"fitting the {settings.method} approximation...", settings.progress)
+    f = log_density(model.compiled)
+    start = optimised_starts(model.compiled, settings.seed)[0]
+    tree = approximate_posterior(model.pm_model, model.compiled, f, start,
+                                 method=settings.method, steps=settings.steps,
+                                 chains=settings.chains, draws=settings.draws,
+                                 seed=settings.seed)
+    k = float(tree.attrs["pareto_k"])
+    log(f"{settings.method} in {time.perf_counter() - started:.1f} s: Pareto k {k:.2f}, "
+        f"importance ESS {tree.attrs['importance_ess']:.0f} of {tree.attrs['proposals']}",
+        settings.progress)
+    if k <= PARETO_K_LIMIT or not settings.fallback:
+        return tree
+    reason = (f"the {settings.method} approximation is not trusted (Pareto k {k:.2f} > "
+              f"{PARETO_K_LIMIT}); sampled with NUTS instead")
+    log(f"note: {reason}")
+    fallen = sample_compiled(model.compiled, replace(settings, method="nuts"))
+    fallen.attrs.update({"method": "nuts", "approximation": settings.method,
+                         "pareto_k": tree.attrs["pareto_k"], "fallback": reason,
+                         "approximation_seconds": tree.attrs["approximation_seconds"]})
+    return fallen
+
+
+def _sync_data(model: WithPyMCModel) -> None:
+    """Give the PyMC model's shared variables (``pm.Data``, and the lifted observations
+    of ``sbc.swappable_observations``) the values the compiled model holds now, so the
+    approximation is fitted to the data the density checks it against."""
+    from pytensor.compile.sharedvalue import SharedVariable
+    from pytensor.graph.traversal import ancestors
+
+    pm_model, compiled = model.pm_model, model.compiled
+    graph = [pm_model.logp(), *pm_model.deterministics]
+    shared = {v.name: v for v in ancestors(graph) if isinstance(v, SharedVariable) and v.name}
+    for var, key in compiled.shared_var_keys.items():
+        if var.name in shared:
+            target = shared[var.name]
+            target.set_value(np.asarray(compiled.shared_data[key], dtype=target.dtype))
 
 
 def log_density(compiled):
@@ -185,7 +275,12 @@ def with_optimised_starts(compiled, settings: SamplerSettings):
 
 
 def sample_model(pm_model, settings: SamplerSettings) -> xr.DataTree:
-    """Draw from the posterior of a built PyMC model."""
+    """Draw from the posterior of a built PyMC model (``settings.method`` "nuts"), or
+    approximate it (an approximate method: :func:`approximate`; the nutpie compilation
+    gives the exact density it is checked against, and the NUTS fallback)."""
+    check_method(settings)
+    if settings.method != "nuts":
+        return approximate(compile_model(pm_model, settings), settings)
     if settings.sampler == "nutpie":
         return sample_compiled(compile_model(pm_model, settings), settings)
     if settings.sampler == "pymc":
@@ -281,7 +376,50 @@ def convergence_verdict(tree: xr.DataTree, decision_variables: list[str]) -> dic
     (``rhat_max``, ``ess_bulk_min``, ``worst``: the variable behind them),
     ``divergences``, ``converged`` (the decision quantities can be used),
     ``problems``.
+
+    An approximate posterior (root attr ``method`` other than "nuts":
+    :func:`approximate`) is judged by the Pareto k of its importance weights instead
+    (R-hat and ESS do not apply to resampled draws): status "approximate" with k <=
+    0.7, "not converged" above; ``pareto_k`` and ``method`` are then in the verdict. A
+    fit that fell back to NUTS gets the sampled verdict, its text saying so.
     """
+    attrs = tree.attrs
+    if attrs.get("method", "nuts") != "nuts" and "pareto_k" in attrs:
+        return _approximate_verdict(tree)
+    verdict = _sampled_verdict(tree, decision_variables)
+    if attrs.get("fallback"):
+        verdict["text"] += f" ({attrs['fallback']})"
+        verdict.update(method="nuts", approximation=str(attrs.get("approximation")),
+                       pareto_k=float(attrs["pareto_k"]))
+    return verdict
+
+
+def _approximate_verdict(tree: xr.DataTree) -> dict:
+    from .approximate import PARETO_K_LIMIT
+
+    method, k = str(tree.attrs["method"]), float(tree.attrs["pareto_k"])
+    ess = float(tree.attrs.get("importance_ess", float("nan")))
+    nothing = {"rhat_max": float("nan"), "ess_bulk_min": float("nan"), "worst": None}
+    if k <= PARETO_K_LIMIT:
+        status, problems, advice = "approximate", [], ""
+        text = (f"approximate ({method}), Pareto k = {k:.2f} <= {PARETO_K_LIMIT}: draws "
+                f"importance-resampled from the approximation (importance ESS {ess:.0f}); "
+                "R-hat and ESS do not apply; intervals close to, not exactly, NUTS's")
+    else:
+        status = "not converged"
+        problems = [f"Pareto k {k:.2f} > {PARETO_K_LIMIT}"]
+        advice = ("fit with --method nuts (the default), or leave the NUTS fallback on; "
+                  "--strict makes scripts stop on this")
+        text = (f"approximate ({method}), Pareto k = {k:.2f} > {PARETO_K_LIMIT}: the "
+                "approximation is not close enough to the posterior; intervals and "
+                f"decisions from it are unreliable. What to do: {advice}")
+    return {"status": status, "converged": status != "not converged", "text": text,
+            "advice": advice, "rhat_max": float("nan"), "ess_bulk_min": float("nan"),
+            "divergences": 0, "decision": dict(nothing), "other": dict(nothing),
+            "problems": problems, "method": method, "pareto_k": k}
+
+
+def _sampled_verdict(tree: xr.DataTree, decision_variables: list[str]) -> dict:
     posterior = tree["posterior"].to_dataset()
     names = list(posterior.data_vars)
     per_variable = _variable_diagnostics(tree, names)

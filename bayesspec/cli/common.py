@@ -119,10 +119,41 @@ def add_sampler_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--target-accept", type=float, default=None,
                        help="NUTS target acceptance (default: the model's, 0.9 to 0.98); "
                             "raise it if divergences appear")
+    add_method_options(group)
     group.add_argument("--strict", action="store_true",
                        help="exit with status 3 when the posterior did not converge "
                             "(for scripts and CI)")
     group.add_argument("--quiet", action="store_true", help="no progress output on stderr")
+
+
+METHOD_CHOICES = ("nuts", "advi", "fullrank_advi", "pathfinder")
+
+
+def add_method_options(group) -> None:
+    """``--method``, ``--approx-steps``, ``--no-fallback`` (fit, check, acceptance, sbc)."""
+    group.add_argument("--method", choices=METHOD_CHOICES, default="nuts",
+                       help="nuts (default: sample), or a fast approximation checked by "
+                            "Pareto-smoothed importance resampling: advi (mean-field) or "
+                            "fullrank_advi; its Pareto k is reported, and above 0.7 the fit "
+                            "falls back to NUTS (pathfinder needs pymc-extras, which "
+                            "requires pymc < 6.4: not offered)")
+    group.add_argument("--approx-steps", type=int, default=None,
+                       help="optimisation steps of the approximation (default 2000)")
+    group.add_argument("--no-fallback", action="store_true",
+                       help="keep the approximation even when its Pareto k is above 0.7 "
+                            "(the verdict is then 'not converged')")
+
+
+def method_settings(args) -> dict:
+    """The approximation fields of SamplerSettings from :func:`add_method_options`."""
+    if args.method == "pathfinder":
+        raise BadInput("pathfinder needs pymc-extras, and every pymc-extras release "
+                       "requires pymc < 6.4 (bayesspec needs >= 6.4); use --method advi",
+                       option="--method")
+    if args.approx_steps is not None and args.approx_steps < 1:
+        raise BadInput(f"must be >= 1, got {args.approx_steps}", option="--approx-steps")
+    return {"method": args.method, "steps": args.approx_steps,
+            "fallback": not args.no_fallback}
 
 
 def sampler_settings(args):
@@ -139,7 +170,7 @@ def sampler_settings(args):
                        option="--target-accept")
     return SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
                            seed=args.seed, progress=not args.quiet, sampler=args.sampler,
-                           target_accept=args.target_accept)
+                           target_accept=args.target_accept, **method_settings(args))
 
 
 # --------------------------------------------------------------------------- inputs

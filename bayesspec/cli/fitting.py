@@ -58,10 +58,28 @@ def diagnostics_json(verdict: dict) -> dict:
 
 
 def verdict_line(verdict: dict) -> str:
+    if verdict.get("method", "nuts") != "nuts":
+        return (f"diagnostics: {verdict['method']} approximation, Pareto k "
+                f"{verdict['pareto_k']:.2f} -> "
+                f"{'NOT CONVERGED' if verdict['status'] == 'not converged' else 'OK'}: "
+                f"{verdict['text']}")
     return (f"diagnostics: R-hat max {g(verdict['rhat_max'])}, bulk ESS min "
             f"{verdict['ess_bulk_min']:.0f}, divergences {verdict['divergences']} -> "
             f"{verdict['status'].upper() if verdict['status'] == 'not converged' else 'OK'}: "
             f"{verdict['text']}")
+
+
+def approximation_json(attrs, asked: str) -> dict:
+    """The method asked for and the one the draws came from, with the approximation's
+    Pareto k and the NUTS fallback when there was one."""
+    document = {"asked": asked, "used": str(attrs.get("method", "nuts"))}
+    if "pareto_k" in attrs:
+        document["pareto_k"] = float(attrs["pareto_k"])
+        document["importance_ess"] = attrs.get("importance_ess")
+        document["approximation_seconds"] = attrs.get("approximation_seconds")
+    if attrs.get("fallback"):
+        document["fallback"] = str(attrs["fallback"])
+    return document
 
 
 def set_aside(data) -> list[dict]:
@@ -88,7 +106,8 @@ def run_fit(args) -> int:
                 "rows": len(data), "excluded": int(data["excluded"].sum()),
                 "set_aside": set_aside(data),
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),
-                "diagnostics": diagnostics_json(verdict)}
+                "diagnostics": diagnostics_json(verdict),
+                "method": approximation_json(result.tree.attrs, settings.method)}
     # In text mode the verdict is the last line on stdout; said once, not twice.
     finish(document, verdict, args, say=args.json)
     if args.json:

@@ -11,7 +11,8 @@ import pandas as pd
 from ..errors import BadInput
 from ..outputs import emit_json, json_text, write_text_atomic
 from ..sbc import DEFAULT_THIN_TO, MAX_LATENCY_RATIO
-from .common import add_catalog, add_parallel_options, parallel_options, read_data
+from .common import (add_catalog, add_method_options, add_parallel_options,
+                     method_settings, parallel_options, read_data)
 
 
 def register(verbs) -> None:
@@ -38,6 +39,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--chains", type=int, default=2, help="chains (default 2)")
     parser.add_argument("--target-accept", type=float, default=None,
                         help="NUTS target acceptance (default: the model's)")
+    add_method_options(parser)
     parser.add_argument("--thin-to", type=int, default=DEFAULT_THIN_TO,
                         help=f"posterior draws kept per simulation, so ranks are 0..about "
                              f"this (default {DEFAULT_THIN_TO})")
@@ -106,7 +108,8 @@ def run(args) -> int:
         raise BadInput(str(error), option="--option") from None
     data = read_data(args.data, args) if args.data else model_class.default_sbc_design()
     settings = SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
-                               target_accept=args.target_accept, progress=False)
+                               target_accept=args.target_accept, progress=False,
+                               **method_settings(args))
     result = run_sbc(data, args.model, config=config, simulations=args.simulations,
                      settings=settings, seed=args.seed, thin_to=args.thin_to, bins=args.bins,
                      max_latency_ratio=args.max_latency_ratio or None,
