@@ -1,12 +1,11 @@
 """A fast approximate posterior with a check: variational inference, then Pareto-smoothed
 importance resampling (PSIS) against the exact log density.
 
-``approximate_posterior`` fits PyMC's ADVI (mean-field ``advi`` or ``fullrank_advi``),
-started at the posterior's mode (the L-BFGS climb ``inference.optimised_starts`` makes)
-and, for mean-field, with each coordinate's scale from the curvature there (the exact
-mean-field optimum when the posterior is Gaussian: 1/sqrt of the diagonal of the negative
-Hessian), so PyMC's optimiser starts near its answer instead of spending 10^5 steps on
-the scales. It then draws proposals from the approximation on the unconstrained space,
+``approximate_posterior`` fits PyMC's mean-field ADVI started at the posterior's mode
+(the L-BFGS climb ``inference.optimised_starts`` makes) with each coordinate's scale from
+the curvature there (the exact mean-field optimum when the posterior is Gaussian:
+1/sqrt of the diagonal of the negative Hessian), so PyMC's optimiser starts near its
+answer: from PyMC's own start, 60,000 steps had not converged on the bundled dense data. It then draws proposals from the approximation on the unconstrained space,
 weighs each by log p(theta, y) - log q(theta) (the model's compiled density, the very
 function nutpie samples, and the approximation's own Gaussian density), smooths the
 weights with PSIS (``arviz_stats``: ``psislw``) and resamples the requested number of
@@ -15,7 +14,11 @@ draws. The Pareto k of the weights says whether the approximation can be trusted
 ``inference.sample_model`` falls back to NUTS when it cannot.
 
 Pathfinder (pymc-extras) is not offered: every pymc-extras release on the package index
-(0.15.1 the newest) requires pymc < 6.4 and bayesspec needs pymc >= 6.4.
+(0.15.1 the newest) requires pymc < 6.4 and bayesspec needs pymc >= 6.4. Full-rank ADVI
+is not offered either: PyMC's optimiser moves every entry of the Cholesky factor by about
+its learning rate per step, and these posteriors' scales span 0.002 to 0.1 on the
+unconstrained space, so from the same start it diverged (Pareto k 5 after one step,
+above 9 after 2000, on the bundled dense data; measured 2026-12-02).
 
 This module takes the compiled model's log density and start as arguments and imports
 nothing of bayesspec, so ``inference`` can call it without an import cycle.
@@ -30,7 +33,7 @@ import numpy as np
 import xarray as xr
 
 #: Methods offered, and how PyMC's ``pm.fit`` names them.
-APPROXIMATE_METHODS = {"advi": "advi", "fullrank_advi": "fullrank_advi"}
+APPROXIMATE_METHODS = {"advi": "advi"}
 #: Above this Pareto k the importance-resampled draws are not trusted (PSIS paper).
 PARETO_K_LIMIT = 0.7
 #: Optimisation steps of ADVI when nobody says (from the mode, measured enough).
@@ -80,47 +83,33 @@ def curvature_scales(logp_and_gradient, x: np.ndarray, step: float = 1e-5) -> np
 
 
 class Gaussian:
-    """The fitted approximation on nutpie's unconstrained layout: ``mean`` and either
-    ``scale`` (mean-field) or ``chol`` (full rank, lower triangular)."""
+    """The fitted mean-field approximation on nutpie's unconstrained layout."""
 
-    def __init__(self, mean, scale=None, chol=None):
+    def __init__(self, mean, scale):
         self.mean = np.asarray(mean, dtype=float)
-        self.scale = None if scale is None else np.asarray(scale, dtype=float)
-        self.chol = None if chol is None else np.asarray(chol, dtype=float)
+        self.scale = np.asarray(scale, dtype=float)
 
     def draw(self, count: int, rng) -> tuple[np.ndarray, np.ndarray]:
         """``count`` draws (count, n) and their log density under the approximation."""
         z = rng.standard_normal((count, len(self.mean)))
-        if self.chol is not None:
-            x = self.mean + z @ self.chol.T
-            log_det = np.sum(np.log(np.abs(np.diag(self.chol))))
-        else:
-            x = self.mean + z * self.scale
-            log_det = np.sum(np.log(self.scale))
+        x = self.mean + z * self.scale
+        log_det = np.sum(np.log(self.scale))
         log_q = -0.5 * np.sum(z**2, axis=1) - 0.5 * len(self.mean) * np.log(2 * np.pi) - log_det
         return x, log_q
 
 
 def fit_gaussian(pm_model, compiled, logp_and_gradient, start: np.ndarray, *, method: str,
                  steps: int, seed: int | None) -> Gaussian:
-    """PyMC's ADVI (``method``: advi or fullrank_advi) from ``start`` (nutpie's layout),
-    its scales started at the curvature there (full rank: a diagonal Cholesky factor);
-    the result in nutpie's layout."""
+    """PyMC's mean-field ADVI from ``start`` (nutpie's layout), its scales started at the
+    curvature there; the result in nutpie's layout."""
     import pymc as pm
 
-    start_values = _by_name(pm_model, compiled, start)
-    scales = _by_name(pm_model, compiled, curvature_scales(logp_and_gradient, start))
-    if method == "advi":
-        inference = pm.ADVI(model=pm_model, random_seed=seed, start=start_values,
-                            start_sigma=scales)
-    else:
-        inference = pm.FullRankADVI(model=pm_model, random_seed=seed, start=start_values)
-        group = inference.approx.groups[0]
-        diagonal = np.empty(group.ddim)
-        for name, s, *_ in group.ordering.values():
-            diagonal[s] = np.ravel(scales[name])
-        group.params_dict["L_tril"].set_value(
-            np.diag(diagonal)[np.tril_indices(group.ddim)])
+    if method != "advi":
+        raise ValueError(f"unknown approximate method {method!r}")
+    inference = pm.ADVI(model=pm_model, random_seed=seed,
+                        start=_by_name(pm_model, compiled, start),
+                        start_sigma=_by_name(pm_model, compiled,
+                                             curvature_scales(logp_and_gradient, start)))
     approximation = inference.fit(n=steps, progressbar=False)
     group = approximation.groups[0]
     order = {name: s for name, s, *_ in group.ordering.values()}
@@ -130,11 +119,8 @@ def fit_gaussian(pm_model, compiled, logp_and_gradient, start: np.ndarray, *, me
     layout = _named_slices(compiled)
     for v in pm_model.value_vars:
         index[layout[v.name][0]] = np.arange(n_dim)[order[v.name]]
-    mean = np.asarray(approximation.mean.eval(), dtype=float)[index]
-    if method == "advi":
-        return Gaussian(mean, scale=np.asarray(approximation.std.eval(), dtype=float)[index])
-    chol = np.asarray(approximation.L.eval(), dtype=float)[np.ix_(index, index)]
-    return Gaussian(mean, chol=chol)
+    return Gaussian(np.asarray(approximation.mean.eval(), dtype=float)[index],
+                    np.asarray(approximation.std.eval(), dtype=float)[index])
 
 
 def pareto_smoothed_weights(log_ratios: np.ndarray) -> tuple[np.ndarray, float]:

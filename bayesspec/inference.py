@@ -46,8 +46,8 @@ class SamplerSettings:
     # Chain starts: "jitter" (nutpie's: the prior's support point, jittered) or
     # "optimised" (see optimised_starts).
     init: str | None = None
-    # "nuts" (sample), or an approximation checked by Pareto-smoothed importance
-    # resampling: "advi" (mean-field) or "fullrank_advi" (bayesspec.approximate).
+    # "nuts" (sample), or "advi": mean-field ADVI checked by Pareto-smoothed importance
+    # resampling (bayesspec.approximate).
     method: str = "nuts"
     # Optimisation steps of an approximation (None: approximate.DEFAULT_STEPS).
     steps: int | None = None
@@ -79,7 +79,7 @@ def settings_for(latency_model, settings: SamplerSettings | None = None) -> Samp
     return settings
 
 
-METHODS = ("nuts", "advi", "fullrank_advi")
+METHODS = ("nuts", "advi")
 
 
 @dataclass(frozen=True)

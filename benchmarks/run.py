@@ -21,6 +21,9 @@ read the core count in the machine block. Cases:
   hierarchical fit with the CLI defaults, against the 5-minute budget.
 - check_leave_out_2: ``check --leave-out 2`` on one verifier's 16 combinations (10 folds
   of one compiled model, the CLI's sampler defaults), against the 5-minute budget.
+- approximate: NUTS vs --method advi (mean-field ADVI + Pareto-smoothed importance
+  resampling) on the bundled dense data and the hierarchical model: wall time, ratio to
+  NUTS, Pareto k, coverage and overlap of NUTS's C1, C2 by the approximate 90% intervals.
 - scaling: hierarchical fit time at about 1k, 5k and 20k rows; the slope of log time on
   log rows, and the floor (gradient evaluations x time per gradient) beside it.
 """
@@ -453,11 +456,102 @@ def case_parallel_refits(quick: bool) -> dict:
             "note": "baseline: the same SBC in one process; ratio > 1: workers faster"}
 
 
+def _cost_intervals(fit, prob: float = 0.9) -> dict[str, np.ndarray]:
+    """Per group, through the prediction contract: (median, lo, hi) of C1 and C2."""
+    tail = (1 - prob) / 2
+    out = {}
+    for name in ("c1", "c2"):
+        rows = []
+        for g in range(len(fit.groups)):
+            draws = getattr(fit.group_curve(g), name)
+            rows.append(np.quantile(draws, [0.5, tail, 1 - tail]))
+        out[name] = np.array(rows)
+    return out
+
+
+def _against_nuts(reference: dict, approximate: dict) -> dict:
+    """How the approximate 90% intervals of C1, C2 (every group) stand to NUTS's: share
+    of NUTS medians inside them, interval overlap (intersection over union), width ratio
+    and the largest relative error of the median."""
+    covered, overlap, width, error = [], [], [], []
+    for name in ("c1", "c2"):
+        nuts, approx = reference[name], approximate[name]
+        covered.append((approx[:, 1] <= nuts[:, 0]) & (nuts[:, 0] <= approx[:, 2]))
+        inter = np.clip(np.minimum(nuts[:, 2], approx[:, 2])
+                        - np.maximum(nuts[:, 1], approx[:, 1]), 0, None)
+        union = np.maximum(nuts[:, 2], approx[:, 2]) - np.minimum(nuts[:, 1], approx[:, 1])
+        overlap.append(inter / union)
+        width.append((approx[:, 2] - approx[:, 1]) / (nuts[:, 2] - nuts[:, 1]))
+        error.append(np.abs(approx[:, 0] / nuts[:, 0] - 1))
+    covered, overlap = np.concatenate(covered), np.concatenate(overlap)
+    width, error = np.concatenate(width), np.concatenate(error)
+    return {"nuts_median_coverage": round(float(covered.mean()), 3),
+            "interval_overlap_mean": round(float(overlap.mean()), 3),
+            "interval_overlap_min": round(float(overlap.min()), 3),
+            "width_ratio_median": round(float(np.median(width)), 3),
+            "median_rel_error_max": round(float(error.max()), 4)}
+
+
+def case_approximate(quick: bool) -> dict:
+    """NUTS vs the approximate method (--method advi) on the bundled dense
+    data (dense model) and the bundled dense + speculative data (hierarchical model):
+    wall time incl. compilation, ratio to NUTS, Pareto k, and how the approximate 90%
+    intervals of every group's C1 and C2 stand to NUTS's. The approximations are kept
+    whatever their k (no fallback) so that what they give is measured; with the fallback
+    on, a k above 0.7 costs the approximation's time plus the NUTS sampling."""
+    import pandas as pd
+
+    from bayesspec import datasets
+    from bayesspec.data import prepare, read_tidy
+    from bayesspec.inference import SamplerSettings
+    from bayesspec.workflow import fit
+
+    designs = {"dense": ("dense", read_tidy(datasets.path("dense"))),
+               "hierarchical": ("hierarchical", prepare(pd.concat(
+                   [pd.read_csv(datasets.path("dense")),
+                    pd.read_csv(datasets.path("speculative"))], ignore_index=True)))}
+    methods = ("advi",)
+    detail = {}
+    for label, (model, data) in designs.items():
+        log(f"approximate: {label} ({len(data)} rows) with NUTS, the model's defaults...")
+        started = time.perf_counter()
+        nuts = fit(data, model, settings=SamplerSettings(seed=1, progress=False, chains=4))
+        nuts_s = time.perf_counter() - started
+        reference = _cost_intervals(nuts)
+        verdict = nuts.diagnostics
+        detail[f"{label}/nuts"] = {"seconds": round(nuts_s, 1), "status": verdict["status"],
+                                   "rhat_max": round(verdict["rhat_max"], 3),
+                                   "groups": len(nuts.groups)}
+        for method in methods:
+            log(f"approximate: {label} with {method}...")
+            started = time.perf_counter()
+            result = fit(data, model, settings=SamplerSettings(
+                seed=1, progress=False, chains=4, method=method, fallback=False))
+            seconds = time.perf_counter() - started
+            attrs = result.tree.attrs
+            detail[f"{label}/{method}"] = {
+                "seconds": round(seconds, 1), "ratio_to_nuts": round(nuts_s / seconds, 2),
+                "approximation_s": attrs.get("approximation_seconds"),
+                "pareto_k": float(attrs["pareto_k"]),
+                "importance_ess": attrs.get("importance_ess"),
+                "steps": attrs.get("approximation_steps"),
+                "verdict": result.diagnostics["status"],
+                **_against_nuts(reference, _cost_intervals(result))}
+    first = detail[f"dense/{methods[0]}"]
+    return {"name": "approximate", "bayes_s": first["seconds"],
+            "baseline_s": detail["dense/nuts"]["seconds"], "ratio": first["ratio_to_nuts"],
+            "detail": detail,
+            "note": "bayes: dense with advi; baseline: dense with NUTS (both incl. "
+                    "compilation); coverage: share of NUTS posterior medians of C1, C2 (all "
+                    "groups) inside the approximate 90% interval"}
+
+
 CASES = {"dense_fit_vs_bootstrap": case_dense_fit_vs_bootstrap,
          "speculative_fit": case_speculative_fit, "decisions": case_decisions,
          "simulator": case_simulator, "sampler_choice": case_sampler_choice,
          "hierarchical_fit": case_hierarchical_fit, "check_leave_out_2": case_check_leave_out_2,
-         "scaling": case_scaling, "parallel_refits": case_parallel_refits}
+         "scaling": case_scaling, "parallel_refits": case_parallel_refits,
+         "approximate": case_approximate}
 QUICK = ("dense_fit_vs_bootstrap", "speculative_fit", "decisions", "simulator")
 
 

@@ -126,17 +126,16 @@ def add_sampler_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quiet", action="store_true", help="no progress output on stderr")
 
 
-METHOD_CHOICES = ("nuts", "advi", "fullrank_advi", "pathfinder")
+METHOD_CHOICES = ("nuts", "advi", "pathfinder")
 
 
 def add_method_options(group) -> None:
     """``--method``, ``--approx-steps``, ``--no-fallback`` (fit, check, acceptance, sbc)."""
     group.add_argument("--method", choices=METHOD_CHOICES, default="nuts",
-                       help="nuts (default: sample), or a fast approximation checked by "
-                            "Pareto-smoothed importance resampling: advi (mean-field) or "
-                            "fullrank_advi; its Pareto k is reported, and above 0.7 the fit "
-                            "falls back to NUTS (pathfinder needs pymc-extras, which "
-                            "requires pymc < 6.4: not offered)")
+                       help="nuts (default: sample), or advi: mean-field ADVI checked by "
+                            "Pareto-smoothed importance resampling; its Pareto k is reported, "
+                            "and above 0.7 the fit falls back to NUTS (pathfinder needs "
+                            "pymc-extras, which requires pymc < 6.4: not offered)")
     group.add_argument("--approx-steps", type=int, default=None,
                        help="optimisation steps of the approximation (default 2000)")
     group.add_argument("--no-fallback", action="store_true",
