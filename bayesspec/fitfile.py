@@ -189,10 +189,11 @@ class Fit:
         return convergence_verdict(self.tree, self.model().decision_variables())
 
     # ---------------------------------------------------------------- predictions
-    def law(self, selection: dict | None = None):
+    def law(self, selection: dict | None = None, *, metric: str | None = None):
         """The :class:`~bayesspec.prediction.Law` of the setup the group options in
-        ``selection`` name (the model's prediction contract)."""
-        return self.model().law(self, dict(selection or {}))
+        ``selection`` name (the model's prediction contract); ``metric`` (e.g. "p99",
+        "ttft_p99") asks for the law of a latency summary instead of the mean."""
+        return self.model().law(self, dict(selection or {}), metric=metric)
 
     def group_curve(self, group: int):
         """One fitted group's :class:`~bayesspec.prediction.Curve`."""

@@ -28,6 +28,9 @@ __all__ = [
     "expert_coverage_expr",
     "moe_costs_expr",
     "load_amplification_expr",
+    "percentile_latency",
+    "percentile_latency_expr",
+    "rate_meeting_target",
 ]
 
 
@@ -60,6 +63,29 @@ def two_regime_latency_expr(rps, c1m, c2m, c1c, c2c, sharpness=12.0):
     compute = c1c / (1.0 - rps * c2c)
     top = memory + compute  # scale out before the power: latencies^12 overflow nothing
     return top * ((memory / top) ** sharpness + (compute / top) ** sharpness) ** (1.0 / sharpness)
+
+
+def percentile_latency_expr(rps, scale, c2, exponent, xp: ModuleType = np):
+    """A latency percentile (or a TTFT/ITL summary) under load: q = A (1 - x)^(-gamma),
+    x = RPS*C2 with the C2 of the group's mean law.
+
+    All of a server's latency summaries diverge at the rate its mean latency does (the
+    queue is unstable past 1/C2), each at its own pace: with step time a + b*batch and
+    Little's law the mean and per-token latency grow as 1/(1 - x) (gamma = 1); a
+    waiting-time tail grows faster (gamma > 1), a summary dominated by a load-free part
+    (prompt processing in TTFT, the spread of output lengths in p99) more slowly.
+    ``A`` is the summary at zero load."""
+    return scale * xp.exp(-exponent * xp.log1p(-rps * c2))
+
+
+def rate_meeting_target(target, scale, c2, exponent):
+    """The highest RPS at which :func:`percentile_latency_expr` stays at or below
+    ``target``: (1 - (A/target)^(1/gamma))/C2; 0 when even zero load misses it."""
+    scale, c2, exponent, target = _as_float(scale, c2, exponent, target)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        headroom = 1.0 - np.exp(np.log(scale / target) / exponent)
+        value = headroom / c2
+    return np.where(scale > target, 0.0, value)[()]
 
 
 def load_amplification_expr(rps, c2):
@@ -180,6 +206,14 @@ def latency(rps, c1, c2):
     rps, c1, c2 = _as_float(rps, c1, c2)
     with np.errstate(divide="ignore", invalid="ignore"):
         value = latency_expr(rps, c1, c2)
+    return np.where(rps * c2 >= 1.0, np.inf, value)[()]
+
+
+def percentile_latency(rps, scale, c2, exponent):
+    """:func:`percentile_latency_expr` with ``inf`` at or past saturation (rps*C2 >= 1)."""
+    rps, scale, c2, exponent = _as_float(rps, scale, c2, exponent)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        value = percentile_latency_expr(rps, scale, c2, exponent)
     return np.where(rps * c2 >= 1.0, np.inf, value)[()]
 
 

@@ -28,11 +28,12 @@ import numpy as np
 from .errors import BadInput
 from .laws import (costs_for_acceptance_length, crossover_rps, curved_latency,
                    effective_costs, expert_coverage, latency, load_amplification_expr,
-                   moe_latency, two_regime_latency, verification_tokens)
+                   moe_latency, percentile_latency, rate_meeting_target,
+                   two_regime_latency, verification_tokens)
 
 COEFFICIENT_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 
-__all__ = ["Noise", "Curve", "MoECurve", "Law", "CoefficientLaw", "ConfigurationLaw",
+__all__ = ["Noise", "Curve", "MoECurve", "MetricCurve", "Law", "CoefficientLaw", "ConfigurationLaw",
            "MoESplit", "COEFFICIENT_NAMES"]
 
 
@@ -127,6 +128,22 @@ class Curve:
         rps = np.asarray(rps, dtype=float)
         return latency(rps, _lift(self.c1, rps), _lift(self.c2, rps))
 
+    def rate_meeting(self, target: float, *, steps: int = 48) -> np.ndarray:
+        """Per draw (S,), the highest rate at which this curve stays within ``target``
+        seconds (0 when zero load already misses it). Latency rises with load up to
+        saturation, so the rate is found by bisection below 1/C2, all draws at once;
+        eq. (1) and :class:`MetricCurve` answer in closed form."""
+        if type(self) is Curve:
+            return rate_meeting_target(target, self.c1, self.c2, 1.0)
+        ceiling = 1.0 / self.saturation_cost
+        lo, hi = np.zeros_like(ceiling), ceiling * (1.0 - 1e-9)
+        for _ in range(steps):
+            mid = 0.5 * (lo + hi)
+            with np.errstate(invalid="ignore", over="ignore"):
+                within = self.latency(mid[:, None])[:, 0] <= target
+            lo, hi = np.where(within, mid, lo), np.where(within, hi, mid)
+        return np.where(self.latency(np.zeros((ceiling.size, 1)))[:, 0] > target, 0.0, lo)
+
     def point_c2(self, rps, curve: np.ndarray) -> np.ndarray:
         """The C2 a point at ``rps`` feels (its utilisation is RPS times it)."""
         rps = np.asarray(rps, dtype=float)
@@ -191,6 +208,33 @@ class TwoRegimeCurve(Curve):
     def latency(self, rps) -> np.ndarray:
         rps = np.asarray(rps, dtype=float)
         return two_regime_latency(rps, *(_lift(p, rps) for p in self.parts), self.sharpness)
+
+
+class MetricCurve(Curve):
+    """Draws of one latency summary under load (a percentile of end-to-end latency, of
+    TTFT or of ITL): q = A (1 - RPS*C2)^(-gamma)
+    (:func:`bayesspec.laws.percentile_latency`), C2 shared with the group's mean law.
+    ``c1`` is A, the summary at zero load."""
+
+    law_name = "eq. (1) tail"
+
+    def __init__(self, scale, c2, exponent, *, metric: str, label: str = "", group: str = "",
+                 noise: Noise | None = None):
+        super().__init__(scale, c2, label=label, noise=noise)
+        self.exponent = np.asarray(exponent, dtype=float)
+        self.metric = metric
+        #: The fitted group's label (its rows in ``fit.data`` carry it as ``group``).
+        self.group = group
+
+    def latency(self, rps) -> np.ndarray:
+        rps = np.asarray(rps, dtype=float)
+        return percentile_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
+                                  _lift(self.exponent, rps))
+
+    def rate_meeting(self, target: float) -> np.ndarray:
+        """Per draw (S,), the highest rate at which this summary stays within ``target``
+        (0 when zero load already misses it)."""
+        return rate_meeting_target(target, self.c1, self.c2, self.exponent)
 
 
 class MoECurve(Curve):

@@ -7,7 +7,8 @@ any of them reads the same way.
 
 from __future__ import annotations
 
-__all__ = ["TIDY_COLUMNS", "LAST_COLUMNS", "POSITION_COUNT_COLUMN", "order_columns"]
+__all__ = ["TIDY_COLUMNS", "LAST_COLUMNS", "POSITION_COUNT_COLUMN", "order_columns",
+           "METRIC_COLUMNS", "metric_description"]
 
 #: CONTRACT columns first (design, then measurements), then what the simulator and
 #: ingest add; columns no row has are simply absent.
@@ -44,3 +45,23 @@ def order_columns(columns) -> list[str]:
     ordered += _position_columns(columns)
     last = [c for c in LAST_COLUMNS if c in columns]
     return ordered + [c for c in columns if c not in ordered and c not in last] + last
+
+
+#: Latency summaries besides the mean (``--metric``, SLO targets) -> their tidy column.
+METRIC_COLUMNS = {
+    **{f"p{q}": f"latency_p{q}_s" for q in (50, 90, 95, 99)},
+    "ttft_mean": "ttft_mean_s",
+    **{f"ttft_p{q}": f"ttft_p{q}_s" for q in (50, 90, 95, 99)},
+    "itl_mean": "itl_mean_s",
+    **{f"itl_p{q}": f"itl_p{q}_s" for q in (50, 90, 95, 99)},
+}
+
+
+def metric_description(metric: str) -> str:
+    """'p99 end-to-end latency', 'TTFT p99', 'ITL mean', 'mean end-to-end latency'."""
+    if metric == "mean":
+        return "mean end-to-end latency"
+    head, _, tail = metric.partition("_")
+    if head in ("ttft", "itl"):
+        return f"{head.upper()} {tail}"
+    return f"{metric} end-to-end latency"

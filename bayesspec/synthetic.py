@@ -56,13 +56,16 @@ def sweep_rates(c1: float, c2: float, n_rates: int = 9) -> np.ndarray:
 
 def generate_sweeps(truth: pd.DataFrame, *, n_rates: int = 9, n_requests: int = 600,
                     rate_error: float = 0.02, drift: float = 0.01,
-                    seed: int | None = 0) -> pd.DataFrame:
+                    seed: int | None = 0, effective_rate: bool = False) -> pd.DataFrame:
     """Sweeps for every row of ``truth`` (columns C1, C2 plus any design columns).
 
     With columns C1u, C1s, C2u, C2s (and experts_active, experts_total,
     tokens_per_request) the latency follows the MoE law, eq. (4), instead of eq. (1).
     Returns tidy rows (CONTRACT.md) with ``strategy`` and ``saturated`` set; the last
     rate of each sweep is the throughput run, at the ceiling, marked saturated.
+    ``effective_rate``: also return the rate the law was evaluated at (``rps_effective``:
+    the measured rate with its error), for generators that add more summaries of the
+    same runs.
     """
     from .laws import moe_latency
 
@@ -93,6 +96,7 @@ def generate_sweeps(truth: pd.DataFrame, *, n_rates: int = 9, n_requests: int = 
                         "throughput" if i == len(rates) - 1 else "constant")
             if strategy == "throughput":
                 achieved = rate * (1 - abs(rng.normal(0.0, 0.02)))
+                effective = achieved
                 utilisation = 0.999
                 mean = c1 / (1 - utilisation) * np.exp(rng.normal(0.0, 0.3))
                 cv = 2.0
@@ -117,6 +121,8 @@ def generate_sweeps(truth: pd.DataFrame, *, n_rates: int = 9, n_requests: int = 
                 "strategy": strategy,
                 "saturated": strategy == "throughput",
             })
+            if effective_rate:
+                row["rps_effective"] = effective
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -342,3 +348,47 @@ def generate_moe_sweeps(truth: pd.DataFrame, *, fractions=MOE_LOW_LOAD_FRACTIONS
                          "latency_std_s": cv * observed, "n_requests": n_requests,
                          "strategy": "poisson", "saturated": False})
     return pd.DataFrame(rows)
+
+
+def tail_truth(truth: pd.DataFrame, metrics: dict[str, tuple[float, float]], *,
+               spread: float = 0.1, seed: int = 0) -> pd.DataFrame:
+    """Known tail laws for every group of ``truth`` (one row per group, with C1, C2):
+    for each metric ``(ratio, gamma)`` gives the zero-load value A = C1*ratio and the
+    exponent of q = A (1 - RPS*C2)^(-gamma); each group's ratio and gamma scatter around
+    them by a log-normal factor of log-sd ``spread``. Adds columns ``A_<metric>`` and
+    ``gamma_<metric>``."""
+    rng = np.random.default_rng(seed)
+    out = truth.copy().reset_index(drop=True)
+    for metric, (ratio, gamma) in metrics.items():
+        out[f"A_{metric}"] = out["C1"] * ratio * np.exp(rng.normal(0, spread, len(out)))
+        out[f"gamma_{metric}"] = gamma * np.exp(rng.normal(0, spread, len(out)))
+    return out
+
+
+def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: int = 9,
+                         seed: int = 0, **options) -> pd.DataFrame:
+    """Sweeps of :func:`generate_sweeps` for each row of a :func:`tail_truth` table, with
+    each metric's column (``latency_p99_s``, ``ttft_p99_s``, ...) from its law at the
+    run's effective rate (the one its mean latency felt) times a log-normal error of log-sd ``noise`` (a percentile of a finite
+    run). Points at or past saturation get the law at 99.5% utilisation (they are
+    marked saturated and set aside by the models)."""
+    from .laws import percentile_latency_expr
+    from .schema import METRIC_COLUMNS
+
+    rng = np.random.default_rng([seed, 7])
+    metrics = [c[len("A_"):] for c in truth.columns if c.startswith("A_")]
+    law_columns = {f"A_{m}" for m in metrics} | {f"gamma_{m}" for m in metrics}
+    frames = []
+    for i in range(len(truth)):
+        row = truth.iloc[[i]]
+        sweep = generate_sweeps(row.drop(columns=list(law_columns)), n_rates=n_rates,
+                                seed=seed * 1000 + i, effective_rate=True, **options)
+        # The same run as the mean: the summaries feel the same effective load.
+        utilisation = np.minimum(sweep.pop("rps_effective").to_numpy(float)
+                                 * float(row["C2"].iloc[0]), 0.995)
+        for metric in metrics:
+            value = percentile_latency_expr(utilisation, float(row[f"A_{metric}"].iloc[0]), 1.0,
+                                            float(row[f"gamma_{metric}"].iloc[0]))
+            sweep[METRIC_COLUMNS[metric]] = value * np.exp(rng.normal(0, noise, len(sweep)))
+        frames.append(sweep)
+    return pd.concat(frames, ignore_index=True)

@@ -12,6 +12,7 @@ from .two_regime import TwoRegimeLatencyModel
 from .hierarchical import HierarchicalLatencyModel
 from .moe import MoELatencyModel
 from .speculative import SpeculativeLatencyModel
+from .tails import TailLatencyModel
 from .versions import SpeculativeVersionEffectModel, VersionEffectModel
 
 MODEL_CLASSES: dict[str, type[LatencyModel]] = {
@@ -23,6 +24,7 @@ MODEL_CLASSES: dict[str, type[LatencyModel]] = {
     VersionEffectModel.name: VersionEffectModel,
     SpeculativeVersionEffectModel.name: SpeculativeVersionEffectModel,
     HierarchicalLatencyModel.name: HierarchicalLatencyModel,
+    TailLatencyModel.name: TailLatencyModel,
 }
 
 

@@ -267,13 +267,45 @@ class LatencyModel:
         return Curve(fit.draws("C1", group), fit.draws("C2", group),
                      label=str(fit.groups["label"].iloc[group]), noise=self.noise(fit))
 
-    def law(self, fit, selection: dict):
+    def metrics(self, fit) -> list[str]:
+        """Latency summaries besides the mean this fit answers (``metric_curve``)."""
+        return []
+
+    def check_metric(self, fit, metric: str | None) -> str | None:
+        """``metric`` normalised (None for the mean); a clear error when the fit has no
+        law for it."""
+        if metric is None or metric == MEAN_METRIC:
+            return None
+        known = self.metrics(fit)
+        if metric not in known:
+            if not known:
+                raise BadInput(
+                    f"this {self.name} fit models mean latency only; for --metric {metric} "
+                    "fit the data with `--model tails` (it needs percentile columns such as "
+                    "latency_p99_s, ttft_p99_s, itl_p99_s)", argument="metric")
+            raise BadInput(f"this fit has no law for metric '{metric}'; it answers: "
+                           f"{', '.join([MEAN_METRIC, *known])}", argument="metric")
+        return metric
+
+    def metric_curve(self, fit, group: int, metric: str) -> Curve:
+        """One fitted group's curve of a latency summary (a percentile, TTFT, ITL)."""
+        self.check_metric(fit, metric)
+        return self.group_curve(fit, group)
+
+    def law(self, fit, selection: dict, *, metric: str | None = None):
         """The :class:`~bayesspec.prediction.Law` of the setup ``selection`` names (group
-        options: verifier, drafter, prefill, decode, gpu; k and alpha are ignored).
+        options: verifier, drafter, prefill, decode, gpu; k and alpha are ignored), for
+        mean latency or, with ``metric``, for a latency summary the fit models.
 
         Per configuration: the dense baseline is the setup's k = 0 group and SD is known
         only at the (alpha, k) the fit has groups for (models with cycle coefficients
         answer any)."""
+        metric = self.check_metric(fit, metric)
+        if metric is None:
+            curve_of = self.group_curve
+        else:
+            def curve_of(fit, group):
+                return self.metric_curve(fit, group, metric)
         groups = fit.groups
         columns = [c for c in BASELINE_COLUMNS if c in groups.columns]
         keys = groups[columns].astype(str).agg("|".join, axis=1).to_numpy()
@@ -294,10 +326,10 @@ class LatencyModel:
                            "one", argument="drafter")
         dense = np.flatnonzero(same & (k == 0))
         configurations = {(round(float(groups["alpha"].iloc[g]), 9), int(k[g])):
-                          self.group_curve(fit, int(g)) for g in np.flatnonzero(same & (k > 0))}
+                          curve_of(fit, int(g)) for g in np.flatnonzero(same & (k > 0))}
         label = (str(groups["label"].iloc[dense[0]]) if len(dense)
                  else str(table["label"].iloc[chosen]))
-        return ConfigurationLaw(label, self.group_curve(fit, int(dense[0])) if len(dense) else None,
+        return ConfigurationLaw(label, curve_of(fit, int(dense[0])) if len(dense) else None,
                                 configurations,
                                 rps_measured_max=fit.rps_measured_max(np.flatnonzero(same)),
                                 dense_hint=dense_hint(table.iloc[chosen]))
@@ -329,6 +361,9 @@ class LatencyModel:
         return prepare(generate_sweeps(truth.loc[keep], n_rates=8, seed=0),
                        source="<sbc design>")
 
+
+#: The metric name of mean end-to-end latency (the law every model fits).
+MEAN_METRIC = "mean"
 
 #: Columns that make a setup's baseline (the dense configuration SD is compared with).
 BASELINE_COLUMNS = ("verifier", "prefill_tokens", "decode_tokens", "gpu", "engine",

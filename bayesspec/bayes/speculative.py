@@ -599,9 +599,10 @@ class SpeculativeLatencyModel(LatencyModel):
                         tokens=float(row["tokens_per_request"]), offset=self._split_offset(),
                         label=str(row["label"]), noise=self.noise(fit))
 
-    def law(self, fit, selection: dict) -> CoefficientLaw:
+    def law(self, fit, selection: dict, *, metric: str | None = None) -> CoefficientLaw:
         """Any (alpha, k) of one setup from its six coefficients (eq. 3); a sparse
-        verifier's costs split by its learned shares (eq. 4)."""
+        verifier's costs split by its learned shares (eq. 4). Mean latency only."""
+        self.check_metric(fit, metric)
         if fit.setups.empty:
             raise BadInput("this fit has no speculative rows (k > 0); nothing to compare")
         s = fit.select_setup(**selection)

@@ -27,8 +27,8 @@ VERB_MODULES = ("demo", "fitting", "checking", "deciding", "acceptance", "compar
 
 # Library arguments whose flag is not "--" + the name with dashes.
 ARGUMENT_FLAGS = {"verifiers": "--leave-out-model", "fits": "FIT", "rates": "--acceptance-rates",
-                  "n_requests": "--requests", "prefill_tokens": "--prefill",
-                  "decode_tokens": "--decode"}
+                  "targets": "--target", "n_requests": "--requests",
+                  "prefill_tokens": "--prefill", "decode_tokens": "--decode"}
 
 
 def flag_of(argument: str) -> str:

@@ -1,4 +1,5 @@
-"""``bayesspec predict``, ``speedup``, ``crossover`` and ``kstar``: answers from a fit."""
+"""``bayesspec predict``, ``speedup``, ``crossover``, ``kstar`` and ``slo``: answers from a
+fit."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import numpy as np
 
 from ..errors import BadInput
 from ..outputs import emit_json, log
+from ..schema import metric_description
 from .common import (add_common, add_group_options, check_alpha_k, check_output_path,
                      check_prob, finish, fmt, group_criteria, load_fit, parse_list, rates,
                      strict_exit)
@@ -29,6 +31,7 @@ def register(verbs) -> None:
     speedup.add_argument("--k", type=int, required=True, help="draft length")
     speedup.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
     speedup.add_argument("--plot", help="write speedup bands for several k to this PNG")
+    add_metric_option(speedup)
     add_group_options(speedup, design=False)
     speedup.add_argument("--strict", action="store_true", help=STRICT_HELP)
     add_common(speedup)
@@ -38,6 +41,7 @@ def register(verbs) -> None:
     cross.add_argument("fit", help="fit file")
     cross.add_argument("--alpha", type=float, required=True, help="acceptance rate")
     cross.add_argument("--k", type=int, required=True, help="draft length")
+    add_metric_option(cross)
     add_group_options(cross, design=False)
     cross.add_argument("--strict", action="store_true", help=STRICT_HELP)
     add_common(cross)
@@ -65,6 +69,38 @@ def register(verbs) -> None:
     kstar.add_argument("--strict", action="store_true", help=STRICT_HELP)
     add_common(kstar)
     kstar.set_defaults(handler=run_kstar)
+
+    slo = verbs.add_parser(
+        "slo", help="goodput under a latency SLO: the highest RPS each configuration meets "
+                    "it at, and the best k per RPS (needs a `--model tails` fit)")
+    slo.add_argument("fit", help="fit file of the tails model")
+    targets = slo.add_argument_group("SLO targets in seconds (at least one)")
+    for flag, metric in SLO_FLAGS.items():
+        targets.add_argument(flag, type=float, dest=f"slo_{metric}", metavar="S",
+                             help=f"{metric_description(metric)} at most S seconds")
+    targets.add_argument("--target", action="append", default=[], metavar="METRIC=S",
+                         help="any fitted summary, e.g. ttft_p95=0.3 (repeatable)")
+    slo.add_argument("--rps", help="LIST of rates at which to choose a configuration "
+                                   "(default: 12 rates up to the highest measured)")
+    slo.add_argument("--slo-prob", type=float, default=0.9,
+                     help="probability with which the SLO must hold (default 0.9)")
+    slo.add_argument("--plot", help="write the summaries' bands against the targets to this PNG")
+    add_group_options(slo, design=False)
+    slo.add_argument("--strict", action="store_true", help=STRICT_HELP)
+    add_common(slo)
+    slo.set_defaults(handler=run_slo)
+
+
+#: Flags of the usual SLO targets -> metric.
+SLO_FLAGS = {"--ttft-p99": "ttft_p99", "--ttft-p90": "ttft_p90", "--itl-p99": "itl_p99",
+             "--itl-p90": "itl_p90", "--e2e-p99": "p99", "--e2e-p90": "p90"}
+
+
+def add_metric_option(parser) -> None:
+    parser.add_argument("--metric", default="mean", metavar="METRIC",
+                        help="latency summary compared: mean (default), p50/p90/p95/p99 of "
+                             "end-to-end latency, ttft_mean/ttft_pNN, itl_mean/itl_pNN "
+                             "(summaries need a `--model tails` fit)")
 
 
 def _ceiling_note(ceiling: float) -> str:
@@ -119,9 +155,9 @@ def run_speedup(args) -> int:
     check_alpha_k(args.alpha, args.k)
     rps = rates(args.rps)
     fit = load_fit(args.fit)
-    law = fit.law(group_criteria(args))
-    document = finish(speedup_curve(law, args.alpha, args.k, rps, prob=args.prob),
-                      fit.diagnostics, args)
+    law = fit.law(group_criteria(args), metric=args.metric)
+    document = finish({**speedup_curve(law, args.alpha, args.k, rps, prob=args.prob),
+                       "metric": args.metric}, fit.diagnostics, args)
     if args.plot:
         from ..plots import save_figure, speedup_bands_plot
 
@@ -137,6 +173,8 @@ def run_speedup(args) -> int:
         return strict_exit(args, fit.diagnostics)
     print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}   "
           f"({args.prob:.0%} intervals)")
+    if args.metric != "mean":
+        print(f"speedup of {metric_description(args.metric)}: dense over SD")
     print(f"C1R (zero-load cost ratio) {fmt(document['C1R'])}   C2R (load cost ratio) "
           f"{fmt(document['C2R'])}")
     print(f"{'RPS':>11}  {'speedup [interval]':>30}  {'P(SD slower)':>12}")
@@ -158,13 +196,16 @@ def run_crossover(args) -> int:
     check_prob(args)
     check_alpha_k(args.alpha, args.k)
     fit = load_fit(args.fit)
-    law = fit.law(group_criteria(args))
-    document = finish(crossover(law, args.alpha, args.k, prob=args.prob), fit.diagnostics,
-                      args)
+    law = fit.law(group_criteria(args), metric=args.metric)
+    document = finish({**crossover(law, args.alpha, args.k, prob=args.prob),
+                       "metric": args.metric}, fit.diagnostics, args)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
     print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}")
+    if args.metric != "mean":
+        print(f"crossover of {metric_description(args.metric)}: the rate above which SD "
+              "makes it worse")
     if document["rps_star"] is None:
         print(f"no crossover below saturation in any draw (P = {document['p_crossover']:.3f}): "
               f"the sign of the gain does not change with load")
@@ -310,4 +351,85 @@ def schedule_text(schedule: dict) -> str:
                  + json.dumps(schedule["num_speculative_tokens_per_batch_size"]))
     lines.append("speculative_config (vLLM today): "
                  + json.dumps(schedule["speculative_config"]))
+    return "\n".join(lines)
+
+
+def _slo_targets(args) -> dict[str, float]:
+    targets = {metric: getattr(args, f"slo_{metric}") for metric in SLO_FLAGS.values()
+               if getattr(args, f"slo_{metric}") is not None}
+    for text in args.target:
+        metric, _, value = text.partition("=")
+        try:
+            targets[metric.strip()] = float(value)
+        except ValueError:
+            raise BadInput(f"'{text}' is not METRIC=SECONDS", option="--target") from None
+    if not targets:
+        raise BadInput("give at least one SLO target, e.g. --ttft-p99 0.5 --itl-p99 0.05",
+                       option="--ttft-p99")
+    for metric, value in targets.items():
+        if not np.isfinite(value) or value <= 0:
+            raise BadInput(f"target for {metric} must be a positive number of seconds, got "
+                           f"{value:g}", option="--target")
+    return targets
+
+
+def run_slo(args) -> int:
+    from ..decisions import slo_decision
+
+    check_prob(args)
+    targets = _slo_targets(args)
+    fit = load_fit(args.fit)
+    selection = group_criteria(args)
+    mean_law = fit.law(selection)
+    laws = {metric: fit.law(selection, metric=metric) for metric in targets}
+    if args.rps is not None:
+        rps = rates(args.rps, positive=True)
+    else:
+        top = mean_law.rps_measured_max
+        if not np.isfinite(top):
+            top = float(np.median(1.0 / mean_law.dense.saturation_cost))
+        rps = np.round(np.linspace(top / 12, top, 12), 4)
+    document = finish(slo_decision(laws, mean_law, targets, rps, slo_prob=args.slo_prob,
+                                   prob=args.prob), fit.diagnostics, args)
+    if args.plot:
+        from ..plots import save_figure, slo_plot
+
+        check_output_path(args.plot)
+        document["plot"] = save_figure(slo_plot(laws, document, fit=fit, prob=args.prob),
+                                       args.plot)
+    if args.json:
+        emit_json(document)
+        return strict_exit(args, fit.diagnostics)
+    print(slo_text(document, args.prob))
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return strict_exit(args, fit.diagnostics)
+
+
+def slo_text(document: dict, prob: float) -> str:
+    slo = ", ".join(f"{metric_description(m)} <= {t:g} s" for m, t in document["slo"].items())
+    need = document["slo_prob"]
+    lines = [f"setup: {document['setup']}",
+             f"SLO: {slo}; met with probability >= {need:g}",
+             "",
+             f"{'configuration':<22} {'goodput RPS [' + format(prob, '.0%') + ' interval]':>36}"
+             f"  {'RPS at P>=' + format(need, 'g'):>12}  binding target"]
+    for entry in document["configurations"]:
+        binding = max(entry["binding"], key=entry["binding"].get)
+        mark = EXTRAPOLATED if entry["extrapolated"] else " "
+        lines.append(f"{entry['configuration']:<22} {fmt(entry['goodput_rps']):>36}  "
+                     f"{entry['rps_meeting_slo']:>11.4g}{mark}  {binding} "
+                     f"({entry['binding'][binding]:.0%} of draws)")
+    lines += ["", f"best configuration per rate (meets the SLO with P >= {need:g}, then lowest "
+              "mean latency):",
+              f"{'RPS':>11}  {'best':<22} {'P(best)':>8}  P(meets SLO) per configuration"]
+    for row in document["best_by_rps"]:
+        meets = "  ".join(f"{name.split(',')[0]}: {p:.2f}" for name, p in row["p_meets"].items())
+        best = row["configuration"] or "none meets the SLO"
+        p_best = f"{row['p_best']:.2f}" if row["p_best"] is not None else "-"
+        mark = EXTRAPOLATED if row["extrapolated"] else " "
+        lines.append(f"{row['rps']:>10.4g}{mark}  {best:<22} {p_best:>8}  {meets}")
+    note = _ceiling_note(document["rps_measured_max"])
+    if note:
+        lines.append(note)
     return "\n".join(lines)

@@ -160,6 +160,7 @@ def _row(s: Setup, res: PointResult, seed: int) -> dict:
         "ttft_mean_s": summary["ttft_mean_s"],
         "itl_mean_s": summary["itl_mean_s"],
         **{f"ttft_p{q}_s": summary[f"ttft_p{q}_s"] for q in (50, 90, 95, 99)},
+        **{f"itl_p{q}_s": summary[f"itl_p{q}_s"] for q in (50, 90, 95, 99)},
         "mean_concurrency": summary["mean_concurrency"],
         "saturated": summary["saturated"],
         "strategy": summary["strategy"],

@@ -1,0 +1,105 @@
+"""Decisions against a service-level objective (SLO) on latency summaries.
+
+An SLO is a set of targets, e.g. {"ttft_p99": 0.5, "itl_p99": 0.05} seconds. For each
+configuration of a setup (the dense baseline and SD at each fitted (alpha, k)) and each
+posterior draw, the rate up to which every target is met (its *goodput*) is the smallest
+of the rates each summary's law allows (:meth:`bayesspec.prediction.Curve.rate_meeting`).
+Over the draws that gives:
+
+- the goodput with a credible interval;
+- the highest rate at which the SLO holds with probability at least ``slo_prob`` (the
+  ``1 - slo_prob`` quantile of the goodput draws): what to provision against;
+- which target binds (how often each is the smallest);
+- per rate: the probability each configuration meets the SLO, and the best of those
+  that meet it with probability >= ``slo_prob`` (lowest expected mean latency), with the
+  probability that it is the best of them.
+
+The laws are the fit's per-configuration laws: a summary's law for each target
+(``fit.law(selection, metric=...)``) and the mean law to rank configurations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import BadInput
+from ..uncertainty import DEFAULT_PROB, uncertain
+
+#: Probability with which a configuration must meet the SLO (goodput's usual reading).
+DEFAULT_SLO_PROB = 0.9
+
+
+def _configurations(law) -> list[tuple[float | None, int]]:
+    """(alpha, k) of every configuration a per-configuration law holds, dense first."""
+    keys = sorted(getattr(law, "configurations", {}), key=lambda key: (key[1], key[0]))
+    return ([(None, 0)] if law.has_dense else []) + list(keys)
+
+
+def _name(alpha, k) -> str:
+    return "dense (k = 0)" if k == 0 else f"k = {k}, alpha {alpha:g}"
+
+
+def slo_decision(laws: dict, mean_law, targets: dict[str, float], rps, *,
+                 slo_prob: float = DEFAULT_SLO_PROB, prob: float = DEFAULT_PROB) -> dict:
+    """The SLO document of one setup.
+
+    ``laws``: metric -> :class:`~bayesspec.prediction.Law` of that latency summary for
+    the setup (one per target); ``mean_law``: the setup's mean-latency law (ranks the
+    configurations that meet the SLO); ``rps``: the rates at which to choose.
+    """
+    if not targets:
+        raise BadInput("give at least one SLO target (e.g. --ttft-p99 0.5)", argument="targets")
+    for metric, target in targets.items():
+        if not np.isfinite(target) or target <= 0:
+            raise BadInput(f"SLO target for {metric} must be a positive number of seconds, "
+                           f"got {target}", argument="targets")
+    if not 0.5 <= slo_prob < 1:
+        raise BadInput(f"the SLO probability must be within [0.5, 1), got {slo_prob}",
+                       argument="slo_prob")
+    rps = np.asarray(rps, dtype=float)
+    configurations = _configurations(mean_law)
+    if not configurations:
+        raise BadInput(f"the fit has no configuration of '{mean_law.label}' to judge")
+    ceiling = mean_law.rps_measured_max
+    metrics = list(targets)
+    entries, goodputs, means = [], [], []
+    for alpha, k in configurations:
+        allowed = np.stack([laws[m].curve(alpha, k).rate_meeting(targets[m]) for m in metrics])
+        goodput = allowed.min(axis=0)                                  # (S,)
+        binding = np.bincount(allowed.argmin(axis=0), minlength=len(metrics)) / goodput.size
+        provisioned = float(np.quantile(goodput, 1.0 - slo_prob))
+        entries.append({
+            "k": int(k), "alpha": None if alpha is None else float(alpha),
+            "configuration": _name(alpha, k),
+            "goodput_rps": uncertain(goodput, prob),
+            "rps_meeting_slo": provisioned,
+            "p_meets_at_zero_load": float(np.mean(goodput > 0)),
+            "binding": {m: float(share) for m, share in zip(metrics, binding)},
+            "extrapolated": bool(np.isfinite(ceiling) and provisioned > ceiling),
+        })
+        goodputs.append(goodput)
+        means.append(mean_law.curve(alpha, k).latency(rps))            # (S, R)
+    goodputs = np.stack(goodputs)                                      # (C, S)
+    means = np.stack(means)                                            # (C, S, R)
+    by_rate = []
+    for j, rate in enumerate(rps):
+        meets = np.mean(goodputs >= rate, axis=1)                      # (C,)
+        feasible = np.flatnonzero(meets >= slo_prob)
+        row = {"rps": float(rate), "extrapolated": bool(np.isfinite(ceiling) and rate > ceiling),
+               "p_meets": {_name(*configurations[c]): float(meets[c])
+                           for c in range(len(configurations))},
+               "k": None, "alpha": None, "configuration": None, "p_best": None}
+        if feasible.size:
+            latency = means[feasible, :, j]                            # (F, S)
+            with np.errstate(invalid="ignore"):
+                expected = np.mean(np.minimum(latency, 1e12), axis=1)
+            best = int(feasible[np.argmin(expected)])
+            alpha, k = configurations[best]
+            winner = np.argmin(np.where(np.isfinite(latency), latency, np.inf), axis=0)
+            row.update(k=int(k), alpha=None if alpha is None else float(alpha),
+                       configuration=_name(alpha, k),
+                       p_best=float(np.mean(feasible[winner] == best)))
+        by_rate.append(row)
+    return {"setup": mean_law.label, "slo": {m: float(t) for m, t in targets.items()},
+            "slo_prob": float(slo_prob), "configurations": entries, "best_by_rps": by_rate,
+            "rps_measured_max": ceiling}
