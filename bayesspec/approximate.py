@@ -106,10 +106,11 @@ def fit_gaussian(pm_model, compiled, logp_and_gradient, start: np.ndarray, *, me
 
     if method != "advi":
         raise ValueError(f"unknown approximate method {method!r}")
+    scales = _by_name(pm_model, compiled, curvature_scales(logp_and_gradient, start))
+    # PyMC places start_sigma into its flat vector as given: flat arrays.
     inference = pm.ADVI(model=pm_model, random_seed=seed,
                         start=_by_name(pm_model, compiled, start),
-                        start_sigma=_by_name(pm_model, compiled,
-                                             curvature_scales(logp_and_gradient, start)))
+                        start_sigma={name: np.ravel(v) for name, v in scales.items()})
     approximation = inference.fit(n=steps, progressbar=False)
     group = approximation.groups[0]
     order = {name: s for name, s, *_ in group.ordering.values()}
