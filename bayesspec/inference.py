@@ -39,7 +39,7 @@ class SamplerSettings:
     cores: int | None = None     # None: one per chain, at most the usable cores
     seed: int | None = None
     progress: bool = True
-    sampler: str = "nutpie"      # "nutpie" or "pymc"
+    sampler: str = "nutpie"      # "nutpie", "pymc", or with JAX "numpyro" / "blackjax"
     target_accept: float | None = None
     # nutpie mass-matrix adaptation: "diag" or "low_rank".
     adaptation: str | None = None
@@ -119,7 +119,8 @@ def compile_model(pm_model, settings: SamplerSettings):
 def sample_compiled(compiled, settings: SamplerSettings,
                     data: dict | None = None) -> xr.DataTree:
     """Sample a compiled model, optionally with new values for its ``pm.Data``; with an
-    approximate ``settings.method``, approximate (:func:`approximate`) instead."""
+    approximate ``settings.method``, approximate (:func:`approximate`) instead. Always
+    nutpie (``settings.sampler`` chooses only for :func:`sample_model`)."""
     import nutpie
 
     check_method(settings)
@@ -283,6 +284,8 @@ def sample_model(pm_model, settings: SamplerSettings) -> xr.DataTree:
         return approximate(compile_model(pm_model, settings), settings)
     if settings.sampler == "nutpie":
         return sample_compiled(compile_model(pm_model, settings), settings)
+    if settings.sampler in JAX_SAMPLERS:
+        return sample_jax(pm_model, settings)
     if settings.sampler == "pymc":
         import pymc as pm
 
@@ -295,6 +298,59 @@ def sample_model(pm_model, settings: SamplerSettings) -> xr.DataTree:
         log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
         return tree
     raise ValueError(f"unknown sampler {settings.sampler!r}")
+
+
+#: NUTS on JAX through PyMC (the optional extra ``bayesspec[gpu]``).
+JAX_SAMPLERS = ("numpyro", "blackjax")
+
+
+def jax_missing(sampler: str) -> str | None:
+    """Why ``sampler`` cannot run here (a sentence), or None when it can."""
+    import importlib.util
+
+    for package in ("jax", sampler):
+        if importlib.util.find_spec(package) is None:
+            return (f"--sampler {sampler} needs {package}, an optional extra: pip install "
+                    "'bayesspec[gpu]' (on a machine without a CUDA GPU: pip install jax "
+                    + ("numpyro)" if sampler == "numpyro" else "'blackjax<1.6')"))
+    return None
+
+
+def jax_gpu() -> bool:
+    """Whether JAX sees a GPU."""
+    import jax
+
+    return any(device.platform == "gpu" for device in jax.devices())
+
+
+def sample_jax(pm_model, settings: SamplerSettings) -> xr.DataTree:
+    """PyMC's JAX NUTS (numpyro or blackjax): chains vectorised (one program steps every
+    chain) on a GPU, or on a CPU with fewer JAX devices than chains; else one device per
+    chain. The tree has the /posterior and /sample_stats (``diverging``) the verdict
+    reads."""
+    import jax
+    import pymc as pm
+
+    reason = jax_missing(settings.sampler)
+    if reason:
+        raise ValueError(reason)
+    chain_method = ("vectorized" if jax_gpu() or jax.local_device_count() < settings.chains
+                    else "parallel")
+    started = time.perf_counter()
+    log(f"sampling {settings.chains} chains with {settings.sampler} (JAX, {chain_method})...",
+        settings.progress)
+    # No progress bar with blackjax: its bar is a JAX IO callback, which JAX refuses
+    # inside vectorised chains ("IO effect not supported in vmap-of-cond").
+    progressbar = settings.progress and settings.sampler == "numpyro"
+    with pm_model:
+        tree = pm.sample(draws=settings.draws, tune=settings.tune, chains=settings.chains,
+                         random_seed=settings.seed, progressbar=progressbar,
+                         nuts_sampler=settings.sampler,
+                         nuts={"chain_method": chain_method,
+                               "target_accept": settings.target_accept or 0.9})
+    log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
+    tree.attrs["sampler"] = settings.sampler
+    return tree
 
 
 def stacked_draws(tree: xr.DataTree, name: str) -> np.ndarray:

@@ -24,6 +24,8 @@ read the core count in the machine block. Cases:
 - approximate: NUTS vs --method advi (mean-field ADVI + Pareto-smoothed importance
   resampling) on the bundled dense data and the hierarchical model: wall time, ratio to
   NUTS, Pareto k, coverage and overlap of NUTS's C1, C2 by the approximate 90% intervals.
+- gpu_sampling: the hierarchical fit with nutpie (CPU) vs numpyro / blackjax (JAX, chains
+  vectorised on the GPU), ESS per second; skipped where JAX sees no GPU.
 - scaling: hierarchical fit time at about 1k, 5k and 20k rows; the slope of log time on
   log rows, and the floor (gradient evaluations x time per gradient) beside it.
 """
@@ -497,8 +499,9 @@ def case_approximate(quick: bool) -> dict:
     data (dense model) and the bundled dense + speculative data (hierarchical model):
     wall time incl. compilation, ratio to NUTS, Pareto k, and how the approximate 90%
     intervals of every group's C1 and C2 stand to NUTS's. The approximations are kept
-    whatever their k (no fallback) so that what they give is measured; with the fallback
-    on, a k above 0.7 costs the approximation's time plus the NUTS sampling."""
+    whatever their k (no fallback) so that what they give is measured; then the same fit
+    with the fallback on (the default), timed: a k above 0.7 costs the approximation's
+    time plus the NUTS sampling."""
     import pandas as pd
 
     from bayesspec import datasets
@@ -537,6 +540,13 @@ def case_approximate(quick: bool) -> dict:
                 "steps": attrs.get("approximation_steps"),
                 "verdict": result.diagnostics["status"],
                 **_against_nuts(reference, _cost_intervals(result))}
+            log(f"approximate: {label} with {method}, the NUTS fallback on (the default)...")
+            started = time.perf_counter()
+            fallen = fit(data, model, settings=SamplerSettings(seed=1, progress=False,
+                                                               chains=4, method=method))
+            detail[f"{label}/{method}"].update(
+                seconds_with_fallback=round(time.perf_counter() - started, 1),
+                fell_back=bool(fallen.tree.attrs.get("fallback")))
     first = detail[f"dense/{methods[0]}"]
     return {"name": "approximate", "bayes_s": first["seconds"],
             "baseline_s": detail["dense/nuts"]["seconds"], "ratio": first["ratio_to_nuts"],
@@ -546,12 +556,63 @@ def case_approximate(quick: bool) -> dict:
                     "groups) inside the approximate 90% interval"}
 
 
+def case_gpu_sampling(quick: bool) -> dict:
+    """The hierarchical model on the bundled dense + speculative data (1044 rows): nutpie
+    on the CPU vs PyMC's JAX NUTS (numpyro, blackjax) with the chains vectorised on a GPU;
+    ESS per second of C1 and C2, incl. compilation. Skipped where JAX is not installed
+    (the optional extra bayesspec[gpu]) or sees no GPU."""
+    import arviz as az
+    import pandas as pd
+
+    from bayesspec import datasets
+    from bayesspec.bayes import HierarchicalLatencyModel
+    from bayesspec.data import prepare
+    from bayesspec.inference import (SamplerSettings, convergence_verdict, jax_gpu,
+                                     jax_missing, sample_model, settings_for)
+
+    reason = jax_missing("numpyro")
+    if reason:
+        return {"name": "gpu_sampling", "skipped": reason}
+    if not jax_gpu():
+        return {"name": "gpu_sampling", "skipped": "no GPU (jax.devices() lists none)"}
+    data = prepare(pd.concat([pd.read_csv(datasets.path("dense")),
+                              pd.read_csv(datasets.path("speculative"))], ignore_index=True))
+    detail = {}
+    for sampler in ("nutpie", "numpyro", "blackjax"):
+        if sampler != "nutpie" and jax_missing(sampler):
+            detail[sampler] = {"skipped": jax_missing(sampler)}
+            continue
+        log(f"gpu_sampling: hierarchical ({len(data)} rows) with {sampler}...")
+        model = HierarchicalLatencyModel()
+        settings = settings_for(model, SamplerSettings(seed=1, progress=False, chains=4,
+                                                       sampler=sampler,
+                                                       draws=500 if quick else None,
+                                                       tune=500 if quick else None))
+        started = time.perf_counter()
+        tree = sample_model(model.build(data), settings)
+        seconds = time.perf_counter() - started
+        ess = az.ess(tree["posterior"].to_dataset()[["C1", "C2"]], method="bulk")
+        ess_min = float(min(np.nanmin(ess[v].values) for v in ess.data_vars))
+        verdict = convergence_verdict(tree, model.decision_variables())
+        detail[sampler] = {"seconds": round(seconds, 1), "ess_bulk_min": round(ess_min, 1),
+                           "ess_per_second": ess_min / seconds, "status": verdict["status"],
+                           "divergences": verdict["divergences"]}
+    best = max((s for s in ("numpyro", "blackjax") if "seconds" in detail[s]),
+               key=lambda s: detail[s]["ess_per_second"])
+    return {"name": "gpu_sampling", "bayes_s": detail[best]["seconds"],
+            "baseline_s": detail["nutpie"]["seconds"],
+            "ratio": detail[best]["ess_per_second"] / detail["nutpie"]["ess_per_second"],
+            "best_jax_sampler": best, "detail": detail,
+            "note": "ratio: ESS/s of the best JAX sampler on the GPU over nutpie's on the "
+                    "CPU (min bulk ESS of C1, C2; incl. compilation)"}
+
+
 CASES = {"dense_fit_vs_bootstrap": case_dense_fit_vs_bootstrap,
          "speculative_fit": case_speculative_fit, "decisions": case_decisions,
          "simulator": case_simulator, "sampler_choice": case_sampler_choice,
          "hierarchical_fit": case_hierarchical_fit, "check_leave_out_2": case_check_leave_out_2,
          "scaling": case_scaling, "parallel_refits": case_parallel_refits,
-         "approximate": case_approximate}
+         "approximate": case_approximate, "gpu_sampling": case_gpu_sampling}
 QUICK = ("dense_fit_vs_bootstrap", "speculative_fit", "decisions", "simulator")
 
 
@@ -577,6 +638,9 @@ def main() -> int:
     for case in cases:
         if "error" in case:
             print(f"{case['name']:<26} error: {case['error']}")
+            continue
+        if "skipped" in case:
+            print(f"{case['name']:<26} skipped: {case['skipped']}")
             continue
         extra = {k: v for k, v in case.items()
                  if k not in {"name", "bayes_s", "baseline_s", "ratio"}}

@@ -114,8 +114,11 @@ def add_sampler_options(parser: argparse.ArgumentParser) -> None:
                             "hierarchical 2000)")
     group.add_argument("--chains", type=int, default=None, help="chains (default 4)")
     group.add_argument("--seed", type=int, default=None, help="random seed")
-    group.add_argument("--sampler", choices=("nutpie", "pymc"), default="nutpie",
-                       help="NUTS implementation (default nutpie)")
+    group.add_argument("--sampler", choices=("nutpie", "pymc", "numpyro", "blackjax"),
+                       default="nutpie",
+                       help="NUTS implementation (default nutpie); numpyro and blackjax run "
+                            "on JAX (a GPU when there is one) and need the optional extra "
+                            "bayesspec[gpu]")
     group.add_argument("--target-accept", type=float, default=None,
                        help="NUTS target acceptance (default: the model's, 0.9 to 0.98); "
                             "raise it if divergences appear")
@@ -167,6 +170,13 @@ def sampler_settings(args):
     if args.target_accept is not None and not 0.5 <= args.target_accept < 1.0:
         raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
                        option="--target-accept")
+    if args.sampler in ("numpyro", "blackjax"):
+        from ..inference import jax_missing
+
+        reason = jax_missing(args.sampler)
+        if reason:
+            raise BadInput(reason.removeprefix(f"--sampler {args.sampler} "),
+                           option="--sampler")
     return SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
                            seed=args.seed, progress=not args.quiet, sampler=args.sampler,
                            target_accept=args.target_accept, **method_settings(args))
