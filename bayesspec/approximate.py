@@ -27,6 +27,7 @@ nothing of bayesspec, so ``inference`` can call it without an import cycle.
 from __future__ import annotations
 
 import ctypes
+import logging
 import time
 
 import numpy as np
@@ -111,7 +112,14 @@ def fit_gaussian(pm_model, compiled, logp_and_gradient, start: np.ndarray, *, me
     inference = pm.ADVI(model=pm_model, random_seed=seed,
                         start=_by_name(pm_model, compiled, start),
                         start_sigma={name: np.ravel(v) for name, v in scales.items()})
-    approximation = inference.fit(n=steps, progressbar=False)
+    # PyMC says "Finished [100%]: Average Loss = ..." at INFO; bayesspec says its own.
+    quiet = logging.getLogger("pymc.variational.inference")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)
+    try:
+        approximation = inference.fit(n=steps, progressbar=False)
+    finally:
+        quiet.setLevel(level)
     group = approximation.groups[0]
     order = {name: s for name, s, *_ in group.ordering.values()}
     n_dim = len(start)

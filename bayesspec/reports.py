@@ -96,7 +96,11 @@ def summary_text(document: dict) -> str:
     d = document["diagnostics"]
     verdict = document["convergence"]
     lines.append("")
-    lines.append(f"diagnostics: R-hat max {d['rhat_max']:.4f}, bulk ESS min "
-                 f"{d['ess_bulk_min']:.0f}, divergences {d['divergences']}")
+    if verdict.get("method", "nuts") != "nuts":
+        lines.append(f"diagnostics: {verdict['method']} approximation, Pareto k "
+                     f"{verdict['pareto_k']:.2f} (R-hat and ESS do not apply)")
+    else:
+        lines.append(f"diagnostics: R-hat max {d['rhat_max']:.4f}, bulk ESS min "
+                     f"{d['ess_bulk_min']:.0f}, divergences {d['divergences']}")
     lines.append(f"verdict: {verdict['text']}")
     return "\n".join(lines)
