@@ -5,8 +5,9 @@ importance resampling (PSIS) against the exact log density.
 (the L-BFGS climb ``inference.optimised_starts`` makes) with each coordinate's scale from
 the curvature there (the exact mean-field optimum when the posterior is Gaussian:
 1/sqrt of the diagonal of the negative Hessian), so PyMC's optimiser starts near its
-answer: from PyMC's own start, 60,000 steps had not converged on the bundled dense data. It then draws proposals from the approximation on the unconstrained space,
-weighs each by log p(theta, y) - log q(theta) (the model's compiled density, the very
+answer (from PyMC's own start, 60,000 steps had not converged on the bundled dense
+data). It then draws proposals from the approximation on the unconstrained space, weighs
+each by log p(theta, y) - log q(theta) (the model's compiled density, the very
 function nutpie samples, and the approximation's own Gaussian density), smooths the
 weights with PSIS (``arviz_stats``: ``psislw``) and resamples the requested number of
 draws. The Pareto k of the weights says whether the approximation can be trusted
@@ -17,8 +18,9 @@ Pathfinder (pymc-extras) is not offered: every pymc-extras release on the packag
 (0.15.1 the newest) requires pymc < 6.4 and bayesspec needs pymc >= 6.4. Full-rank ADVI
 is not offered either: PyMC's optimiser moves every entry of the Cholesky factor by about
 its learning rate per step, and these posteriors' scales span 0.002 to 0.1 on the
-unconstrained space, so from the same start it diverged (Pareto k 5 after one step,
-above 9 after 2000, on the bundled dense data; measured 2026-12-02).
+unconstrained space: from the same start, at PyMC's default rate the loss diverged, at
+0.1-10 x the median scale k was 5 after one step and 10-40 after 2000 (bundled dense
+data, benchmarks/README.md, 2026-12-02).
 
 This module takes the compiled model's log density and start as arguments and imports
 nothing of bayesspec, so ``inference`` can call it without an import cycle.
