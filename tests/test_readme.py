@@ -45,7 +45,7 @@ WALKTHROUGH = [c for block in shell_blocks(section(README, "Using it")) for c in
 def test_walkthrough_is_there():
     verbs = {shlex.split(c)[1] for c in WALKTHROUGH}
     assert {"simulate", "fit", "summary", "speedup", "crossover", "kstar", "predict",
-            "compare-models", "check", "ingest"} <= verbs
+            "compare-models", "check", "ingest", "acceptance", "slo"} <= verbs
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_walkthrough_runs_as_pasted(walkthrough_run):
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
     assert len(results) == len(WALKTHROUGH)
     for name in ("sweeps.csv", "fit.nc", "dense.nc", "ingested.csv", "ingested.nc",
-                 "speedup.png", "kstar.png"):
+                 "speedup.png", "kstar.png", "tails.nc", "slo.png"):
         assert (folder / name).stat().st_size > 0, name
 
 
@@ -86,6 +86,8 @@ def test_walkthrough_fits_converge_and_answer(walkthrough_run):
     assert re.search(r"RPS\* = [\d.]+ \[[\d.]+, [\d.]+\]", crossover)
     schedule = next(out for command, out in said.items() if "--vllm" in command)
     assert "num_speculative_tokens_per_batch_size" in schedule
+    slo = next(out for command, out in said.items() if command.startswith("bayesspec slo"))
+    assert re.search(r"dense \(k = 0\) +[\d.]+ \[[\d.]+, [\d.]+\]", slo), slo
 
 
 def test_every_command_in_the_readme_parses():

@@ -51,21 +51,52 @@ def _observed(rows: pd.DataFrame, column: str) -> np.ndarray:
     return np.isfinite(values) & (values > 0)
 
 
-def shared_error_logp(residual, slope, own, spread, point, weight, n_points: int):
-    """Log density of residuals r_j = slope_j * e_p + n_j, n_j ~ Normal(0, own_j)
-    independent, e_p ~ Normal(0, spread_p) shared by the observations j of point p
-    (p = ``point[j]``), with e marginalised: per point a Normal with covariance
-    diag(own) + spread * slope slope^T, evaluated by the Sherman-Morrison and
-    determinant-lemma identities. ``weight`` (0/1 per observation) leaves held-out
-    observations out."""
-    scaled = weight * slope / own
-    cross = pt.inc_subtensor(pt.zeros(n_points)[point], scaled * residual)
-    energy = pt.inc_subtensor(pt.zeros(n_points)[point], scaled * slope)
-    quadratic = pt.sum(weight * residual**2 / own) - pt.sum(spread * cross**2
-                                                            / (1.0 + spread * energy))
-    log_det = pt.sum(weight * pt.log(own)) + pt.sum(pt.log1p(spread * energy))
+def _point_sum(values, point, n_points: int):
+    return pt.inc_subtensor(pt.zeros(n_points)[point], values)
+
+
+def shared_errors_logp(residual, loadings, own, covariance, point, weight, n_points: int):
+    """Log density of residuals r_j = v_j . e_p + n_j, where n_j ~ Normal(0, own_j) are
+    independent and e_p ~ Normal(0, C_p) is a 2-vector shared by the observations j of
+    point p = ``point[j]``; e is marginalised: per point a Normal with covariance
+    diag(own) + V C V^T, evaluated with the Woodbury and determinant identities in the
+    form C (I + G C)^-1, which needs no inverse of C (C may be singular).
+
+    ``loadings``: (v_j1, v_j2); ``covariance``: (C11, C12, C22) per point; ``weight``
+    (0/1 per observation) leaves held-out observations out."""
+    v1, v2 = loadings
+    c11, c12, c22 = covariance
+    scaled = weight / own
+    g11 = _point_sum(scaled * v1 * v1, point, n_points)
+    g12 = _point_sum(scaled * v1 * v2, point, n_points)
+    g22 = _point_sum(scaled * v2 * v2, point, n_points)
+    b1 = _point_sum(scaled * v1 * residual, point, n_points)
+    b2 = _point_sum(scaled * v2 * residual, point, n_points)
+    k11, k12 = 1.0 + g11 * c11 + g12 * c12, g11 * c12 + g12 * c22
+    k21, k22 = g12 * c11 + g22 * c12, 1.0 + g12 * c12 + g22 * c22
+    det = k11 * k22 - k12 * k21
+    y1, y2 = (k22 * b1 - k12 * b2) / det, (k11 * b2 - k21 * b1) / det
+    correction = b1 * (c11 * y1 + c12 * y2) + b2 * (c12 * y1 + c22 * y2)
+    quadratic = pt.sum(scaled * residual**2) - pt.sum(correction)
+    log_det = pt.sum(weight * pt.log(own)) + pt.sum(pt.log(det))
     count = pt.sum(weight * pt.ones_like(residual))
     return -0.5 * (quadratic + log_det + count * np.log(2 * np.pi))
+
+
+def shared_run_errors(residual_mean, slope_mean, run_sd, rate_sd, own_variance_mean):
+    """The two errors a load point's run shares between its mean and its summaries (a
+    run effect u with slope 1, a relative rate error with slope x/(1-x) times gamma),
+    given the mean's residual r0 = slope*rate + u + n0, n0 ~ Normal(0, own_variance_mean):
+    their conditional mean (m_rate, m_run) and covariance (C11, C12, C22), Gaussian
+    conditioning of the prior diag(rate_sd^2, run_sd^2)."""
+    prior_rate, prior_run = rate_sd**2, run_sd**2
+    total = prior_rate * slope_mean**2 + prior_run + own_variance_mean
+    toward_rate, toward_run = prior_rate * slope_mean / total, prior_run / total
+    mean = (toward_rate * residual_mean, toward_run * residual_mean)
+    covariance = (prior_rate - prior_rate * slope_mean * toward_rate,
+                  -prior_rate * slope_mean * toward_run,
+                  prior_run - prior_run * toward_run)
+    return mean, covariance
 
 
 class TailLatencyModel(DenseLatencyModel):
@@ -75,19 +106,30 @@ class TailLatencyModel(DenseLatencyModel):
         **DenseLatencyModel.default_config,
         "offset_scale": 2.0,         # prior sd of log A around log C1 + the metric's centre
         "exponent_log_scale": 0.5,   # prior sd of log(gamma) around 0
-        "tail_noise_median": 0.03,
-        "rate_error_median": 0.01,   # a point's relative error in the rate its run felt   # a percentile of ~1000 requests scatters more than a mean
+        "tail_noise_median": 0.03,   # a percentile of ~1000 requests scatters more than a mean
+        # Summaries fitted when the data have them: the tails SLOs are set on. Medians and
+        # means of fixed-length requests are near-copies of the mean latency that add
+        # nothing to it but a second opinion on its noise (measured: bimodal noise
+        # scales on the README walkthrough with all 14); name them here to fit them.
+        "metrics": ("p90", "p99", "ttft_p90", "ttft_p99", "itl_p90", "itl_p99"),
+        "shared_run_effect": False,
     }
 
     # ------------------------------------------------------------------ data
     def prepare(self, data: pd.DataFrame):
         inputs = super().prepare(data)
         rows, groups = inputs.rows, inputs.groups
-        metrics = [m for m, column in METRIC_COLUMNS.items() if _observed(rows, column).any()]
+        unknown = set(self.config["metrics"]) - set(METRIC_COLUMNS)
+        if unknown:
+            raise BadInput(f"unknown metric(s) {sorted(unknown)}; known: "
+                           f"{', '.join(METRIC_COLUMNS)}", argument="metrics")
+        metrics = [m for m in METRIC_COLUMNS if m in self.config["metrics"]
+                   and _observed(rows, METRIC_COLUMNS[m]).any()]
         if not metrics:
             raise BadInput("the tails model needs at least one latency percentile, TTFT or "
-                           "ITL column (e.g. latency_p99_s, ttft_p99_s, itl_p99_s); these "
-                           "data have none", argument="model")
+                           "ITL column among "
+                           f"{', '.join(METRIC_COLUMNS[m] for m in self.config['metrics'])};"
+                           " these data have none", argument="model")
         points, metric_index, values = [], [], []
         for m, metric in enumerate(metrics):
             column = METRIC_COLUMNS[metric]
@@ -149,29 +191,33 @@ class TailLatencyModel(DenseLatencyModel):
             gamma = exponent[metric, group]
             log_q = pt.log(percentile_latency_expr(rps, scale[metric, group], c2[group], gamma,
                                                    xp=pt))
-            # The rate error a run felt is one and the same for its mean and for all its
-            # summaries (the mean's likelihood carries it as noise_load * x/(1-x)):
-            # counted as independent noise per summary it would be counted once per
+            # A load point is one run: its mean and all its summaries share the run's
+            # errors, the rate it actually felt (the mean's noise_load * x/(1-x)) and a
+            # run effect (the mean's noise_base: a slow stretch moves every summary).
+            # Counted as independent noise per summary they would be counted once per
             # column and make C2 overconfident (measured on data generated from the law:
-            # 75% coverage of 90% intervals of C2 with two summaries). The summaries'
-            # likelihood is therefore their law given the mean's residual: linear in the
-            # shared error, Gaussian, marginalised in closed form (no latent per point).
-            # Their own sampling error also grows near saturation (tail_noise_load).
+            # 75% coverage of 90% intervals of C2 with two summaries), and near-copies of
+            # the mean (p50 of fixed-length requests) would fight it for its noise
+            # (bimodal noise scales on the README walkthrough). The summaries'
+            # likelihood is their law given the mean's residual, the shared errors
+            # marginalised in closed form (no latent per point); what a summary adds of
+            # its own is tail_noise, and its sampling error near saturation,
+            # tail_noise_load.
             g_mean = data["group_index"]
             slope_mean = load_amplification_expr(data["rps"], c2[g_mean])
             residual_mean = data["observed_log_latency"] - pt.log(
                 latency_expr(data["rps"], c1[g_mean], c2[g_mean]))
-            rate_error = model["noise_load"]
-            own_mean = model["noise_base"] ** 2 + data["log_se"] ** 2
-            total_mean = own_mean + (rate_error * slope_mean) ** 2
-            shift = rate_error**2 * slope_mean * residual_mean / total_mean  # E[error | mean]
-            spread = rate_error**2 * own_mean / total_mean                   # Var[error | mean]
+            run_sd = model["noise_base"] if cfg["shared_run_effect"] else 0.0
+            (shift_rate, shift_run), covariance = shared_run_errors(
+                residual_mean, slope_mean, run_sd, model["noise_load"], data["log_se"] ** 2)
             slope = gamma * slope_mean[point]
             own = noise[metric] ** 2 + (gamma * noise_tail_load * slope_mean[point]) ** 2
-            residual = data["observed_log_tail"] - log_q - slope * shift[point]
+            residual = (data["observed_log_tail"] - log_q - slope * shift_rate[point]
+                        - shift_run[point])
             weight = (data["fit_mask"][point] > 0) if "fit_mask" in data else 1.0
-            pm.Potential("log_tail", shared_error_logp(residual, slope, own, spread, point,
-                                                       weight, len(inputs.rows)))
+            pm.Potential("log_tail", shared_errors_logp(
+                residual, (slope, pt.ones_like(slope)), own, covariance, point, weight,
+                len(inputs.rows)))
         return model
 
     def _tail_parameters(self, log_c1, centre, n_groups: int):

@@ -20,8 +20,9 @@ A grid is a TOML file (or one of the built-in grids below, by name)::
     k = [0, 1, 3]                          # k = 0 is the dense baseline (alpha ignored)
     alpha = [0.6, 0.8]
 
-A ``[[configs]]`` table may also override ``requests``, ``seed``, ``sweep``,
-``arrivals`` and ``gpu``.
+Top-level ``length_dist`` ("fixed", "uniform", "lognormal") and ``length_cv`` make
+request lengths vary. A ``[[configs]]`` table may also override ``requests``, ``seed``,
+``sweep``, ``arrivals``, ``gpu``, ``length_dist`` and ``length_cv``.
 """
 
 from __future__ import annotations
@@ -41,9 +42,10 @@ from .sweep import SweepResult, setup, sweep
 
 __all__ = ["GridItem", "BUILTIN_GRIDS", "load_grid", "expand_grid", "run_grid"]
 
-_TOP_KEYS = {"requests", "seed", "sweep", "arrivals", "gpu", "configs", "name", "description"}
+_TOP_KEYS = {"requests", "seed", "sweep", "arrivals", "gpu", "configs", "name", "description",
+             "length_dist", "length_cv"}
 _CONFIG_KEYS = {"verifier", "gpu", "drafter", "prefill", "decode", "lengths", "k", "alpha",
-                "requests", "seed", "sweep", "arrivals"}
+                "requests", "seed", "sweep", "arrivals", "length_dist", "length_cv"}
 
 PAPER_LENGTHS = [256, 512, 768, 1024]
 
@@ -90,6 +92,8 @@ class GridItem:
     seed: int
     sweep: int
     arrivals: str
+    length_dist: str = "fixed"
+    length_cv: float = 0.0
 
     def label(self) -> str:
         text = f"{self.verifier} p{self.prefill} g{self.decode}"
@@ -175,7 +179,9 @@ def expand_grid(grid: dict) -> list[GridItem]:
                                 decode=int(g), k=k, alpha=None if alpha is None else float(alpha),
                                 requests=int(get("requests", 1000)), seed=int(get("seed", 0)),
                                 sweep=int(get("sweep", 9)),
-                                arrivals=str(get("arrivals", "poisson")))
+                                arrivals=str(get("arrivals", "poisson")),
+                                length_dist=str(get("length_dist", "fixed")),
+                                length_cv=float(get("length_cv", 0.0)))
                 if item not in seen:
                     seen.add(item)
                     items.append(item)
@@ -192,7 +198,8 @@ def run_grid(grid: dict, *, catalog=None,
         if progress is not None:
             progress(i, len(items), item.label())
         s = setup(item.verifier, item.gpu, drafter=item.drafter, k=item.k, alpha=item.alpha,
-                  prefill=item.prefill, decode=item.decode, catalog=catalog)
+                  prefill=item.prefill, decode=item.decode, length_dist=item.length_dist,
+                  length_cv=item.length_cv, catalog=catalog)
         results.append(sweep(s, item.sweep, n_requests=item.requests, seed=item.seed,
                              arrivals=item.arrivals))
     if progress is not None:
