@@ -414,8 +414,10 @@ def _speedup_curve(costs, alpha: float, k: int, grid: np.ndarray, prob: float) -
 def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
                        prob: float = BAND_PROB, points: int = 160,
                        recommended_k: int | None = None,
-                       rps_measured_max: float | None = None):
+                       rps_measured_max: float | None = None, metric: str = "mean"):
     """Speedup vs RPS for several k at one alpha: median, band, crossover RPS*.
+    ``metric``: the latency summary the law describes (``"mean"``, ``"ttft_p99"``, ...),
+    named on the axes.
 
     ``costs`` (a :class:`bayesspec.prediction.Law`) evaluates its own law: eq.
     (1) latencies, or eq. (4) for an MoE verifier; only ``speedup_draws``,
@@ -577,10 +579,14 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
                               ls="none", ms=7, label="RPS* beyond the data (extrapolated)"))
     axis.legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0),
                 frameon=False)
+    from .schema import metric_description
+
     law = " (MoE law, eq. 4)" if costs.law_name == "eq. (4)" else ""
-    axis.set_ylabel(f"speedup = L_dense / L_SD{law}")
-    axis.set_title(f"{costs.label}: speedup at alpha = {alpha:g} (median, {prob:.0%} band)",
-                   fontsize=9)
+    quantity = "" if metric == "mean" else f" of {metric_description(metric)}"
+    axis.set_ylabel(f"speedup{quantity} = dense / SD{law}" if quantity
+                    else f"speedup = L_dense / L_SD{law}")
+    axis.set_title(f"{costs.label}: speedup{quantity} at alpha = {alpha:g} (median, "
+                   f"{prob:.0%} band)", fontsize=9)
     axis.grid(alpha=0.3)
     return figure
 

@@ -167,7 +167,8 @@ def run_speedup(args) -> int:
               if law.answers_any_configuration else [args.k])
         document["plot"] = save_figure(speedup_bands_plot(
             law, args.alpha, ks, rps_max=float(rps.max()), prob=args.prob,
-            recommended_k=recommended, rps_measured_max=law.rps_measured_max), args.plot)
+            recommended_k=recommended, rps_measured_max=law.rps_measured_max,
+            metric=args.metric), args.plot)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
