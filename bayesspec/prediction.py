@@ -103,6 +103,9 @@ class Curve:
     """Draws of one mean-latency law L(RPS) = C1/(1 - RPS*C2) (eq. 1)."""
 
     law_name = "eq. (1)"
+    #: The highest unsaturated rate the curve was fitted on (nan when unknown): answers
+    #: above it are the law's extrapolation.
+    rps_fitted_max = float("nan")
 
     def __init__(self, c1, c2, *, label: str = "", noise: Noise | None = None):
         self.c1 = np.asarray(c1, dtype=float)

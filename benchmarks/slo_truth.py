@@ -1,9 +1,11 @@
 """Do SLO answers cover the simulator's truth? (issue 17)
 
-Truth: the simulator's own p99 TTFT and p99 ITL at many rates from long runs (``--truth-
-requests`` requests per rate, default 20,000) for the dense baseline and SD at k = 3,
-alpha 0.8 (Qwen3-8B on an H100, log-normal lengths as in ``examples/slo.toml``); the true
-goodput of a target is where that curve crosses it (linear interpolation between rates).
+Truth: the simulator's own p99 TTFT and p99 ITL at 15 rates for the dense baseline and SD
+at k = 3, alpha 0.8 (Qwen3-8B on an H100, log-normal lengths as in ``examples/slo.toml``),
+from long runs (``--truth-requests`` requests per rate, default 20,000: what production
+sees) and averaged over 16 runs of 1,000 requests (what the load test measures on
+average: the model's estimand); the true goodput of a target is where that curve crosses
+it (linear interpolation between rates).
 
 Replicates: ``--replicates`` GuideLLM-style sweeps of 1,000 requests per rate (the
 README's design, new seeds), each fitted with the tails model; a replicate covers when
@@ -38,15 +40,17 @@ def make_setup(k: int, alpha):
                  length_dist="lognormal", length_cv=0.5)
 
 
-def true_goodputs(requests: int) -> dict:
+def true_goodputs(requests: int, repeats: int = 1) -> dict:
+    """Where each summary's curve crosses its target, from runs of ``requests`` requests
+    at 15 rates (averaged over ``repeats`` seeds)."""
     rates = np.arange(2.0, 16.5, 1.0)
     out = {}
     for k, alpha in CONFIGS.items():
-        result = at_rates(make_setup(k, alpha), rates, n_requests=requests, seed=12345)
-        rows = result.rows.sort_values("rps")
+        runs = [at_rates(make_setup(k, alpha), rates, n_requests=requests,
+                         seed=12345 + i).rows for i in range(repeats)]
+        rows = pd.concat(runs).groupby(level=0).mean(numeric_only=True).sort_values("rps")
         for metric, target in TARGETS.items():
-            column = metric + "_s"
-            values = rows[column].to_numpy(float)
+            values = rows[metric + "_s"].to_numpy(float)
             above = np.flatnonzero(values > target)
             if above.size == 0 or above[0] == 0:
                 out[(k, metric)] = np.nan
@@ -55,7 +59,8 @@ def true_goodputs(requests: int) -> dict:
             r0, r1 = rows["rps"].iloc[j - 1], rows["rps"].iloc[j]
             v0, v1 = values[j - 1], values[j]
             out[(k, metric)] = float(r0 + (target - v0) * (r1 - r0) / (v1 - v0))
-        print(f"truth k={k}: " + ", ".join(f"{m} {out[(k, m)]:.3f} RPS" for m in TARGETS),
+        print(f"truth ({repeats} x {requests} requests) k={k}: "
+              + ", ".join(f"{m} {out[(k, m)]:.3f} RPS" for m in TARGETS),
               file=sys.stderr, flush=True)
     return out
 
@@ -72,7 +77,11 @@ def main(argv=None) -> int:
     parser.add_argument("--truth-requests", type=int, default=20000)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    truth = true_goodputs(args.truth_requests)
+    # Two truths: what production would see (long runs), and what the load test itself
+    # measures on average (runs as long as the replicates': the model's estimand; a p99
+    # over 1,000 requests reads a few percent low near saturation).
+    truths = {"long runs": true_goodputs(args.truth_requests),
+              "load-test runs": true_goodputs(1000, repeats=16)}
     records = []
     for r in range(args.replicates):
         data = replicate(100 + r)
@@ -83,24 +92,28 @@ def main(argv=None) -> int:
             document = slo_decision({metric: fit.law({}, metric=metric)}, mean_law,
                                     {metric: target}, [1.0])
             for entry in document["configurations"]:
-                true = truth[(entry["k"], metric)]
                 u = entry["goodput_rps"]
-                records.append({"replicate": r, "k": entry["k"], "metric": metric,
-                                "truth": true, "median": u["median"], "lo": u["lo"],
-                                "hi": u["hi"], "covers": bool(u["lo"] <= true <= u["hi"]),
-                                "converged": verdict["converged"]})
+                for truth_name, truth in truths.items():
+                    true = truth[(entry["k"], metric)]
+                    records.append({"truth_of": truth_name, "replicate": r, "k": entry["k"],
+                                    "metric": metric, "truth": true, "median": u["median"],
+                                    "lo": u["lo"], "hi": u["hi"],
+                                    "covers": bool(u["lo"] <= true <= u["hi"]),
+                                    "converged": verdict["converged"]})
         print(f"replicate {r + 1}/{args.replicates}: {verdict['text'][:70]} "
               f"({time.perf_counter() - started:.0f} s)", file=sys.stderr, flush=True)
     table = pd.DataFrame(records)
-    summary = table.groupby(["k", "metric"]).agg(
-        truth=("truth", "first"), median=("median", "median"),
-        width=("hi", "median"), covers=("covers", "mean"),
-        converged=("converged", "mean"))
-    summary["width"] = table.groupby(["k", "metric"]).apply(
+    keys = ["truth_of", "k", "metric"]
+    summary = table.groupby(keys).agg(truth=("truth", "first"), median=("median", "median"),
+                                      covers=("covers", "mean"),
+                                      converged=("converged", "mean"))
+    summary["width"] = table.groupby(keys).apply(
         lambda t: float(np.median(t["hi"] - t["lo"])), include_groups=False)
     print(summary.round(3).to_string())
-    print(f"pooled coverage of 90% goodput intervals: {table['covers'].mean():.3f} "
-          f"({len(table)} intervals); {time.perf_counter() - started:.0f} s")
+    for truth_name, part in table.groupby("truth_of"):
+        print(f"pooled coverage of 90% goodput intervals, truth of {truth_name}: "
+              f"{part['covers'].mean():.3f} ({len(part)} intervals)")
+    print(f"{time.perf_counter() - started:.0f} s")
     holdout(args.replicates, started)
     return 0
 

@@ -120,6 +120,11 @@ def test_slo_goodput_binding_target_and_best_configuration():
     # At low load SD (lower mean latency) meets the SLO and wins; at 30 RPS nothing does.
     assert rows[1.0]["k"] == 3 and rows[1.0]["p_best"] > 0.9
     assert rows[30.0]["k"] is None and rows[30.0]["extrapolated"]
+    assert not any(entry["beyond_fitted"] for entry in document["configurations"])
+    for law in laws.values():
+        law.dense.rps_fitted_max = 2.0      # a dense sweep that stopped at 2 RPS
+    flagged = slo_decision(laws, mean, targets, rps)["configurations"]
+    assert [entry["beyond_fitted"] for entry in flagged] == [True, False]
     dense_only = by_k[3]["rps_meeting_slo"] < 8.0 < by_k[0]["rps_meeting_slo"]
     if dense_only:
         assert rows[8.0]["k"] == 0
@@ -205,7 +210,8 @@ def test_slo_verb_json_text_and_plot(tails_fit_file, tmp_path, capsys):
     assert set(document["slo"]) == {"ttft_p99", "p99"}
     assert [c["k"] for c in document["configurations"]] == [0, 3]
     entry = document["configurations"][0]
-    assert {"goodput_rps", "rps_meeting_slo", "binding", "extrapolated"} <= set(entry)
+    assert {"goodput_rps", "rps_meeting_slo", "binding", "extrapolated", "rps_fitted_max",
+            "beyond_fitted"} <= set(entry)
     assert len(document["best_by_rps"]) == 12 and "convergence" in document
     png = tmp_path / "slo.png"
     code, out, _ = run(capsys, "slo", tails_fit_file, "--target", "ttft_p99=0.5",

@@ -264,8 +264,10 @@ class LatencyModel:
 
     def group_curve(self, fit, group: int) -> Curve:
         """One fitted group's mean-latency curve (eq. 1 from its C1, C2)."""
-        return Curve(fit.draws("C1", group), fit.draws("C2", group),
-                     label=str(fit.groups["label"].iloc[group]), noise=self.noise(fit))
+        curve = Curve(fit.draws("C1", group), fit.draws("C2", group),
+                      label=str(fit.groups["label"].iloc[group]), noise=self.noise(fit))
+        curve.rps_fitted_max = float(fit.groups["rps_max"].iloc[group])
+        return curve
 
     def metrics(self, fit) -> list[str]:
         """Latency summaries besides the mean this fit answers (``metric_curve``)."""

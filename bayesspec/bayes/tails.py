@@ -273,9 +273,11 @@ class TailLatencyModel(DenseLatencyModel):
         noise_scale = fit.posterior["tail_noise"].sel(metric=metric)
         noise = Noise(np.asarray(noise_scale.stack(sample=("chain", "draw")).values, float),
                       exponent * fit.draws("noise_load"))
-        return MetricCurve(pick("tail_scale"), fit.draws("C2", group), exponent,
-                           metric=metric, label=f"{label} {metric}", group=label,
-                           noise=noise)
+        curve = MetricCurve(pick("tail_scale"), fit.draws("C2", group), exponent,
+                            metric=metric, label=f"{label} {metric}", group=label,
+                            noise=noise)
+        curve.rps_fitted_max = float(row["rps_max"])
+        return curve
 
     def comparable_parameters(self, fit) -> dict[str, dict[str, np.ndarray]]:
         families = super().comparable_parameters(fit)

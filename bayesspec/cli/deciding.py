@@ -415,12 +415,20 @@ def slo_text(document: dict, prob: float) -> str:
              "",
              f"{'configuration':<22} {'goodput RPS [' + format(prob, '.0%') + ' interval]':>36}"
              f"  {'RPS at P>=' + format(need, 'g'):>12}  binding target"]
+    beyond = []
     for entry in document["configurations"]:
         binding = max(entry["binding"], key=entry["binding"].get)
-        mark = EXTRAPOLATED if entry["extrapolated"] else " "
+        mark = EXTRAPOLATED if entry["extrapolated"] else ("+" if entry["beyond_fitted"]
+                                                          else " ")
+        if entry["beyond_fitted"]:
+            beyond.append(f"{entry['configuration']} (fitted up to "
+                          f"{entry['rps_fitted_max']:.4g} RPS)")
         lines.append(f"{entry['configuration']:<22} {fmt(entry['goodput_rps']):>36}  "
                      f"{entry['rps_meeting_slo']:>11.4g}{mark}  {binding} "
                      f"({entry['binding'][binding]:.0%} of draws)")
+    if beyond:
+        lines.append("+: above the highest unsaturated rate fitted, read off the law's "
+                     "extrapolation (its interval is too narrow there): " + "; ".join(beyond))
     lines += ["", f"best configuration per rate (meets the SLO with P >= {need:g}, then lowest "
               "mean latency):",
               f"{'RPS':>11}  {'best':<22} {'P(best)':>8}  P(meets SLO) per configuration"]

@@ -64,7 +64,9 @@ def slo_decision(laws: dict, mean_law, targets: dict[str, float], rps, *,
     metrics = list(targets)
     entries, goodputs, means = [], [], []
     for alpha, k in configurations:
-        allowed = np.stack([laws[m].curve(alpha, k).rate_meeting(targets[m]) for m in metrics])
+        curves = [laws[m].curve(alpha, k) for m in metrics]
+        allowed = np.stack([curve.rate_meeting(targets[m]) for curve, m in zip(curves, metrics)])
+        fitted = min(curve.rps_fitted_max for curve in curves)
         goodput = allowed.min(axis=0)                                  # (S,)
         binding = np.bincount(allowed.argmin(axis=0), minlength=len(metrics)) / goodput.size
         provisioned = float(np.quantile(goodput, 1.0 - slo_prob))
@@ -76,6 +78,11 @@ def slo_decision(laws: dict, mean_law, targets: dict[str, float], rps, *,
             "p_meets_at_zero_load": float(np.mean(goodput > 0)),
             "binding": {m: float(share) for m, share in zip(metrics, binding)},
             "extrapolated": bool(np.isfinite(ceiling) and provisioned > ceiling),
+            # Beyond the highest unsaturated rate the configuration was fitted on, the
+            # answer is the law's extrapolation: its interval is too narrow there
+            # (benchmarks/README.md, simulator truth).
+            "rps_fitted_max": None if np.isnan(fitted) else float(fitted),
+            "beyond_fitted": bool(np.isfinite(fitted) and provisioned > fitted),
         })
         goodputs.append(goodput)
         means.append(mean_law.curve(alpha, k).latency(rps))            # (S, R)
