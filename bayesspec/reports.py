@@ -35,6 +35,15 @@ def summary_document(fit, *, prob: float = 0.9) -> dict:
             entry["n_points"] = plain_value(row["n_points"])
         entries.append(entry)
     model = fit.model()
+    summaries = []
+    for metric in model.metrics(fit):
+        for g, row in groups.iterrows():
+            if int(row.get(f"observed_{metric}", 0)) < 2:
+                continue
+            curve = model.metric_curve(fit, g, metric)
+            summaries.append({"label": row["label"], "metric": metric,
+                              "zero_load_s": uncertain(curve.zero_load, prob),
+                              "exponent": uncertain(curve.exponent, prob)})
     coefficients = {}
     for name in model.posterior_variables():
         if name not in fit.posterior:
@@ -56,6 +65,8 @@ def summary_document(fit, *, prob: float = 0.9) -> dict:
         "model": fit.model_name,
         "groups": entries,
         "coefficients": coefficients,
+        # Latency summaries (tails model): q = A (1 - RPS*C2)^-gamma per group.
+        "summaries": summaries,
         "diagnostics": {"rhat_max": verdict["rhat_max"],
                         "ess_bulk_min": verdict["ess_bulk_min"],
                         "divergences": verdict["divergences"]},
@@ -87,6 +98,13 @@ def summary_text(document: dict) -> str:
         lines.append(f"{entry['label']:<{width}}  {_cell(entry['C1']):>28}  "
                      f"{_cell(entry['C2']):>30}  {_cell(entry['saturation_rps']):>28}  "
                      f"{ceiling if ceiling is None else f'{ceiling:.4g}':>12}")
+    if document.get("summaries"):
+        lines += ["", "latency summaries: q = A (1 - RPS*C2)^-gamma (A: the summary at zero "
+                  "load; gamma: 1 grows like the mean, > 1 faster)"]
+        lines.append(f"{'group':<{width}}  {'summary':<9} {'A (s)':>30}  {'gamma':>26}")
+        for entry in document["summaries"]:
+            lines.append(f"{entry['label']:<{width}}  {entry['metric']:<9} "
+                         f"{_cell(entry['zero_load_s']):>30}  {_cell(entry['exponent']):>26}")
     if document["coefficients"]:
         lines.append("")
         lines.append("population and noise:")

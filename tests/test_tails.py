@@ -287,3 +287,14 @@ def test_tail_laws_and_goodput_recovered_with_calibrated_intervals():
     assert 0.8 <= rates["goodput"] <= 0.99, rates
     # The parameters behind it: no worse than the dense model's own C2 on this generator.
     assert min(rates["C2"], rates["A"], rates["gamma"]) >= 0.7, rates
+
+
+def test_summary_lists_each_groups_tail_laws(tails_fit_file, capsys):
+    code, out, _ = run(capsys, "summary", tails_fit_file, "--json")
+    assert code == 0
+    summaries = json.loads(out)["summaries"]
+    assert {(s["metric"], s["label"].split(" +")[0]) for s in summaries} >= {
+        ("p99", "Qwen3-8B p256 g256"), ("ttft_p99", "Qwen3-8B p256 g256")}
+    assert all(s["exponent"]["lo"] <= s["exponent"]["hi"] for s in summaries)
+    code, out, _ = run(capsys, "summary", tails_fit_file)
+    assert "latency summaries: q = A (1 - RPS*C2)^-gamma" in out
