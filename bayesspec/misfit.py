@@ -57,9 +57,7 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
         draws = curve.predictive(rps, rng, measurement_log_se(members))[:max_draws]
         mean_curve = curve.latency(rps)[:max_draws]
         point_c2 = curve.point_c2(rps, mean_curve)
-        with np.errstate(invalid="ignore"):
-            lo, median, hi = np.nanquantile(np.where(np.isfinite(draws), draws, np.inf),
-                                            [tail, 0.5, 1.0 - tail], axis=0)
+        lo, median, hi = draw_quantiles(draws, [tail, 0.5, 1.0 - tail])
         out.append(pd.DataFrame({
             "group": label, "rps": rps, "observed": observed, "predicted": median,
             "lo": lo, "hi": hi, "inside": (lo <= observed) & (observed <= hi),
@@ -68,6 +66,20 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
             "log_residual": np.log(observed) - np.log(median),
             "pit": np.mean(draws < observed[None, :], axis=0)}))
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def draw_quantiles(draws: np.ndarray, probs) -> np.ndarray:
+    """Quantiles over axis 0 of predictive draws in which saturated draws are ``inf``.
+
+    Linear interpolation between two infinite draws (or inf times a zero weight) is NaN
+    in numpy, so an interval whose upper end lies among saturated draws would read NaN
+    and every point would count as outside it; there the quantile is the draw itself
+    (an interval open upwards: ``hi = inf``, the point is inside)."""
+    draws = np.where(np.isnan(draws), np.inf, draws)
+    with np.errstate(invalid="ignore"):
+        linear = np.quantile(draws, probs, axis=0)
+    exact = np.quantile(draws, probs, axis=0, method="inverted_cdf")
+    return np.where(np.isnan(linear), exact, linear)
 
 
 def _binomial_tail(outside: int, n: int, p: float) -> float:
