@@ -32,6 +32,7 @@ from bayesspec.simulate import at_rates, setup, sweep
 from bayesspec.workflow import fit as fit_model
 
 TARGETS = {"ttft_p99": 0.08, "itl_p99": 0.015}
+CONFIG: dict = {}
 CONFIGS = {0: None, 3: 0.8}
 
 
@@ -75,7 +76,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--replicates", type=int, default=6)
     parser.add_argument("--truth-requests", type=int, default=20000)
+    parser.add_argument("--saturation-spread", type=float, default=0.0,
+                        help="the tails model's saturation_spread option")
+    parser.add_argument("--no-holdout", action="store_true")
     args = parser.parse_args(argv)
+    global CONFIG
+    CONFIG = {"saturation_spread": args.saturation_spread}
     started = time.perf_counter()
     # Two truths: what production would see (long runs), and what the load test itself
     # measures on average (runs as long as the replicates': the model's estimand; a p99
@@ -85,7 +91,8 @@ def main(argv=None) -> int:
     records = []
     for r in range(args.replicates):
         data = replicate(100 + r)
-        fit = fit_model(data, "tails", settings=SamplerSettings(seed=r, progress=False))
+        fit = fit_model(data, "tails", config=CONFIG,
+                        settings=SamplerSettings(seed=r, progress=False))
         verdict = fit.diagnostics
         mean_law = fit.law({})
         for metric, target in TARGETS.items():
@@ -114,7 +121,8 @@ def main(argv=None) -> int:
         print(f"pooled coverage of 90% goodput intervals, truth of {truth_name}: "
               f"{part['covers'].mean():.3f} ({len(part)} intervals)")
     print(f"{time.perf_counter() - started:.0f} s")
-    holdout(args.replicates, started)
+    if not args.no_holdout:
+        holdout(args.replicates, started)
     return 0
 
 
@@ -132,7 +140,7 @@ def holdout(replicates: int, started: float, fraction: float = 0.6) -> None:
         data = replicate(100 + r)
         low, high = split_by_rate(data, fraction)
         for name, config in (("free gamma", {}), ("gamma = 1", {"free_exponent": False})):
-            fit = fit_model(low, "tails", config=config,
+            fit = fit_model(low, "tails", config={**CONFIG, **config},
                             settings=SamplerSettings(seed=r, progress=False))
             model = fit.model()
             for metric in model.metrics(fit):

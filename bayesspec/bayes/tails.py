@@ -35,7 +35,7 @@ from ..laws import latency_expr, load_amplification_expr, percentile_latency_exp
 from ..prediction import MetricCurve, Noise
 from ..schema import METRIC_COLUMNS, metric_description
 from .dense import DenseLatencyModel
-from .priors import latency_likelihood
+from .priors import latency_likelihood, soft_utilisation_cap
 
 #: Where a metric's zero-load value sits relative to C1 before the data speak: TTFT and
 #: ITL are about one step, C1 is about decode_tokens steps.
@@ -119,6 +119,8 @@ class TailLatencyModel(DenseLatencyModel):
         # False: every summary grows exactly like the mean (gamma = 1), the candidate a
         # free exponent is compared with (benchmarks/slo_truth.py).
         "free_exponent": True,
+        # Log-sd of a summary's saturation cost around the mean's C2 (0: the same C2).
+        "saturation_spread": 0.1,
     }
 
     # ------------------------------------------------------------------ data
@@ -195,7 +197,17 @@ class TailLatencyModel(DenseLatencyModel):
             group = data["group_index"][point]
             rps = data["rps"][point]
             gamma = exponent[metric, group]
-            log_q = pt.log(percentile_latency_expr(rps, scale[metric, group], c2[group], gamma,
+            if cfg["saturation_spread"] > 0:
+                # Each summary's own saturation cost, near the mean's: within the data A
+                # and gamma absorb a small shift, beyond them it widens the prediction.
+                shift = cfg["saturation_spread"] * pm.Normal(
+                    "tail_saturation_z", 0.0, 1.0, dims=("metric", "group"))
+                c2_tail = pm.Deterministic("tail_C2", c2[None, :] * pt.exp(shift),
+                                           dims=("metric", "group"))
+                c2_summary = soft_utilisation_cap(rps, c2_tail[metric, group])
+            else:
+                c2_summary = c2[group]
+            log_q = pt.log(percentile_latency_expr(rps, scale[metric, group], c2_summary, gamma,
                                                    xp=pt))
             # A load point is one run: its mean and all its summaries share the run's
             # errors, the rate it actually felt (the mean's noise_load * x/(1-x)) and a
@@ -273,7 +285,8 @@ class TailLatencyModel(DenseLatencyModel):
         noise_scale = fit.posterior["tail_noise"].sel(metric=metric)
         noise = Noise(np.asarray(noise_scale.stack(sample=("chain", "draw")).values, float),
                       exponent * fit.draws("noise_load"))
-        curve = MetricCurve(pick("tail_scale"), fit.draws("C2", group), exponent,
+        c2 = pick("tail_C2") if "tail_C2" in fit.posterior else fit.draws("C2", group)
+        curve = MetricCurve(pick("tail_scale"), c2, exponent,
                             metric=metric, label=f"{label} {metric}", group=label,
                             noise=noise)
         curve.rps_fitted_max = float(row["rps_max"])
