@@ -163,8 +163,9 @@ def predictive_check(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.
                    + ", ".join(flagged[:6]) + (" ..." if len(flagged) > 6 else "")
                    + f" (by chance alone at most about {FLAG_LEVEL * len(groups):.1f} "
                    "would be). Their intervals are overconfident there; for dense sweeps "
-                   "try a model that admits misfit (--model dense-discrepancy or "
-                   "dense-roofline) and compare by PSIS-LOO (compare-models).")
+                   "try a model that admits misfit (--model dense-spline, whose intervals "
+                   "widen above the measured rates, or dense-discrepancy, dense-roofline) "
+                   "and compare by PSIS-LOO (compare-models).")
     else:
         verdict = f"no group has more points outside its {prob:.0%} interval than it allows"
     return {"model": fit.model_name, "prob": prob, "pooled": pooled,

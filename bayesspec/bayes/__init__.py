@@ -9,6 +9,7 @@ from .base import LatencyModel, ModelInputs
 from .dense import DenseLatencyModel
 from .discrepancy import DiscrepancyLatencyModel
 from .two_regime import TwoRegimeLatencyModel
+from .spline_discrepancy import SplineDiscrepancyLatencyModel
 from .hierarchical import HierarchicalLatencyModel
 from .moe import MoELatencyModel
 from .speculative import SpeculativeLatencyModel
@@ -19,6 +20,7 @@ MODEL_CLASSES: dict[str, type[LatencyModel]] = {
     DenseLatencyModel.name: DenseLatencyModel,
     DiscrepancyLatencyModel.name: DiscrepancyLatencyModel,
     TwoRegimeLatencyModel.name: TwoRegimeLatencyModel,
+    SplineDiscrepancyLatencyModel.name: SplineDiscrepancyLatencyModel,
     SpeculativeLatencyModel.name: SpeculativeLatencyModel,
     MoELatencyModel.name: MoELatencyModel,
     VersionEffectModel.name: VersionEffectModel,
