@@ -13,11 +13,13 @@ from .common import (add_catalog, add_common, add_sampler_options, add_saturatio
                      sampler_settings, strict_exit)
 
 MODEL_HELP = ("dense (one C1, C2 per group), dense-discrepancy (dense with a pooled "
-              "second-order term and per-group noise: admits misfit), dense-roofline (the "
-              "larger of a memory-bound and a compute-bound law), speculative (six cycle "
-              "coefficients shared by every alpha and k), moe (covered/saturated split), or "
-              "hierarchical (the coefficients on scaling trends across verifiers, drafters "
-              "and lengths)")
+              "second-order term and per-group noise: admits misfit), dense-spline (dense "
+              "times a pooled piecewise-linear discrepancy in the rate: intervals widen "
+              "above the data), dense-roofline (the larger of a memory-bound and a "
+              "compute-bound law), tails (dense plus p90/p99 of latency, TTFT and ITL: for "
+              "slo and --metric), speculative (six cycle coefficients shared by every alpha "
+              "and k), moe (covered/saturated split), or hierarchical (the coefficients on "
+              "scaling trends across verifiers, drafters and lengths)")
 
 
 def register(verbs) -> None:
