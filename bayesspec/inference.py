@@ -572,12 +572,31 @@ def frame_to_dataset(frame: pd.DataFrame, dim: str) -> xr.Dataset:
         elif pd.api.types.is_numeric_dtype(values):
             variables[column] = (dim, pd.to_numeric(values).to_numpy(dtype=float))
             kinds[column] = "float64"
+        elif _numbers_or_missing(values, column):
+            # An object column of numbers and None (a group table's alpha when some or all
+            # groups have none): as text, None would come back as a string.
+            variables[column] = (dim, pd.to_numeric(values).to_numpy(dtype=float))
+            kinds[column] = "float64"
         else:
-            variables[column] = (dim, values.astype(str).to_numpy(dtype=str))
+            text = values.astype(object).where(values.notna(), "").astype(str)
+            variables[column] = (dim, text.to_numpy(dtype=str))
             kinds[column] = "str"
     dataset = xr.Dataset(variables)
     dataset.attrs["column_kinds"] = ",".join(f"{k}:{v}" for k, v in kinds.items())
     return dataset
+
+
+def _numbers_or_missing(values: pd.Series, column: str) -> bool:
+    """Whether every entry is a number or missing, with at least one number unless the
+    column is a numeric tidy column (then all missing is a column of NaN)."""
+    from .schema import TEXT_COLUMNS, TIDY_COLUMNS
+
+    present = values.notna().to_numpy()
+    is_number = np.array([isinstance(v, (int, float, np.integer, np.floating))
+                          and not isinstance(v, bool) for v in values], dtype=bool)
+    if not (is_number | ~present).all():
+        return False
+    return bool(present.any() or (column in TIDY_COLUMNS and column not in TEXT_COLUMNS))
 
 
 def dataset_to_frame(dataset: xr.Dataset) -> pd.DataFrame:

@@ -489,9 +489,13 @@ class ConfigurationLaw(Law):
         if np.ndim(k):
             raise BadInput("this fit answers only the (alpha, k) it has groups for, one at a "
                            "time; fit the speculative model to compare draft lengths")
-        key = (round(float(alpha), 9), int(k))
+        key = (None if alpha is None or np.isnan(alpha) else round(float(alpha), 9), int(k))
+        if key not in self.configurations and (None, int(k)) in self.configurations:
+            key = (None, int(k))   # measured at k without a set alpha: the k decides
         if key not in self.configurations:
-            known = ", ".join(f"alpha {a:g} k {kk}" for a, kk in sorted(self.configurations))
+            known = ", ".join(f"k {kk}" if a is None else f"alpha {a:g} k {kk}" for a, kk in
+                              sorted(self.configurations,
+                                     key=lambda c: (c[1], -1.0 if c[0] is None else c[0])))
             raise BadInput(f"this fit has no group at alpha {float(alpha):g}, k {int(k)} for "
                            f"{self.label}; fit the speculative model to query any (alpha, k)"
                            f" (fitted: {known or 'none'})")

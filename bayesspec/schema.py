@@ -8,7 +8,7 @@ any of them reads the same way.
 from __future__ import annotations
 
 __all__ = ["TIDY_COLUMNS", "LAST_COLUMNS", "POSITION_COUNT_COLUMN", "order_columns",
-           "METRIC_COLUMNS", "metric_description"]
+           "METRIC_COLUMNS", "metric_description", "TEXT_COLUMNS"]
 
 #: CONTRACT columns first (design, then measurements), then what the simulator and
 #: ingest add; columns no row has are simply absent.
@@ -23,6 +23,9 @@ TIDY_COLUMNS = [
     "acceptance_length", "verifier_params_b", "drafter_params_b", "experts_active",
     "experts_total",
 ]
+#: Tidy columns that hold text; the others hold numbers (or nothing).
+TEXT_COLUMNS = ("verifier", "drafter", "strategy", "gpu", "engine", "engine_version", "method",
+                "source")
 #: Written after every other column (provenance).
 LAST_COLUMNS = ["source"]
 #: vLLM's per-position counter as a tidy column: drafts whose first i tokens were

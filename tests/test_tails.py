@@ -298,3 +298,24 @@ def test_summary_lists_each_groups_tail_laws(tails_fit_file, capsys):
     assert all(s["exponent"]["lo"] <= s["exponent"]["hi"] for s in summaries)
     code, out, _ = run(capsys, "summary", tails_fit_file)
     assert "latency summaries: q = A (1 - RPS*C2)^-gamma" in out
+
+
+def test_configurations_measured_without_an_alpha_survive_the_fit_file():
+    """SD measured with acceptance counters has no set alpha: the group table's alpha is
+    all missing, must read back as NaN (it came back as the text 'n'), and the
+    configuration is then known by its k."""
+    import pandas as pd
+
+    from bayesspec.inference import dataset_to_frame, frame_to_dataset
+
+    groups = pd.DataFrame({"alpha": pd.Series([None, None], dtype=object),
+                           "drafter": pd.Series([None, "EAGLE3"], dtype=object),
+                           "k": [0, 3]})
+    back = dataset_to_frame(frame_to_dataset(groups, "group"))
+    assert np.isnan(back["alpha"]).all() and back["drafter"].tolist() == ["", "EAGLE3"]
+    dense, sd = Curve(np.full(10, 2.0), np.full(10, 0.1)), Curve(np.full(10, 1.0), np.full(10, 0.12))
+    law = ConfigurationLaw("setup", dense, {(None, 3): sd})
+    assert law.sd(0.8, 3) is sd and law.sd(None, 3) is sd
+    laws = {"p99": ConfigurationLaw("setup", dense, {(None, 3): sd})}
+    document = slo_decision(laws, law, {"p99": 4.0}, [1.0])
+    assert [c["configuration"] for c in document["configurations"]] == ["dense (k = 0)", "k = 3"]

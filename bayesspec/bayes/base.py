@@ -327,8 +327,12 @@ class LatencyModel:
                            f"{', '.join(sorted(drafters[same & (k > 0)].unique()))}); choose "
                            "one", argument="drafter")
         dense = np.flatnonzero(same & (k == 0))
-        configurations = {(round(float(groups["alpha"].iloc[g]), 9), int(k[g])):
-                          curve_of(fit, int(g)) for g in np.flatnonzero(same & (k > 0))}
+        alphas = pd.to_numeric(groups["alpha"], errors="coerce").to_numpy(float)
+        # A configuration measured without a set alpha (acceptance from counters) is known
+        # by its k alone (alpha None).
+        configurations = {(None if np.isnan(alphas[g]) else round(float(alphas[g]), 9),
+                           int(k[g])): curve_of(fit, int(g))
+                          for g in np.flatnonzero(same & (k > 0))}
         label = (str(groups["label"].iloc[dense[0]]) if len(dense)
                  else str(table["label"].iloc[chosen]))
         return ConfigurationLaw(label, curve_of(fit, int(dense[0])) if len(dense) else None,

@@ -31,12 +31,15 @@ DEFAULT_SLO_PROB = 0.9
 
 def _configurations(law) -> list[tuple[float | None, int]]:
     """(alpha, k) of every configuration a per-configuration law holds, dense first."""
-    keys = sorted(getattr(law, "configurations", {}), key=lambda key: (key[1], key[0]))
+    keys = sorted(getattr(law, "configurations", {}),
+                  key=lambda key: (key[1], -1.0 if key[0] is None else key[0]))
     return ([(None, 0)] if law.has_dense else []) + list(keys)
 
 
 def _name(alpha, k) -> str:
-    return "dense (k = 0)" if k == 0 else f"k = {k}, alpha {alpha:g}"
+    if k == 0:
+        return "dense (k = 0)"
+    return f"k = {k}" if alpha is None else f"k = {k}, alpha {alpha:g}"
 
 
 def slo_decision(laws: dict, mean_law, targets: dict[str, float], rps, *,
