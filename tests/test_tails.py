@@ -319,3 +319,28 @@ def test_configurations_measured_without_an_alpha_survive_the_fit_file():
     laws = {"p99": ConfigurationLaw("setup", dense, {(None, 3): sd})}
     document = slo_decision(laws, law, {"p99": 4.0}, [1.0])
     assert [c["configuration"] for c in document["configurations"]] == ["dense (k = 0)", "k = 3"]
+
+
+@pytest.mark.slow
+def test_tails_on_a_live_guidellm_run(tmp_path, capsys):
+    """The tails model on percentiles a real GuideLLM 0.8 client measured against
+    `bayesspec serve` (examples/guidellm_e2e.sh, 2026-12-02): it converges, its 90%
+    predictive intervals hold the fitted points, and `slo` answers per configuration."""
+    from bayesspec.misfit import predictive_check
+
+    data = "examples/guidellm_e2e/live_sweeps.csv"
+    fit = tmp_path / "tails.nc"
+    assert main(["fit", data, "--model", "tails", "-o", str(fit), "--seed", "1",
+                 "--quiet"]) == 0
+    from bayesspec.bayes import load_fit
+
+    loaded = load_fit(fit)
+    assert loaded.diagnostics["converged"], loaded.diagnostics["text"]
+    assert loaded.model().metrics(loaded) == ["p90", "p99", "ttft_p90", "ttft_p99",
+                                               "itl_p90", "itl_p99"]
+    check = predictive_check(loaded)
+    assert not any(group["flagged"] for group in check["groups"])
+    capsys.readouterr()
+    code, out, _ = run(capsys, "slo", fit, "--ttft-p99", "0.3", "--itl-p99", "0.06", "--json")
+    document = json.loads(out)
+    assert code == 0 and [c["k"] for c in document["configurations"]] == [0, 3]
