@@ -81,6 +81,12 @@ def test_summaries_likelihood_is_the_joint_normal_given_the_mean():
             np.concatenate([[residual_mean[p]], residual[keep]]))
         expected += joint - norm(0, np.sqrt(cov[0, 0])).logpdf(residual_mean[p])
     assert value == pytest.approx(expected, rel=1e-8)
+    per_point = shared_errors_logp(
+        pt.as_tensor(residual - slope * m_rate[point] - m_run[point]),
+        (pt.as_tensor(slope), pt.as_tensor(np.ones(6))), pt.as_tensor(own),
+        tuple(pt.as_tensor(c) for c in covariance), pt.as_tensor(point),
+        pt.as_tensor(weight), 3, per_point=True).eval()
+    assert per_point.shape == (3,) and per_point.sum() == pytest.approx(value, rel=1e-10)
 
 
 # ----------------------------------------------------------------------------- SLO decisions

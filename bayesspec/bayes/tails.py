@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
+import xarray as xr
 
 from ..errors import BadInput
 from ..laws import latency_expr, load_amplification_expr, percentile_latency_expr
@@ -55,7 +56,8 @@ def _point_sum(values, point, n_points: int):
     return pt.inc_subtensor(pt.zeros(n_points)[point], values)
 
 
-def shared_errors_logp(residual, loadings, own, covariance, point, weight, n_points: int):
+def shared_errors_logp(residual, loadings, own, covariance, point, weight, n_points: int,
+                       *, per_point: bool = False):
     """Log density of residuals r_j = v_j . e_p + n_j, where n_j ~ Normal(0, own_j) are
     independent and e_p ~ Normal(0, C_p) is a 2-vector shared by the observations j of
     point p = ``point[j]``; e is marginalised: per point a Normal with covariance
@@ -63,7 +65,8 @@ def shared_errors_logp(residual, loadings, own, covariance, point, weight, n_poi
     form C (I + G C)^-1, which needs no inverse of C (C may be singular).
 
     ``loadings``: (v_j1, v_j2); ``covariance``: (C11, C12, C22) per point; ``weight``
-    (0/1 per observation) leaves held-out observations out."""
+    (0/1 per observation) leaves held-out observations out. ``per_point``: the log
+    density of each point's observations (n_points,) instead of their sum."""
     v1, v2 = loadings
     c11, c12, c22 = covariance
     scaled = weight / own
@@ -77,6 +80,11 @@ def shared_errors_logp(residual, loadings, own, covariance, point, weight, n_poi
     det = k11 * k22 - k12 * k21
     y1, y2 = (k22 * b1 - k12 * b2) / det, (k11 * b2 - k21 * b1) / det
     correction = b1 * (c11 * y1 + c12 * y2) + b2 * (c12 * y1 + c22 * y2)
+    if per_point:
+        quadratic = _point_sum(scaled * residual**2, point, n_points) - correction
+        log_det = _point_sum(weight * pt.log(own), point, n_points) + pt.log(det)
+        count = _point_sum(weight * pt.ones_like(residual), point, n_points)
+        return -0.5 * (quadratic + log_det + count * np.log(2 * np.pi))
     quadratic = pt.sum(scaled * residual**2) - pt.sum(correction)
     log_det = pt.sum(weight * pt.log(own)) + pt.sum(pt.log(det))
     count = pt.sum(weight * pt.ones_like(residual))
@@ -233,9 +241,13 @@ class TailLatencyModel(DenseLatencyModel):
             residual = (data["observed_log_tail"] - log_q - slope * shift_rate[point]
                         - shift_run[point])
             weight = (data["fit_mask"][point] > 0) if "fit_mask" in data else 1.0
-            pm.Potential("log_tail", shared_errors_logp(
-                residual, (slope, pt.ones_like(slope)), own, covariance, point, weight,
-                len(inputs.rows)))
+            by_point = shared_errors_logp(residual, (slope, pt.ones_like(slope)), own,
+                                          covariance, point, weight, len(inputs.rows),
+                                          per_point=True)
+            pm.Potential("log_tail", pt.sum(by_point))
+            # Kept per load point for PSIS-LOO over the summaries (with the mean's
+            # pointwise log-likelihood it is the joint density of each point).
+            pm.Deterministic("log_tail_point", by_point, dims="point")
         return model
 
     def _tail_parameters(self, log_c1, centre, n_groups: int):
@@ -264,6 +276,24 @@ class TailLatencyModel(DenseLatencyModel):
     # ------------------------------------------------------------------ prediction contract
     def decision_variables(self) -> list[str]:
         return super().decision_variables() + ["tail_scale", "tail_exponent", "tail_noise"]
+
+    def joint_loo(self, fit):
+        """PSIS-LOO over load points of the mean and its summaries together (each point's
+        log p(mean) + log p(summaries | mean)): what compares two tails models fitted to
+        the same data. (``compare-models`` compares on the mean alone, which any model
+        has.)"""
+        import arviz as az
+
+        from ..inference import add_log_likelihood
+
+        add_log_likelihood(fit)
+        joint = (fit.tree["log_likelihood"]["log_latency"]
+                 + fit.posterior["log_tail_point"].rename({"point": "log_latency_dim_0"})
+                 if "log_latency_dim_0" in fit.tree["log_likelihood"]["log_latency"].dims
+                 else fit.tree["log_likelihood"]["log_latency"] + fit.posterior["log_tail_point"])
+        tree = xr.DataTree.from_dict({"posterior": fit.posterior,
+                                      "log_likelihood": xr.Dataset({"joint": joint})})
+        return az.loo(tree, var_name="joint")
 
     def metrics(self, fit) -> list[str]:
         return [str(m) for m in fit.posterior["tail_scale"].coords["metric"].values]
