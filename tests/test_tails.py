@@ -239,7 +239,7 @@ def test_metric_option_on_speedup_and_crossover(tails_fit_file, capsys):
     (["--target", "ttft_p99"], "--target"),
     (["--ttft-p99", "-1"], "--target"),
     ([], "--ttft-p99"),
-    (["--target", "nope=1"], "--metric"),
+    (["--target", "nope=1"], "--target"),
 ])
 def test_slo_bad_targets_exit_2(tails_fit_file, capsys, argv, flag):
     code, _, err = run(capsys, "slo", tails_fit_file, *argv)
@@ -250,6 +250,8 @@ def test_metric_on_a_mean_only_fit_exits_2(real_fit_path, capsys):
     code, _, err = run(capsys, "speedup", real_fit_path, "--alpha", "0.8", "--k", "2",
                        "--rps", "1", "--metric", "p99")
     assert code == 2 and "--model tails" in err
+    code, _, err = run(capsys, "slo", real_fit_path, "--ttft-p99", "0.1")
+    assert code == 2 and "--model tails" in err and "--metric" not in err
 
 
 # ----------------------------------------------------------------------------- statistics

@@ -380,6 +380,16 @@ def run_slo(args) -> int:
     check_prob(args)
     targets = _slo_targets(args)
     fit = load_fit(args.fit)
+    known = fit.model().metrics(fit)
+    if not known:
+        raise BadInput(f"this {fit.model_name} fit models mean latency only; an SLO on "
+                       f"{', '.join(targets)} needs a fit of `--model tails` on data with "
+                       "percentile columns (latency_p99_s, ttft_p99_s, itl_p99_s, ...)",
+                       file=args.fit)
+    missing = [metric for metric in targets if metric not in known]
+    if missing:
+        raise BadInput(f"this fit has no law for {', '.join(missing)}; it answers "
+                       f"{', '.join(known)}", option="--target")
     selection = group_criteria(args)
     mean_law = fit.law(selection)
     laws = {metric: fit.law(selection, metric=metric) for metric in targets}
