@@ -53,7 +53,7 @@ def soft_utilisation_cap(rps, c2, margin: float = 1e-3):
 
 
 def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_point=None,
-                       cap_utilisation: bool = False):
+                       cap_utilisation: bool = False, group_load_noise: bool = False):
     """Record C1, C2 and the saturation rate per group, and add the latency likelihood.
 
     log L ~ Normal(log(C1/(1 - RPS*C2)), sigma) with
@@ -65,7 +65,9 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     (``LatencyModel.add_data``). When ``data`` holds a ``fit_mask`` (1 = fit, 0 = held
     out), the points with mask 0 leave the likelihood (a ``pm.Potential`` replaces the
     observed variable): leave-n-out folds then refit one compiled model by changing the
-    mask only.
+    mask only. ``group_load_noise``: the group noise factor (``group_noise_scale``)
+    scales the load term too, and both per-group scales are recorded (``noise_base_group``,
+    ``noise_load_group``) even when the factor is 1.
     """
     group_index, rps = data["group_index"], data["rps"]
     c1 = pm.Deterministic("C1", c1, dims="group")
@@ -87,14 +89,18 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
         c2_point = soft_utilisation_cap(rps, c2_point)
     if mean_latency is None:
         mean_latency = latency_expr(rps, c1[group_index], c2_point)
-    if cfg.get("group_noise_scale"):
+    if cfg.get("group_noise_scale") or group_load_noise:
         # Misfit differs between groups (one sweep bends away from the law, the next does
         # not): each group's base noise is the shared one times a log-normal factor of a
         # fixed spread (a learned spread would be a funnel with few points per group).
-        factor = pt.exp(cfg["group_noise_scale"]
-                        * pm.Normal("noise_group_z", 0.0, 1.0, dims="group"))
+        factor = (pt.exp(cfg["group_noise_scale"]
+                         * pm.Normal("noise_group_z", 0.0, 1.0, dims="group"))
+                  if cfg.get("group_noise_scale") else pt.ones_like(c2))
         noise_base = pm.Deterministic("noise_base_group", noise_base * factor,
                                       dims="group")[group_index]
+        if group_load_noise:
+            noise_load = pm.Deterministic("noise_load_group", noise_load * factor,
+                                          dims="group")[group_index]
     amplification = load_amplification_expr(rps, c2_point)
     sigma = pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + data["log_se"] ** 2)
     student_t = cfg.get("likelihood", "normal") == "student_t"

@@ -24,8 +24,8 @@ data, fixed before sampling, and C2 is left to the law.
 The amplitude a_g is pooled across groups on the log scale (log a_g = log a + s z_g,
 a and s learned): sweeps that bend inside their range tell the others how far a law of
 this kind can be off above theirs. Each group also has its own noise scale, base and
-load term alike (:func:`group_noise_likelihood`); ``bend_scale`` > 0 adds the
-second-order law of ``dense-discrepancy``. Above the last knot (``knot_max`` times the
+load term alike (``latency_likelihood(..., group_load_noise=True)``); ``bend_scale`` > 0
+adds the second-order law of ``dense-discrepancy``. Above the last knot (``knot_max`` times the
 highest fitted rate) delta continues with its last slope and its spread stops growing;
 answers above the measured rates stay marked as extrapolations either way.
 
@@ -41,9 +41,10 @@ import pandas as pd
 import pymc as pm
 import pytensor.tensor as pt
 
-from ..laws import curved_latency, curved_latency_expr, load_amplification_expr
+from ..laws import curved_latency, curved_latency_expr
 from ..prediction import Curve, Noise, _lift
 from .dense import DenseLatencyModel
+from .priors import latency_likelihood
 
 
 def knots(spacing: float, last: float = 2.0) -> np.ndarray:
@@ -64,51 +65,6 @@ def spline_discrepancy(coordinate, weights, knot_values) -> np.ndarray:
     weights = weights.reshape(weights.shape[0], *([1] * (np.ndim(coordinate) - 1)),
                               weights.shape[-1])
     return (spline_basis(coordinate, knot_values) * weights).sum(axis=-1)
-
-
-def group_noise_likelihood(c1, c2, cfg: dict, data: dict, mean_latency):
-    """The likelihood of :func:`bayesspec.bayes.priors.latency_likelihood` with the whole
-    noise scale per group: sigma_g^2 = (f_g base)^2 + (f_g load x/(1-x))^2 + se^2, f_g a
-    log-normal factor of spread ``group_noise_scale``.
-
-    With the load term shared, the noisy groups set it for all, and a quiet group's
-    intervals at high load are several times its scatter (Vidur sweeps: H100 Llama-2-70B
-    residuals 0.15-0.5%, the shared load term 1.2%); per group, elpd_loo rose from 832
-    to 859-862 (knots every 0.1, 4 chains x 1000). Records C1, C2 and the
-    saturation rate as the shared block does; a ``fit_mask`` in ``data`` turns held-out
-    points off (leave-n-out folds)."""
-    group_index, rps = data["group_index"], data["rps"]
-    c1 = pm.Deterministic("C1", c1, dims="group")
-    c2 = pm.Deterministic("C2", c2, dims="group")
-    pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
-    noise_base = pm.LogNormal("noise_base", np.log(cfg["noise_base_median"]),
-                              cfg["noise_log_sd"])
-    noise_load = pm.LogNormal("noise_load", np.log(cfg["noise_load_median"]),
-                              cfg["noise_log_sd"])
-    factor = (pt.exp(cfg["group_noise_scale"]
-                     * pm.Normal("noise_group_z", 0.0, 1.0, dims="group"))
-              if cfg["group_noise_scale"] else pt.ones_like(c2))
-    base = pm.Deterministic("noise_base_group", noise_base * factor, dims="group")
-    load = pm.Deterministic("noise_load_group", noise_load * factor, dims="group")
-    amplification = load_amplification_expr(rps, c2[group_index])
-    sigma = pt.sqrt(base[group_index] ** 2 + (load[group_index] * amplification) ** 2
-                    + data["log_se"] ** 2)
-    mu = pt.log(mean_latency)
-    student_t = cfg.get("likelihood", "normal") == "student_t"
-    if student_t:
-        # nu - 1 ~ Gamma(2, 0.1) as the shared block: heavy tails only if the data ask.
-        nu = pm.Deterministic("nu", 1.0 + pm.Gamma("nu_minus_one", 2.0, 0.1))
-    if "fit_mask" in data:
-        error = (pm.StudentT.dist(nu=nu, mu=mu, sigma=sigma) if student_t
-                 else pm.Normal.dist(mu, sigma))
-        pointwise = pm.logp(error, data["observed_log_latency"])
-        return pm.Potential("log_latency_fitted",
-                            pt.sum(pt.where(data["fit_mask"] > 0, pointwise, 0.0)))
-    if student_t:
-        return pm.StudentT("log_latency", nu=nu, mu=mu, sigma=sigma,
-                           observed=data["observed_log_latency"], dims="point")
-    return pm.Normal("log_latency", mu, sigma, observed=data["observed_log_latency"],
-                     dims="point")
 
 
 class SplineDiscrepancyCurve(Curve):
@@ -213,7 +169,13 @@ class SplineDiscrepancyLatencyModel(DenseLatencyModel):
                 bend = pt.zeros(len(inputs.groups))
             delta = (data["spline_basis"] * weights[g]).sum(axis=-1)
             mean_latency = curved_latency_expr(rps, c1[g], c2[g], bend[g]) * pt.exp(delta)
-            group_noise_likelihood(c1, c2, cfg, data, mean_latency)
+            # The whole noise scale per group, load term included: with the load term
+            # shared, the noisy groups set it for all, and a quiet group's intervals at
+            # high load are several times its scatter (Vidur sweeps: H100 Llama-2-70B
+            # residuals 0.15-0.5%, the shared load term 1.2%); per group, elpd_loo rose
+            # from 832 to 859-862 (knots every 0.1, 4 chains x 1000).
+            latency_likelihood(c1, c2, cfg, data, mean_latency=mean_latency,
+                               group_load_noise=True)
         return model
 
     def posterior_variables(self) -> list[str]:
