@@ -169,6 +169,9 @@ def test_tails_model_answers_each_fitted_summary(tail_data, mock_sampling):
     assert isinstance(law.dense, MetricCurve) and law.dense.metric == "p99"
     with pytest.raises(BadInput, match="no law for metric 'itl_p99'"):
         fit.law({"prefill": 256, "decode": 256}, metric="itl_p99")
+    # One joint (mean + summaries) log density per load point for PSIS-LOO.
+    loo = model.joint_loo(fit)
+    assert np.ravel(loo.elpd_i).size == int((~tail_data["excluded"]).sum())
 
 
 def test_tails_model_needs_summaries():

@@ -287,10 +287,7 @@ class TailLatencyModel(DenseLatencyModel):
         from ..inference import add_log_likelihood
 
         add_log_likelihood(fit)
-        joint = (fit.tree["log_likelihood"]["log_latency"]
-                 + fit.posterior["log_tail_point"].rename({"point": "log_latency_dim_0"})
-                 if "log_latency_dim_0" in fit.tree["log_likelihood"]["log_latency"].dims
-                 else fit.tree["log_likelihood"]["log_latency"] + fit.posterior["log_tail_point"])
+        joint = fit.tree["log_likelihood"]["log_latency"] + fit.posterior["log_tail_point"]
         tree = xr.DataTree.from_dict({"posterior": fit.posterior,
                                       "log_likelihood": xr.Dataset({"joint": joint})})
         return az.loo(tree, var_name="joint")
