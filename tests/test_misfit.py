@@ -254,3 +254,72 @@ def test_rate_holdout_names_groups_it_could_not_fit(tmp_path, mock_sampling):
     _, document = misfit.rate_holdout_check(frame, fraction=0.6, settings=settings)
     assert document["unfitted_groups"] == ["Qwen3-8B p4096 g256"]
     assert "not checked" in document["verdict"]
+
+
+# ------------------------------------------------------------------------- left out
+
+def test_loo_pit_matches_the_exact_leave_one_out_predictive():
+    """Normal mean, known unit noise, flat prior: the posterior without y_i is
+    N(mean of the others, 1/(n-1)), so the exact leave-one-out PIT is known."""
+    rng = np.random.default_rng(3)
+    n, draws = 8, 20000
+    y = rng.normal(0.0, 1.0, n)
+    y[0] = 2.5                                      # one surprising point
+    mu = rng.normal(y.mean(), 1 / np.sqrt(n), draws)
+    log_likelihood = stats.norm.logpdf(y[None, :], loc=mu[:, None])
+    predictive = mu[:, None] + rng.standard_normal((draws, n))
+    pit, k = misfit.loo_pit(log_likelihood, predictive, y)
+    others = (y.sum() - y) / (n - 1)
+    exact = stats.norm.cdf((y - others) / np.sqrt(1 + 1 / (n - 1)))
+    assert np.allclose(pit, exact, atol=0.02), (pit, exact)
+    assert np.all(k < 0.7)
+    in_sample = np.mean(predictive < y[None, :], axis=0)
+    # the surprising point looks less surprising in sample: the fit has moved towards it
+    assert stats.norm.ppf(pit[0]) - stats.norm.ppf(in_sample[0]) > 0.2
+
+
+def test_interleaved_folds_spread_every_groups_rates():
+    rps = np.array([5.0, 1.0, 3.0, 2.0, 4.0, 10.0, 30.0, 20.0])
+    group = np.array([0, 0, 0, 0, 0, 1, 1, 1])
+    folds = misfit.interleaved_folds(rps, group, 3)
+    assert folds.tolist() == [1, 0, 2, 1, 0, 1, 0, 2]   # ranks 4,0,2,1,3 / 0,2,1 (+1)
+    assert set(folds) == {0, 1, 2}
+
+
+def test_predictive_check_reports_left_out_coverage(dense_fit_factory):
+    document = misfit.predictive_check(dense_fit_factory(n_groups=4, seed=2), prob=0.9)
+    held_in = document["pooled"]["held_in"]
+    assert 0.0 <= held_in["coverage_loo"] <= 1.0 and held_in["pareto_k_high"] >= 0
+    assert "left out one at a time" in document["inside"]
+    assert all("coverage_loo" in g["held_in"] for g in document["groups"])
+    points = document["_points"]
+    assert points["pit_loo"].between(0, 1).all()
+
+
+def test_check_ppc_folds_refits_without_interleaved_rates(tmp_path, capsys):
+    truth = placeholder_truth()
+    data = generate_sweeps(truth[truth["verifier"] == "Qwen3-8B"].head(2), n_rates=6, seed=1)
+    source = tmp_path / "sweeps.csv"
+    data.to_csv(source, index=False)
+    plot = tmp_path / "folds.png"
+    assert main(["check", str(source), "--ppc", "--folds", "3", "--draws", "60", "--tune",
+                 "60", "--chains", "1", "--quiet", "--json", "--plot", str(plot)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["folds"] == 3 and len(document["per_fold"]) == 3
+    # every fitted point left out exactly once
+    fitted = int((~prepare(data)["excluded"]).sum())
+    assert document["points"] == fitted == sum(f["points"] for f in document["per_fold"])
+    assert len(document["groups"]) == 2 and plot.exists()
+    assert 0.0 <= document["coverage"] <= 1.0
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--ppc", "--folds", "1"], "at least 2"),
+    (["--ppc", "--folds", "3", "--hold-out-above", "0.5"], "one of"),
+])
+def test_check_ppc_folds_refuses_bad_options(tmp_path, capsys, extra, needle):
+    truth = placeholder_truth()
+    source = tmp_path / "sweeps.csv"
+    generate_sweeps(truth.head(1), seed=1).to_csv(source, index=False)
+    assert main(["check", str(source), *extra]) == 2
+    assert needle in capsys.readouterr().err

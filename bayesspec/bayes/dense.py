@@ -33,6 +33,7 @@ class DenseLatencyModel(LatencyModel):
     version = "2"
     default_config = {
         **COMMON_CONFIG,
+        "holdout_mask": False,    # build with a fit_mask (refits without some points)
     }
 
     def build(self, data: pd.DataFrame) -> pm.Model:
@@ -63,6 +64,10 @@ class DenseLatencyModel(LatencyModel):
         arrays = super().data_arrays(inputs)
         arrays["log_C1_center"] = (
             np.asarray(float(np.log(np.median(inputs.groups["latency_low"])))), None)
+        if self.config["holdout_mask"]:
+            # 1 = in the likelihood: one compiled model refits without any points
+            # (misfit.fold_check) by changing the mask only.
+            arrays["fit_mask"] = (np.ones(len(inputs.rows)), "point")
         return arrays
 
     def posterior_variables(self) -> list[str]:

@@ -19,7 +19,10 @@ def register(verbs) -> None:
                        help="(prefill, decode) combinations held out per fold (default 1: "
                             "each in turn; N > 1: seeded random subsets)")
     check.add_argument("--folds", type=int, default=None,
-                       help="folds for N > 1 (default 10; N = 1 uses every combination)")
+                       help="folds for N > 1 (default 10; N = 1 uses every combination); "
+                            "with --ppc: refit K times, each without every K-th rate of "
+                            "every group, and check the left-out points (held-in coverage "
+                            "that does not count the fitted points twice)")
     check.add_argument("--leave-out-model", nargs="?", const="", default=None,
                        metavar="V[,V...]",
                        help="hold out whole verifiers instead (each in turn, or the named)")
@@ -116,6 +119,8 @@ def run_predictive_check(args, settings) -> int:
     fraction = args.hold_out_above
     if fraction is not None and not 0.0 < fraction < 1.0:
         raise BadInput(f"must be in (0, 1), got {fraction}", option="--hold-out-above")
+    if args.folds is not None:
+        return run_fold_check(args, settings)
     if is_fit_file(args.data):
         if fraction is not None:
             raise BadInput("--hold-out-above refits: give the data file, not a fit file",
@@ -156,8 +161,10 @@ def run_predictive_check(args, settings) -> int:
             for name in ("held_in", "held_out"):
                 if name in entry:
                     part = entry[name]
+                    left_out = (f", {part['coverage_loo']:.0%} left out"
+                                if "coverage_loo" in part else "")
                     cells.append(f"{name.replace('_', '-')} {part['coverage']:.0%} of "
-                                 f"{part['points']} (R^2 {part['r2']:.3f})")
+                                 f"{part['points']}{left_out} (R^2 {part['r2']:.3f})")
             pattern = " ".join(f"{band} {value:+.1%}" for band, value in
                                entry["residual_by_utilisation"].items())
             mark = "  MISFIT" if entry["flagged"] else ""
@@ -168,3 +175,57 @@ def run_predictive_check(args, settings) -> int:
         for path in document.get("plots", []):
             print(f"plot: {path}")
     return strict_exit(args, verdicts)
+
+
+def run_fold_check(args, settings) -> int:
+    """``check --ppc --folds K``: K refits without interleaved rates, left-out coverage."""
+    from .. import misfit
+    from ..fitfile import is_fit_file
+    from .common import catalog_of
+
+    if args.hold_out_above is not None:
+        raise BadInput("choose one of --folds and --hold-out-above", option="--folds")
+    if args.folds < 2:
+        raise BadInput(f"needs at least 2, got {args.folds}", option="--folds")
+    if is_fit_file(args.data):
+        raise BadInput("--folds refits: give the data file, not a fit file", file=args.data)
+    data = read_data(args.data, args)
+    document = misfit.fold_check(data, model=args.model or "dense", folds=args.folds,
+                                 prob=args.prob, settings=settings, catalog=catalog_of(args),
+                                 seed=args.seed or 0, progress=settings.progress,
+                                 **parallel_options(args))
+    points = document.pop("_points")
+    if args.plot:
+        from pathlib import Path
+
+        from ..plots import predictive_check_plot, save_figure
+
+        figures = predictive_check_plot(points, misfit.group_calibration(points, prob=args.prob),
+                                        prob=args.prob)
+        target = Path(args.plot)
+        document["plots"] = [save_figure(figure, target if i == 0 else
+                                         target.with_name(f"{target.stem}_{i + 1}{target.suffix}"))
+                             for i, figure in enumerate(figures)]
+    unconverged = [f["fold"] for f in document["per_fold"] if f["convergence"] == "not converged"]
+    if unconverged:
+        document["warning"] = (f"{len(unconverged)} of {args.folds} refits did not converge: "
+                               "their intervals, and this coverage, are unreliable (run longer)")
+        log(f"WARNING: {document['warning']}")
+    if args.json:
+        emit_json(document)
+    else:
+        below = [g for g in document["groups"] if g["coverage"] < 0.7]
+        print(f"{args.folds}-fold check ({document['model']} model, {document['prob']:.0%} "
+              f"intervals): {document['coverage']:.1%} of {document['points']} left-out "
+              f"points inside; {len(below)} of {len(document['groups'])} groups below 70% "
+              f"({document['seconds']:.0f} s)")
+        for entry in document["groups"]:
+            mark = "  MISFIT" if entry["p_too_many_outside"] < misfit.FLAG_LEVEL else ""
+            print(f"  {entry['group']}: {entry['coverage']:.0%} of {entry['points']} "
+                  f"(R^2 {entry['r2']:.3f}){mark}")
+        for path in document.get("plots", []):
+            print(f"plot: {path}")
+    if args.strict and unconverged:
+        log("bayesspec: --strict: exiting with status 3 (a refit did not converge)")
+        return 3
+    return 0

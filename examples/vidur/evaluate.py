@@ -2,13 +2,15 @@
 
     .venv/bin/python examples/vidur/evaluate.py [--csv examples/vidur/vidur_dense.csv]
         [--models dense,dense-discrepancy,dense-discrepancy:t,dense-roofline,dense-spline]
-        [--fraction 0.63] [--out vidur-out] [--quick]
+        [--fraction 0.63] [--extra-fractions 0.5,0.79] [--folds 5] [--out vidur-out] [--quick]
 
 For each model: a fit to every point (held-in 90% predictive coverage in sample and left
-out one at a time by PSIS, R^2 per group, PSIS-LOO) and a fit to each group's rates up
-to ``--fraction`` of its highest measured rate, predicting the rest (held-out coverage).
-The sweeps run from 5% to 95% of each setup's ceiling, so the default 0.63 of the top
-rate is 60% of the ceiling. A model is a registered name or MODEL[:t][+OPTION=VALUE...]
+out one at a time by PSIS, R^2 per group, PSIS-LOO); ``--folds`` refits each without
+every K-th rate of every group (held-in coverage by refits, ``misfit.fold_check``); and
+a fit to each group's rates up to ``--fraction`` of its highest measured rate, predicting
+the rest (held-out coverage), repeated at ``--extra-fractions``. The sweeps run from 5%
+to 95% of each setup's ceiling, so the default 0.63 of the top rate is 60% of the
+ceiling (0.5 and 0.79: 47% and 75%). A model is a registered name or MODEL[:t][+OPTION=VALUE...]
 (``:t`` a Student-t error, options of the model's config, e.g.
 ``dense-spline+knot_spacing=0.1``). Prints one table per model and a comparison (with
 the median 90% interval width relative to the latency, held in and held out), writes
@@ -55,42 +57,6 @@ def variant(name: str) -> tuple[str, dict]:
     return model, config
 
 
-def loo_coverage(result, prob: float = 0.9, seed: int = 0) -> float:
-    """Held-in coverage with each point left out by PSIS (Pareto-smoothed importance
-    weights 1/p(y_i | draw)): the share of fitted points whose leave-one-out predictive
-    PIT lies in the central ``prob``. The in-sample check asks a flexible curve about
-    points it has already followed; this asks it about each point as if unseen."""
-    import numpy as np
-    from arviz_stats.base.array import array_stats
-
-    from bayesspec.bayes.base import measurement_log_se
-    from bayesspec.data import included
-
-    rng = np.random.default_rng(seed)
-    rows = included(result.data)
-    tail = (1.0 - prob) / 2.0
-    inside = []
-    for g, label in enumerate(result.groups["label"]):
-        members = rows.loc[rows["group"] == label]
-        curve = result.group_curve(g)
-        rps = members["rps"].to_numpy(float)
-        observed = members["latency_mean_s"].to_numpy(float)
-        log_se = measurement_log_se(members)
-        mean = curve.latency(rps)
-        sigma = curve.noise.sigma(rps, curve.point_c2(rps, mean), log_se)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            loglik = curve.noise.log_density(np.log(observed) - np.log(mean), sigma)
-        loglik = np.where(np.isfinite(loglik), loglik, -1e10)
-        # arviz_stats takes the log-likelihood itself (weights 1/p(y_i | draw))
-        log_weights, _ = array_stats.psislw(loglik.T, axis=-1)         # (R, S)
-        weights = np.exp(log_weights - log_weights.max(axis=1, keepdims=True))
-        weights /= weights.sum(axis=1, keepdims=True)
-        draws = curve.predictive(rps, rng, log_se)
-        pit = (weights * (draws.T < observed[:, None])).sum(axis=1)
-        inside.extend((tail <= pit) & (pit <= 1.0 - tail))
-    return float(np.mean(inside))
-
-
 def median_width(points, held_out: bool) -> float | None:
     """Median width of the 90% interval relative to the predictive median."""
     subset = points.loc[points["held_out"] == held_out]
@@ -103,6 +69,9 @@ parser.add_argument("--csv", default=str(HERE / "vidur_dense.csv"))
 parser.add_argument("--models", default="dense,dense-discrepancy,dense-discrepancy:t,"
                     "dense-roofline,dense-spline")
 parser.add_argument("--fraction", type=float, default=0.63)
+parser.add_argument("--extra-fractions", default="",
+                    help="more hold-out fractions, comma-separated (e.g. 0.5,0.79)")
+parser.add_argument("--folds", type=int, default=5, help="interleaved refits (0: none)")
 parser.add_argument("--out", default="vidur-out")
 parser.add_argument("--quick", action="store_true", help="2 chains x 300 draws")
 args = parser.parse_args()
@@ -120,6 +89,18 @@ for name in args.models.split(","):
     started = time.perf_counter()
     full = fit(data, model, settings=settings, config=config)
     held_in = misfit.predictive_check(full)
+    folds = (misfit.fold_check(data, model=model, folds=args.folds, settings=settings,
+                               config=config) if args.folds else None)
+    extra = {}
+    for fraction in [float(f) for f in args.extra_fractions.split(",") if f]:
+        lower, higher = misfit.split_by_rate(data, fraction)
+        other = fit(lower, model, settings=settings, config=config)
+        check = misfit.predictive_check(other, higher)
+        outs = [g["held_out"]["coverage"] for g in check["groups"] if "held_out" in g]
+        extra[str(fraction)] = {"held_out": check["pooled"]["held_out"]["coverage"],
+                                "points": check["pooled"]["held_out"]["points"],
+                                "groups_below_0.7": sum(c < 0.7 for c in outs),
+                                "convergence": other.diagnostics["status"]}
     part = fit(low, model, settings=settings, config=config)
     held_out = misfit.predictive_check(part, high)
     loo = loo_summary(full)
@@ -135,11 +116,20 @@ for name in args.models.split(","):
         groups.append({"group": a["group"], "r2": a["held_in"]["r2"],
                        "held_in": a["held_in"]["coverage"],
                        "held_out": b.get("held_out", {}).get("coverage"),
+                       "held_in_folds": (None if folds is None else next(
+                           f["coverage"] for f in folds["groups"] if f["group"] == a["group"])),
                        "residual_by_utilisation": a["residual_by_utilisation"],
                        "flagged_held_out": b["flagged"]})
     outs = [g["held_out"] for g in groups if g["held_out"] is not None]
     entry = {"held_in": held_in["pooled"]["held_in"]["coverage"],
-             "held_in_loo": loo_coverage(full),
+             "held_in_loo": held_in["pooled"]["held_in"]["coverage_loo"],
+             "pareto_k_high": held_in["pooled"]["held_in"]["pareto_k_high"],
+             "held_in_folds": None if folds is None else folds["coverage"],
+             "groups_folds_below_0.7": None if folds is None else sum(
+                 g["coverage"] < 0.7 for g in folds["groups"]),
+             "folds_convergence": None if folds is None else [
+                 f["convergence"] for f in folds["per_fold"]],
+             "other_fractions": extra,
              "held_out": held_out["pooled"]["held_out"]["coverage"],
              "groups_r2_ge_0.98": sum(g["r2"] >= 0.98 for g in groups),
              "groups_held_out_below_0.7": sum(c < 0.7 for c in outs),
@@ -155,16 +145,27 @@ for name in args.models.split(","):
           f"held-out {entry['held_out']:.3f}; R^2 >= 0.98 in {entry['groups_r2_ge_0.98']} of "
           f"{len(groups)} groups; elpd_loo {loo['elpd_loo']:.1f} +- {loo['se']:.1f}")
     print(f"   convergence: {entry['convergence'][0][:100]}")
-    print(f"   {'group':38s} {'R^2':>7s} {'in':>5s} {'out':>5s}  residual by load (low/mid/high)")
+    if folds is not None:
+        print(f"   held in by {args.folds} refits: {folds['coverage']:.3f} "
+              f"({entry['groups_folds_below_0.7']} groups below 0.7; refits: "
+              f"{', '.join(entry['folds_convergence'])})")
+    for fraction, e in extra.items():
+        print(f"   held out above {fraction} of the top rate: {e['held_out']:.3f} of "
+              f"{e['points']} ({e['groups_below_0.7']} groups below 0.7; {e['convergence']})")
+    print(f"   {'group':38s} {'R^2':>7s} {'in':>5s} {'folds':>5s} {'out':>5s}  "
+          "residual by load (low/mid/high)")
     for g in groups:
         pattern = " ".join(f"{v:+.3f}" for v in g["residual_by_utilisation"].values())
         held = "  -  " if g["held_out"] is None else f"{g['held_out']:5.2f}"
-        print(f"   {g['group'][:38]:38s} {g['r2']:7.4f} {g['held_in']:5.2f} {held}  {pattern}")
+        cv = "  -  " if g["held_in_folds"] is None else f"{g['held_in_folds']:5.2f}"
+        print(f"   {g['group'][:38]:38s} {g['r2']:7.4f} {g['held_in']:5.2f} {cv} {held}  "
+              f"{pattern}")
 
-print("\n| model | held-in | held-in (LOO) | held-out | groups <70% out | R^2>=0.98 | width in "
-      "| width out | elpd_loo |")
+print("\n| model | held-in | held-in (LOO) | held-in (folds) | held-out | groups <70% out "
+      "| R^2>=0.98 | width in | width out | elpd_loo |")
 for name, e in report["models"].items():
-    print(f"| {name} | {e['held_in']:.3f} | {e['held_in_loo']:.3f} | {e['held_out']:.3f} | "
+    cv = "-" if e["held_in_folds"] is None else f"{e['held_in_folds']:.3f}"
+    print(f"| {name} | {e['held_in']:.3f} | {e['held_in_loo']:.3f} | {cv} | {e['held_out']:.3f} | "
           f"{e['groups_held_out_below_0.7']}/{len(e['groups'])} | {e['groups_r2_ge_0.98']} | "
           f"{e['width_held_in']:.3f} | {e['width_held_out']:.3f} | "
           f"{e['elpd_loo']:.1f} +- {e['elpd_se']:.1f} |")
