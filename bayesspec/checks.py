@@ -246,7 +246,7 @@ def prior_predictive_check(data: pd.DataFrame, *, model: str = "hierarchical",
     import pymc as pm
 
     latency_model = get_model_class(model)(config, catalog=catalog)
-    pm_model = latency_model.build(data)
+    pm_model = latency_model.prior_model(data)
     with pm_model:
         prior = pm.sample_prior_predictive(draws=draws, random_seed=seed,
                                            var_names=["log_latency"])

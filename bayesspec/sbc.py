@@ -371,8 +371,10 @@ def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | No
                  if v in pm_model.named_vars and v not in observed]
 
     latency_rv = "log_latency" if "log_latency" in observed else None
+    # The prior draws come from the model's forward form (prior_model: no potentials).
+    prior_model, _ = swappable_observations(latency_model.prior_model(data))
     names, owners, elements, truth, duplicates, simulated, (drawn, set_aside) = _draw_simulations(
-        pm_model, observed, variables, simulations, seed, latency_rv,
+        prior_model, observed, variables, simulations, seed, latency_rv,
         latency_model.inputs.group_index, max_latency_ratio, progress)
     templates = {rv: np.asarray(_shared_source(pm_model.rvs_to_values[pm_model[rv]])
                                 .get_value()) for rv in observed}

@@ -121,3 +121,37 @@ def test_leave_n_out_on_the_bundled_dense_data(leave_out):
     assert document["r2"] >= 0.97
     assert 0.85 <= document["coverage"] <= 0.95
     assert sum(f["divergences"] for f in document["per_fold"]) == 0
+
+
+def test_conditional_cell_deviations_change_coordinates_not_the_model(one_verifier_csv):
+    """The C1 cell deviations are d = mean(rest) + z/sqrt(P(rest)): at any point the log
+    density differs from the non-centred form's (d = spread * z') by the Jacobian
+    sum(log(1/sqrt(P)) - log(spread)) alone, and the costs are the same."""
+    data = read_tidy(one_verifier_csv)
+    conditional = HierarchicalLatencyModel().build(data)
+    plain = HierarchicalLatencyModel({"cell_c1_deviations": "non_centred"}).build(data)
+    assert {v.name for v in conditional.value_vars} == {v.name for v in plain.value_vars}
+    rng = np.random.default_rng(4)
+    def function(m, names):
+        outs = m.replace_rvs_by_values([m[n] for n in names])
+        return m.compile_fn(outs, inputs=m.value_vars, on_unused_input="ignore")
+
+    deviation = function(conditional, ["cell_deviation"])
+    costs = {m: function(m, ["C1", "C2"]) for m in (conditional, plain)}
+    logp = {m: m.compile_logp() for m in (conditional, plain)}
+    for _ in range(3):
+        point = {k: v + 0.3 * rng.normal(size=np.shape(v))
+                 for k, v in conditional.initial_point().items()}
+        d = deviation(point)[0][0]
+        # d is linear in z: its slope is the conditional sd 1/sqrt(P).
+        slope = deviation({**point, "cell_C1_z": point["cell_C1_z"] + 1.0})[0][0] - d
+        spread = np.exp(point["cell_sd_log__"][0])
+        assert np.all(slope > 0) and np.all(slope < spread)
+        same = {**point, "cell_C1_z": d / spread}
+        jacobian = np.sum(np.log(slope) - np.log(spread))
+        assert logp[conditional](point) - logp[plain](same) == pytest.approx(jacobian,
+                                                                             abs=1e-6)
+        for a, b in zip(costs[conditional](point), costs[plain](same)):
+            np.testing.assert_allclose(a, b, rtol=1e-10)
+    # Forward draws ignore potentials: the prior comes from the plain form.
+    assert not HierarchicalLatencyModel().prior_model(data).potentials

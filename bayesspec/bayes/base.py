@@ -175,6 +175,13 @@ class LatencyModel:
     def build(self, data: pd.DataFrame):  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def prior_model(self, data: pd.DataFrame):
+        """A PyMC model whose forward draws (``pm.sample_prior_predictive``) are this
+        model's prior and prior predictive. Forward sampling ignores potentials, so a
+        model that reparameterises with one (the hierarchical model's cell deviations)
+        builds a form without it; the rest build themselves."""
+        return self.build(data)
+
     # ------------------------------------------------------------------ fit, save, load
     def fit(self, data: pd.DataFrame, settings=None) -> Fit:
         """Build on validated tidy ``data``, sample the posterior (settings left unset:

@@ -55,6 +55,7 @@ from ..errors import BadInput
 from ..laws import effective_costs_expr
 from ..roofline import (TERM_NAMES, TREND_TERMS, covariates, physics_centres,
                         trend_coefficients)
+from . import moe_split
 from .base import COMMON_CONFIG, ModelInputs
 from .speculative import COEFFICIENTS, SpeculativeLatencyModel
 
@@ -119,6 +120,33 @@ def _member_deviation(name: str, spread, trend_at_typical, dims: tuple[str, str]
     return pm.Deterministic(name, out, dims=dims)
 
 
+def _conditional_deviation(spread, mu, sigma, observed, weight, cell_of_point, n_cells):
+    """Each cell's log C1 deviation, parameterised around its conditional posterior.
+
+    A cell's C1 deviation d multiplies every C1 of the cell, so it adds d to the log mean
+    latency of each of its points: given everything else, the normal likelihood and the
+    N(0, spread) prior make d normal with precision P = 1/spread^2 + sum(w) and mean
+    sum(w r)/P (w = weight/sigma^2, r = observed - mu). With d = mean + z/sqrt(P) and
+    z ~ N(0, 1), the joint density is p(rest) p(y | rest, d integrated out) N(z): z is
+    independent of the rest, and the spread's funnel with the cells is gone (the
+    non-centred form coupled them; its C1 spread was the stiffest direction of the
+    posterior, 10 times any other, and the slowest to mix: benchmarks/geometry.py).
+    The potential turns the N(0, 1) prior of z into the model's own density (the prior
+    of d and the Jacobian 1/sqrt(P)), so the model is unchanged, only its coordinates:
+    exact under any likelihood (with a Student-t one z is merely not quite independent).
+    """
+    precision_data = pt.inc_subtensor(pt.zeros(n_cells)[cell_of_point], weight / sigma**2)
+    weighted = pt.inc_subtensor(pt.zeros(n_cells)[cell_of_point],
+                                weight * (observed - mu) / sigma**2)
+    precision = 1.0 / spread**2 + precision_data
+    z = pm.Normal("cell_C1_z", 0.0, 1.0, dims="cell")
+    deviation = weighted / precision + z / pt.sqrt(precision)
+    pm.Potential("cell_C1_conditional", pt.sum(
+        pm.logp(pm.Normal.dist(0.0, spread), deviation) - 0.5 * pt.log(precision)
+        - pm.logp(pm.Normal.dist(0.0, 1.0), z)))
+    return deviation
+
+
 def _first_terms() -> list[bool]:
     seen = set()
     out = []
@@ -131,11 +159,13 @@ def _first_terms() -> list[bool]:
 class HierarchicalLatencyModel(SpeculativeLatencyModel):
     name = "hierarchical"
     # 2: c2p's verifier deviations centred (the posterior's variables changed shape).
-    version = "3"
-    # Measured on the whole bundled dataset (1044 rows, 4 chains x 1000 draws): target
-    # 0.95 with 1000 tuning steps gave R-hat 1.012 and 2 divergences; 0.98 with 2000
-    # gave R-hat 1.007 and none, in 47 s.
-    target_accept = 0.98
+    # 4: cell C1 deviations parameterised around their conditional posterior.
+    version = "4"
+    # Version 3 needed 0.98 (0.95 with 1000 tuning steps: R-hat 1.012, 2 divergences on
+    # the bundled data). Version 4's conditional cell deviations took the funnel away:
+    # at 0.9, 0 divergences and R-hat 1.003-1.004 over three seeds with half the
+    # gradients per draw (benchmarks/README.md, 2026-12-02 geometry).
+    target_accept = 0.9
     default_tune = 2000
     # Version 1 mixed slowly along the verifier spread and the trend levels (bulk ESS
     # 110-440 of 4 x 1000 draws on the bundled data, R-hat 1.007-1.012 over runs). With
@@ -162,6 +192,9 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         "cell_spread_scale": 0.1,       # prior scale of cell deviations
         "holdout_mask": False,          # build with a fit_mask (leave-n-out folds)
         "centred_deviations": ("c1v", "c2v", "c2p"),
+        # conditional | non_centred: how a cell's C1 deviation is parameterised
+        # (_conditional_deviation; non_centred was version 3's, and the MoE split's).
+        "cell_c1_deviations": "conditional",
     }
 
     # ------------------------------------------------------------------ inputs
@@ -330,21 +363,35 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                 pt.stack([system_trends[n] for n in SYSTEM_COEFFICIENTS]),
                 ("system_coefficient", "system"),
                 centred=np.array([n in self.config["centred_deviations"] for n in SYSTEM_COEFFICIENTS]))
-            cell_dev = self._cell_deviations(cfg, n_cells)
+            conditional = (cfg["cell_c1_deviations"] == "conditional"
+                           and not moe_split.uses_split(inputs))
+            if cfg["cell_c1_deviations"] not in ("conditional", "non_centred"):
+                raise BadInput("cell_c1_deviations must be conditional or non_centred, got "
+                               f"{cfg['cell_c1_deviations']!r}", argument="cell_c1_deviations")
+            cell_sd = pm.HalfNormal("cell_sd", cfg["cell_spread_scale"], dims="cost")
+            # Non-centred: when the trends describe the cells well the spread is far
+            # smaller than what one cell's data can resolve (measured: 0.02-0.2% on the
+            # simulator data), the regime where a centred spread is a funnel.
+            c2_cell_dev = cell_sd[1] * pm.Normal("cell_C2_z", 0.0, 1.0, dims="cell")
+            # A C1 deviation conditional on the rest is added after the likelihood, which
+            # it needs; until then C1-side values leave it out.
+            c1_cell_dev = (pt.zeros(n_cells) if conditional else
+                           cell_sd[0] * pm.Normal("cell_C1_z", 0.0, 1.0, dims="cell"))
+            cell_dev = (c1_cell_dev, c2_cell_dev)
 
             trends = trend_coefficients(rates, cell_covariates)
             cell_coefficients = {}
             for i, name in enumerate(SYSTEM_COEFFICIENTS):
                 side = 0 if name.startswith("c1") else 1
-                cell_coefficients[name] = pm.Deterministic(
-                    f"cell_{name}", trends[name] * pt.exp(system_dev[i][system_of_cell] +
-                                                          cell_dev[side]), dims="cell")
+                cell_coefficients[name] = trends[name] * pt.exp(
+                    system_dev[i][system_of_cell] + cell_dev[side])
 
             zeros = pt.zeros(n_groups)
             coefficient = {n: cell_coefficients[n][cell_of_group]
                            for n in SYSTEM_COEFFICIENTS}
             coefficient["c1d"] = zeros
             coefficient["c2d"] = zeros
+            per_setup = {}
             if n_setups:
                 setup_cells = setups["cell_index"].to_numpy(int)
                 pair_of_setup = setups["pair_index"].to_numpy(int)
@@ -367,13 +414,6 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                     side = 0 if name.startswith("c1") else 1
                     per_setup[name] = setup_trends[name] * pt.exp(
                         pair_dev[i][pair_of_setup] + cell_dev[side][setup_cells])
-                for name in COEFFICIENTS:
-                    pm.Deterministic(name, per_setup[name], dims="setup")
-                g = decode[setup_cells]
-                pm.Deterministic("C1_dense", per_setup["c1p"] + g * per_setup["c1v"],
-                                 dims="setup")
-                pm.Deterministic("C2_dense", per_setup["c2p"] + g * per_setup["c2v"],
-                                 dims="setup")
                 sd_idx = np.flatnonzero(is_sd)
                 for name in PAIR_COEFFICIENTS:
                     coefficient[name] = pt.set_subtensor(
@@ -386,17 +426,48 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                 alpha, groups["k"].to_numpy(float), decode[cell_of_group],
                 *(coefficient[n] for n in COEFFICIENTS), xp=pt)
             data["cap_utilisation"] = True
-            self.likelihood(c1, c2, cfg, data, inputs)
+            shift = {}
+            if conditional:
+                cell_of_point = cell_of_group[inputs.group_index]
+
+                def c1_log_shift(mu, sigma, observed, weight):
+                    shift["cell"] = _conditional_deviation(cell_sd[0], mu, sigma, observed,
+                                                           weight, cell_of_point, n_cells)
+                    return shift["cell"][cell_of_group]
+
+                self.likelihood(c1, c2, cfg, data, inputs, c1_log_shift=c1_log_shift)
+                c1_factor = pt.exp(shift["cell"])
+            else:
+                self.likelihood(c1, c2, cfg, data, inputs)
+                c1_factor = pt.ones(n_cells)
+            pm.Deterministic("cell_deviation", pt.stack(
+                [shift["cell"] if conditional else c1_cell_dev, c2_cell_dev]),
+                dims=("cost", "cell"))
+            for name in SYSTEM_COEFFICIENTS:
+                factor = c1_factor if name.startswith("c1") else 1.0
+                pm.Deterministic(f"cell_{name}", cell_coefficients[name] * factor,
+                                 dims="cell")
+            if n_setups:
+                for name in COEFFICIENTS:
+                    factor = c1_factor[setup_cells] if name.startswith("c1") else 1.0
+                    per_setup[name] = pm.Deterministic(name, per_setup[name] * factor,
+                                                       dims="setup")
+                g = decode[setup_cells]
+                pm.Deterministic("C1_dense", per_setup["c1p"] + g * per_setup["c1v"],
+                                 dims="setup")
+                pm.Deterministic("C2_dense", per_setup["c2p"] + g * per_setup["c2v"],
+                                 dims="setup")
         return model
 
-    def _cell_deviations(self, cfg, n_cells):
-        """Each cell's log deviation of C1 (row 0) and C2 (row 1) from the trends."""
-        cell_sd = pm.HalfNormal("cell_sd", cfg["cell_spread_scale"], dims="cost")
-        # Non-centred: when the trends describe the cells well the spread is far smaller
-        # than what one cell's data can resolve (measured: 0.02-0.2% on the simulator
-        # data), the regime where a centred spread is a funnel.
-        z = pm.Normal("cell_z", 0.0, 1.0, dims=("cost", "cell"))
-        return pm.Deterministic("cell_deviation", cell_sd[:, None] * z, dims=("cost", "cell"))
+    def prior_model(self, data: pd.DataFrame) -> pm.Model:
+        plain = type(self)({**self.config, "cell_c1_deviations": "non_centred"},
+                           catalog=self._catalog)
+        plain.recorded = dict(self.recorded)
+        built = plain.build(data)
+        # What build derives (inputs, prior centres, the GPU) is this model's too.
+        self.inputs, self.gpu, self.physics = plain.inputs, plain.gpu, plain.physics
+        self.recorded.update(plain.recorded)
+        return built
 
     def free_shares(self, inputs: ModelInputs) -> np.ndarray:
         """Which terms get a free share: not the first of its coefficient, and not

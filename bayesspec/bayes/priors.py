@@ -53,7 +53,8 @@ def soft_utilisation_cap(rps, c2, margin: float = 1e-3):
 
 
 def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_point=None,
-                       cap_utilisation: bool = False, group_load_noise: bool = False):
+                       cap_utilisation: bool = False, group_load_noise: bool = False,
+                       c1_log_shift=None):
     """Record C1, C2 and the saturation rate per group, and add the latency likelihood.
 
     log L ~ Normal(log(C1/(1 - RPS*C2)), sigma) with
@@ -67,10 +68,13 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     observed variable): leave-n-out folds then refit one compiled model by changing the
     mask only. ``group_load_noise``: the group noise factor (``group_noise_scale``)
     scales the load term too, and both per-group scales are recorded (``noise_base_group``,
-    ``noise_load_group``) even when the factor is 1.
+    ``noise_load_group``) even when the factor is 1. ``c1_log_shift(mu, sigma, observed,
+    weight)``: a hook that returns a log factor per group for ``c1``, built from the
+    per-point log mean latency without it, the noise sd, the observations and the
+    likelihood weight of each point (the fit mask, or 1); the hierarchical model uses it
+    to reparameterise its cell deviations around their conditional posterior.
     """
     group_index, rps = data["group_index"], data["rps"]
-    c1 = pm.Deterministic("C1", c1, dims="group")
     c2 = pm.Deterministic("C2", c2, dims="group")
     pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
     # Log-normal, not half-normal: a prior with mass at zero lets the posterior reach a
@@ -87,8 +91,6 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     # e.g. the MoE split, that do not know about it).
     if cap_utilisation or data.get("cap_utilisation", False):
         c2_point = soft_utilisation_cap(rps, c2_point)
-    if mean_latency is None:
-        mean_latency = latency_expr(rps, c1[group_index], c2_point)
     if cfg.get("group_noise_scale") or group_load_noise:
         # Misfit differs between groups (one sweep bends away from the law, the next does
         # not): each group's base noise is the shared one times a log-normal factor of a
@@ -103,6 +105,16 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
                                           dims="group")[group_index]
     amplification = load_amplification_expr(rps, c2_point)
     sigma = pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + data["log_se"] ** 2)
+    if c1_log_shift is not None:
+        if mean_latency is not None:
+            raise ValueError("c1_log_shift needs eq. (1)'s mean latency")
+        weight = (data["fit_mask"] if "fit_mask" in data
+                  else pt.ones_like(data["observed_log_latency"]))
+        c1 = c1 * pt.exp(c1_log_shift(pt.log(latency_expr(rps, c1[group_index], c2_point)),
+                                      sigma, data["observed_log_latency"], weight))
+    c1 = pm.Deterministic("C1", c1, dims="group")
+    if mean_latency is None:
+        mean_latency = latency_expr(rps, c1[group_index], c2_point)
     student_t = cfg.get("likelihood", "normal") == "student_t"
     if student_t:
         # nu - 1 ~ Gamma(2, 0.1): mean 21, 5% below 4.6; heavy tails only if the data ask.

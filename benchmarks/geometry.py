@@ -1,0 +1,145 @@
+"""Where does the hierarchical model's sampler spend its gradients? (issue 18, item 1)
+
+Fits the hierarchical model on the bundled dataset (dense + speculative, 1044 rows) and
+prints, per run: gradient evaluations per draw (tree sizes), the step size, the
+minimum bulk ESS over every posterior variable, ESS per gradient evaluation (the
+sampler-independent measure of a parameterisation: it does not depend on how busy the
+machine is), R-hat, divergences, and the slowest scalar parameters.
+
+    .venv/bin/python benchmarks/geometry.py                      # the model's defaults
+    .venv/bin/python benchmarks/geometry.py --chains 2 --draws 1000 --tune 1000 \\
+        --config centred_deviations=c1v,c2v,c2p --config cell_deviations=centred
+
+``--config`` overrides the model's ``default_config`` (comma-separated values become
+tuples; numbers become floats), so parameterisations can be compared in one session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _value(text: str):
+    if "," in text:
+        return tuple(t for t in text.split(",") if t)
+    try:
+        return float(text)
+    except ValueError:
+        return {"true": True, "false": False, "none": ()}.get(text.lower(), text)
+
+
+def bundled_data():
+    from bayesspec import datasets
+    from bayesspec.data import prepare
+
+    return prepare(pd.concat([pd.read_csv(datasets.path("dense")),
+                              pd.read_csv(datasets.path("speculative"))], ignore_index=True))
+
+
+def geometry(tree, top: int = 8) -> dict:
+    import arviz as az
+
+    stats = tree["sample_stats"]
+    steps = stats["n_steps"].values
+    draws = steps.size
+    posterior = tree["posterior"].to_dataset()
+    ess = az.ess(posterior, method="bulk")
+    rhat = az.rhat(posterior)
+    scalars = []
+    for name in posterior.data_vars:
+        values = np.atleast_1d(ess[name].values).ravel()
+        rhats = np.atleast_1d(rhat[name].values).ravel()
+        for i, (e, r) in enumerate(zip(values, rhats)):
+            if np.isfinite(e):
+                scalars.append((float(e), float(r), f"{name}[{i}]" if values.size > 1 else name))
+    scalars.sort()
+    ess_min = scalars[0][0]
+    rhat_max = max(r for _, r, _ in scalars if np.isfinite(r))
+    warm = tree.get("warmup_sample_stats")
+    warm_steps = int(warm["n_steps"].values.sum()) if warm is not None else 0
+    return {"total_draws": int(draws), "gradients_per_draw": float(steps.mean()),
+            "gradients_sampling": int(steps.sum()), "gradients_warmup": warm_steps,
+            "max_depth_share": float((stats["depth"].values >= 10).mean())
+            if "depth" in stats else None,
+            "step_size": float(np.median(stats["step_size"].values)),
+            "ess_bulk_min": ess_min, "rhat_max": rhat_max,
+            "ess_per_gradient": ess_min / float(steps.sum()),
+            "divergences": int(stats["diverging"].values.sum()),
+            "slowest": [{"variable": n, "ess_bulk": round(e, 1), "rhat": round(r, 4)}
+                        for e, r, n in scalars[:top]]}
+
+
+def run(data, config: dict, chains: int | None, draws: int | None, tune: int | None,
+        seed: int, target_accept: float | None = None, adaptation: str | None = None) -> dict:
+    from bayesspec.bayes import HierarchicalLatencyModel
+    from bayesspec.inference import (SamplerSettings, compile_model, sample_compiled,
+                                     settings_for)
+
+    model = HierarchicalLatencyModel(config=config)
+    settings = settings_for(model, SamplerSettings(chains=chains, draws=draws, tune=tune,
+                                                   seed=seed, progress=False,
+                                                   target_accept=target_accept,
+                                                   adaptation=adaptation))
+    pm_model = model.build(data)
+    started = time.perf_counter()
+    compiled = compile_model(pm_model, settings)
+    compile_s = time.perf_counter() - started
+    started = time.perf_counter()
+    tree = sample_compiled(compiled, settings)
+    sample_s = time.perf_counter() - started
+    out = {"config": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()},
+           "target_accept": settings.target_accept, "adaptation": settings.adaptation,
+           "chains": settings.chains, "tune": settings.tune, "draws": settings.draws,
+           "seed": seed, "free_parameters": int(sum(np.size(v) for v in
+                                                   pm_model.initial_point().values())),
+           "compile_s": round(compile_s, 1), "sample_s": round(sample_s, 1)}
+    out.update(geometry(tree))
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--chains", type=int)
+    parser.add_argument("--draws", type=int)
+    parser.add_argument("--tune", type=int)
+    parser.add_argument("--target-accept", type=float)
+    parser.add_argument("--adaptation", choices=["diag", "low_rank"])
+    parser.add_argument("--seeds", default="1")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    config = {}
+    for item in args.config:
+        key, _, value = item.partition("=")
+        config[key] = _value(value)
+    data = bundled_data()
+    for seed in (int(s) for s in args.seeds.split(",")):
+        result = run(data, config, args.chains, args.draws, args.tune, seed,
+                     args.target_accept, args.adaptation)
+        if args.json:
+            print(json.dumps(result), flush=True)
+            continue
+        print(f"seed {seed} {result['config']}: {result['chains']} x ({result['tune']} + "
+              f"{result['draws']}), target {result['target_accept']}, {result['adaptation']}, {result['free_parameters']} free parameters, "
+              f"compile {result['compile_s']} s, sample {result['sample_s']} s")
+        print(f"  gradients/draw {result['gradients_per_draw']:.1f} (max depth "
+              f"{result['max_depth_share']:.0%}), step {result['step_size']:.3g}, "
+              f"ESS min {result['ess_bulk_min']:.0f}, ESS/gradient "
+              f"{result['ess_per_gradient']:.2e}, R-hat {result['rhat_max']:.4f}, "
+              f"{result['divergences']} divergences")
+        print("  slowest: " + ", ".join(f"{s['variable']} {s['ess_bulk']:.0f}"
+                                        for s in result["slowest"]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
