@@ -129,3 +129,52 @@ def test_real_profile_sweeps_spline_covers_the_rates_above_a_light_load_test():
     held = points.loc[points["held_out"]]
     # not by unbounded intervals: most of them end below saturation
     assert np.isfinite(held["hi"]).mean() >= 0.8
+
+
+@pytest.mark.slow
+def test_real_profile_sweeps_spline_held_in_coverage_by_refits():
+    """Held in, asked honestly: five refits of the Vidur sweeps, each without every fifth
+    rate of every group, and dense-spline's 90% intervals of the left-out points (issue
+    16's 85-95% with no group below 70%; measured at these settings 0.92, lowest group
+    0.73; the in-sample share of the same model is 0.996, see the next test for why)."""
+    from pathlib import Path
+
+    from bayesspec.data import read_tidy
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "vidur" / "vidur_dense.csv"
+    settings = SamplerSettings(draws=500, tune=500, chains=2, seed=1, progress=False)
+    document = misfit.fold_check(read_tidy(path), model="dense-spline", folds=5,
+                                 settings=settings)
+    coverages = [g["coverage"] for g in document["groups"]]
+    print(document["coverage"], sorted(coverages)[:4])
+    assert document["points"] == 275
+    assert 0.85 <= document["coverage"] <= 0.95, document["coverage"]
+    assert min(coverages) >= 0.7, sorted(coverages)[:4]
+
+
+@pytest.mark.slow
+def test_in_sample_coverage_of_a_right_flexible_model_is_near_one():
+    """Data simulated from a dense-spline posterior draw on the Vidur design (the model is
+    the truth): refitted, its in-sample 90% coverage is far above 0.9 (about 0.5
+    effective parameters per point) while the left-out (PSIS) coverage stays near 0.9.
+    So an in-sample share above 95% does not mean a flexible model is miscalibrated."""
+    import importlib.util
+    from pathlib import Path
+
+    from bayesspec.data import read_tidy
+    from bayesspec.validation import fit_same_design
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location(
+        "insample_calibration", root / "benchmarks" / "insample_calibration.py")
+    calibration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calibration)
+    settings = SamplerSettings(draws=300, tune=300, chains=2, seed=1, progress=False)
+    reference = fit(read_tidy(root / "examples" / "vidur" / "vidur_dense.csv"),
+                    "dense-spline", settings=settings)
+    frames, _ = calibration.replicate_frames(reference, [150, 450], seed=1)
+    for result in fit_same_design(frames, model="dense-spline", settings=settings):
+        held_in = misfit.predictive_check(result)["pooled"]["held_in"]
+        print(held_in)
+        assert held_in["coverage"] >= 0.97, held_in
+        assert 0.85 <= held_in["coverage_loo"] <= 0.95, held_in
