@@ -78,11 +78,22 @@ def geometry(tree, top: int = 8) -> dict:
                         for e, r, n in scalars[:top]]}
 
 
+def timed_fit(pm_model, settings):
+    """Compile and sample: the posterior tree, compile seconds, sampling seconds."""
+    from bayesspec.inference import compile_model, sample_compiled
+
+    started = time.perf_counter()
+    compiled = compile_model(pm_model, settings)
+    compile_s = time.perf_counter() - started
+    started = time.perf_counter()
+    tree = sample_compiled(compiled, settings)
+    return tree, compile_s, time.perf_counter() - started
+
+
 def run(data, config: dict, chains: int | None, draws: int | None, tune: int | None,
         seed: int, target_accept: float | None = None, adaptation: str | None = None) -> dict:
     from bayesspec.bayes import HierarchicalLatencyModel
-    from bayesspec.inference import (SamplerSettings, compile_model, sample_compiled,
-                                     settings_for)
+    from bayesspec.inference import SamplerSettings, settings_for
 
     model = HierarchicalLatencyModel(config=config)
     settings = settings_for(model, SamplerSettings(chains=chains, draws=draws, tune=tune,
@@ -90,12 +101,7 @@ def run(data, config: dict, chains: int | None, draws: int | None, tune: int | N
                                                    target_accept=target_accept,
                                                    adaptation=adaptation))
     pm_model = model.build(data)
-    started = time.perf_counter()
-    compiled = compile_model(pm_model, settings)
-    compile_s = time.perf_counter() - started
-    started = time.perf_counter()
-    tree = sample_compiled(compiled, settings)
-    sample_s = time.perf_counter() - started
+    tree, compile_s, sample_s = timed_fit(pm_model, settings)
     out = {"config": {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()},
            "target_accept": settings.target_accept, "adaptation": settings.adaptation,
            "chains": settings.chains, "tune": settings.tune, "draws": settings.draws,

@@ -388,12 +388,11 @@ def case_scaling(quick: bool) -> dict:
     The rows grow at a fixed set of parameters: 7 verifiers x 16 (prefill, decode) cells
     (``synthetic.hierarchical_truth``) with 9, 36, 144 or 576 rates per sweep, so the
     slope measures the cost of rows, not of a larger model."""
-    import arviz as az
-
     from bayesspec.bayes import HierarchicalLatencyModel
     from bayesspec.data import prepare
-    from bayesspec.inference import SamplerSettings, compile_model, sample_compiled, settings_for
+    from bayesspec.inference import SamplerSettings, settings_for
     from bayesspec.synthetic import generate_sweeps, hierarchical_truth
+    from geometry import geometry, timed_fit
 
     sizes = {"1k": 9, "4k": 36, "16k": 144, "64k": 576}
     if quick:
@@ -407,19 +406,10 @@ def case_scaling(quick: bool) -> dict:
         rows = len(model_obj.inputs.rows)
         log(f"scaling: {label}: {len(data)} rows ({rows} in the likelihood), "
             f"{settings.chains} x ({settings.tune} + {settings.draws})...")
-        started = time.perf_counter()
-        compiled = compile_model(pm_model, settings)
-        compile_s = time.perf_counter() - started
-        started = time.perf_counter()
-        tree = sample_compiled(compiled, settings)
-        sample_s = time.perf_counter() - started
-        stats = tree["sample_stats"]
-        steps = int(stats["n_steps"].sum()) + int(tree["warmup_sample_stats"]["n_steps"].sum())
-        posterior = tree["posterior"].to_dataset()
-        ess = float(min(np.nanmin(np.asarray(v)) for v in
-                        az.ess(posterior, method="bulk").data_vars.values()))
-        rhat = float(max(np.nanmax(np.asarray(v)) for v in az.rhat(posterior).data_vars.values()))
-        divergences = int(stats["diverging"].sum())
+        tree, compile_s, sample_s = timed_fit(pm_model, settings)
+        shape = geometry(tree)
+        ess, rhat, divergences = shape["ess_bulk_min"], shape["rhat_max"], shape["divergences"]
+        steps = shape["gradients_sampling"] + shape["gradients_warmup"]
         gradient_s = _gradient_seconds(pm_model)
         points.append({"size": label, "rows": len(data), "likelihood_rows": rows,
                        "compile_s": round(compile_s, 1), "sample_s": round(sample_s, 1),

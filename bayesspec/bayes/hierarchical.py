@@ -363,11 +363,11 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                 pt.stack([system_trends[n] for n in SYSTEM_COEFFICIENTS]),
                 ("system_coefficient", "system"),
                 centred=np.array([n in self.config["centred_deviations"] for n in SYSTEM_COEFFICIENTS]))
-            conditional = (cfg["cell_c1_deviations"] == "conditional"
-                           and not moe_split.uses_split(inputs))
             if cfg["cell_c1_deviations"] not in ("conditional", "non_centred"):
                 raise BadInput("cell_c1_deviations must be conditional or non_centred, got "
                                f"{cfg['cell_c1_deviations']!r}", argument="cell_c1_deviations")
+            conditional = (cfg["cell_c1_deviations"] == "conditional"
+                           and not moe_split.uses_split(inputs))
             cell_sd = pm.HalfNormal("cell_sd", cfg["cell_spread_scale"], dims="cost")
             # Non-centred: when the trends describe the cells well the spread is far
             # smaller than what one cell's data can resolve (measured: 0.02-0.2% on the
@@ -436,13 +436,13 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                     return shift["cell"][cell_of_group]
 
                 self.likelihood(c1, c2, cfg, data, inputs, c1_log_shift=c1_log_shift)
-                c1_factor = pt.exp(shift["cell"])
+                c1_cell_dev = shift["cell"]
+                c1_factor = pt.exp(c1_cell_dev)
             else:
                 self.likelihood(c1, c2, cfg, data, inputs)
                 c1_factor = pt.ones(n_cells)
-            pm.Deterministic("cell_deviation", pt.stack(
-                [shift["cell"] if conditional else c1_cell_dev, c2_cell_dev]),
-                dims=("cost", "cell"))
+            pm.Deterministic("cell_deviation", pt.stack([c1_cell_dev, c2_cell_dev]),
+                             dims=("cost", "cell"))
             for name in SYSTEM_COEFFICIENTS:
                 factor = c1_factor if name.startswith("c1") else 1.0
                 pm.Deterministic(f"cell_{name}", cell_coefficients[name] * factor,
