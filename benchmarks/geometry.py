@@ -45,6 +45,34 @@ def bundled_data():
                               pd.read_csv(datasets.path("speculative"))], ignore_index=True))
 
 
+def scaling_data(n_rates: int):
+    """The scaling case's design (7 verifiers x 16 dense cells) at ``n_rates`` per sweep."""
+    from bayesspec.data import prepare
+    from bayesspec.synthetic import generate_sweeps, hierarchical_truth
+
+    return prepare(generate_sweeps(hierarchical_truth(), n_rates=n_rates, seed=2))
+
+
+def divergence_locations(tree, top: int = 5) -> list[dict]:
+    """Scalars whose divergent draws sit furthest from their posterior mean (in posterior
+    sds): where the sampler's step size is too large for the curvature."""
+    diverging = tree["sample_stats"]["diverging"].values.ravel().astype(bool)
+    if not diverging.any():
+        return []
+    posterior = tree["posterior"].to_dataset()
+    shifts = []
+    for name in posterior.data_vars:
+        values = posterior[name].values
+        flat = values.reshape(values.shape[0] * values.shape[1], -1)
+        sd = flat.std(axis=0)
+        shift = (flat[diverging].mean(axis=0) - flat.mean(axis=0)) / np.where(sd > 0, sd, 1)
+        for i, z in enumerate(shift):
+            shifts.append((abs(float(z)), float(z),
+                           f"{name}[{i}]" if flat.shape[1] > 1 else name))
+    shifts.sort(reverse=True)
+    return [{"variable": n, "shift_sd": round(z, 2)} for _, z, n in shifts[:top]]
+
+
 def geometry(tree, top: int = 8) -> dict:
     import arviz as az
 
@@ -74,6 +102,7 @@ def geometry(tree, top: int = 8) -> dict:
             "ess_bulk_min": ess_min, "rhat_max": rhat_max,
             "ess_per_gradient": ess_min / float(steps.sum()),
             "divergences": int(stats["diverging"].values.sum()),
+            "divergent_at": divergence_locations(tree),
             "slowest": [{"variable": n, "ess_bulk": round(e, 1), "rhat": round(r, 4)}
                         for e, r, n in scalars[:top]]}
 
@@ -122,12 +151,15 @@ def main(argv=None) -> int:
     parser.add_argument("--adaptation", choices=["diag", "low_rank"])
     parser.add_argument("--seeds", default="1")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--scaling-rates", type=int, metavar="N",
+                        help="fit the scaling case's synthetic design (7 verifiers x 16 "
+                             "cells) with N rates per sweep instead of the bundled data")
     args = parser.parse_args(argv)
     config = {}
     for item in args.config:
         key, _, value = item.partition("=")
         config[key] = _value(value)
-    data = bundled_data()
+    data = scaling_data(args.scaling_rates) if args.scaling_rates else bundled_data()
     for seed in (int(s) for s in args.seeds.split(",")):
         result = run(data, config, args.chains, args.draws, args.tune, seed,
                      args.target_accept, args.adaptation)
@@ -144,6 +176,10 @@ def main(argv=None) -> int:
               f"{result['divergences']} divergences")
         print("  slowest: " + ", ".join(f"{s['variable']} {s['ess_bulk']:.0f}"
                                         for s in result["slowest"]), flush=True)
+        if result["divergent_at"]:
+            print("  divergent draws shifted: " + ", ".join(
+                f"{d['variable']} {d['shift_sd']:+.1f} sd" for d in result["divergent_at"]),
+                flush=True)
     return 0
 
 
