@@ -29,6 +29,10 @@ SHORT = {
     "codellama/CodeLlama-34b-Instruct-hf": ("CodeLlama-34B", 33.7),
     "meta-llama/Llama-3-70B": ("Llama-3-70B", 70.6),
     "meta-llama/Llama-2-7b-hf": ("Llama-2-7B", 6.7),
+    # fresh set (vidur_fresh.csv)
+    "meta-llama/Llama-3-8B": ("Llama-3-8B", 8.0),
+    "internlm/internlm-20b": ("InternLM-20B", 20.1),
+    "Qwen/Qwen-72B": ("Qwen-72B", 72.3),
 }
 
 DEFAULT_SETUPS = (

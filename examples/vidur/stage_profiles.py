@@ -45,6 +45,10 @@ MODELS = {
     "codellama/CodeLlama-34b-Instruct-hf": ("codellama/CodeLlama-34b-Instruct-hf", 8192, 64, 8),
     "meta-llama/Llama-3-70B": ("meta-llama/Meta-Llama-3-70B", 8192, 64, 8),
     "meta-llama/Llama-2-7b-hf": ("meta-llama/Llama-2-7b-hf", 4096, 32, 32),
+    # fresh set (vidur_fresh.csv); profiles exist for a100 only for Meta-Llama-3-8B
+    "meta-llama/Llama-3-8B": ("meta-llama/Meta-Llama-3-8B", 4096, 32, 8),
+    "internlm/internlm-20b": ("internlm/internlm-20b", 5120, 40, 40),
+    "Qwen/Qwen-72B": ("Qwen/Qwen-72B", 8192, 64, 64),
 }
 
 # Roofline constants of the attention stand-in (per GPU).
