@@ -123,13 +123,21 @@ def test_leave_n_out_on_the_bundled_dense_data(leave_out):
     assert sum(f["divergences"] for f in document["per_fold"]) == 0
 
 
-def test_conditional_cell_deviations_change_coordinates_not_the_model(one_verifier_csv):
-    """The C1 cell deviations are d = mean(rest) + z/sqrt(P(rest)): at any point the log
+@pytest.mark.parametrize("c1_form, c2_form", [("conditional", "conditional"),
+                                               ("conditional", "non_centred"),
+                                               ("non_centred", "conditional")])
+def test_conditional_cell_deviations_change_coordinates_not_the_model(one_verifier_csv,
+                                                                      c1_form, c2_form):
+    """The cell deviations are d = mean(rest) + z/sqrt(P(rest)) (C2's after C1's is
+    integrated out of a linearised conditional, C1's given C2's): at any point the log
     density differs from the non-centred form's (d = spread * z') by the Jacobian
-    sum(log(1/sqrt(P)) - log(spread)) alone, and the costs are the same."""
+    sum(log(1/sqrt(P)) - log(spread)) of each conditional deviation alone, and the
+    costs are the same."""
     data = read_tidy(one_verifier_csv)
-    conditional = HierarchicalLatencyModel().build(data)
-    plain = HierarchicalLatencyModel({"cell_c1_deviations": "non_centred"}).build(data)
+    conditional = HierarchicalLatencyModel({"cell_c1_deviations": c1_form,
+                                            "cell_c2_deviations": c2_form}).build(data)
+    plain = HierarchicalLatencyModel({"cell_c1_deviations": "non_centred",
+                                      "cell_c2_deviations": "non_centred"}).build(data)
     assert {v.name for v in conditional.value_vars} == {v.name for v in plain.value_vars}
     rng = np.random.default_rng(4)
     def function(m, names):
@@ -139,16 +147,23 @@ def test_conditional_cell_deviations_change_coordinates_not_the_model(one_verifi
     deviation = function(conditional, ["cell_deviation"])
     costs = {m: function(m, ["C1", "C2"]) for m in (conditional, plain)}
     logp = {m: m.compile_logp() for m in (conditional, plain)}
+    forms = {"cell_C1_z": (0, c1_form), "cell_C2_z": (1, c2_form)}
     for _ in range(3):
         point = {k: v + 0.3 * rng.normal(size=np.shape(v))
                  for k, v in conditional.initial_point().items()}
-        d = deviation(point)[0][0]
-        # d is linear in z: its slope is the conditional sd 1/sqrt(P).
-        slope = deviation({**point, "cell_C1_z": point["cell_C1_z"] + 1.0})[0][0] - d
-        spread = np.exp(point["cell_sd_log__"][0])
-        assert np.all(slope > 0) and np.all(slope < spread)
-        same = {**point, "cell_C1_z": d / spread}
-        jacobian = np.sum(np.log(slope) - np.log(spread))
+        d = deviation(point)[0]
+        same = dict(point)
+        jacobian = 0.0
+        for name, (side, form) in forms.items():
+            spread = np.exp(point["cell_sd_log__"][side])
+            if form == "conditional":
+                # d is linear in z given the rest: its slope is the conditional sd
+                # 1/sqrt(P), below the prior's.
+                shifted = deviation({**point, name: point[name] + 1.0})[0]
+                slope = shifted[side] - d[side]
+                assert np.all(slope > 0) and np.all(slope < spread)
+                jacobian += np.sum(np.log(slope) - np.log(spread))
+            same[name] = d[side] / spread
         assert logp[conditional](point) - logp[plain](same) == pytest.approx(jacobian,
                                                                              abs=1e-6)
         for a, b in zip(costs[conditional](point), costs[plain](same)):

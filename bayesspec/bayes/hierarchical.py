@@ -147,6 +147,45 @@ def _conditional_deviation(spread, mu, sigma, observed, weight, cell_of_point, n
     return deviation
 
 
+def _conditional_c2_deviation(spread, c1_spread, mu, sigma, amplification, observed, weight,
+                              cell_of_point, n_cells):
+    """Each cell's log C2 deviation, parameterised around a linearised conditional.
+
+    C2 enters through the pole, so unlike C1's its conditional is not normal; linearised
+    at no deviation, log L moves by ``amplification`` x/(1-x) per unit of log C2, and
+    with C1's deviation (a shift of every log L of the cell, prior sd ``c1_spread``;
+    None when it is not conditional) integrated out the pair is a two-by-two normal
+    problem per cell: the C2 deviation has precision P = 1/spread^2 + S_aa - S_1a^2/P_1
+    and mean (S_ar - S_1a S_1r/P_1)/P, with S the weighted sums over the cell's points of
+    a^2, a, a*r and r, P_1 = 1/c1_spread^2 + S_11. d = mean + z/sqrt(P) is exact whatever
+    the linearisation's quality (mean and P do not depend on d; the potential carries
+    the prior and the Jacobian): the approximation decides only how independent z is of
+    the rest. The non-centred form's cell spread for C2 was the slowest variable of the
+    bundled fit and, with many rates per sweep (a cell pinned far below its spread), a
+    funnel (benchmarks/README.md, scaling).
+    """
+    def per_cell(values):
+        return pt.inc_subtensor(pt.zeros(n_cells)[cell_of_point], values)
+
+    w = weight / sigma**2
+    residual = observed - mu
+    s_aa = per_cell(w * amplification**2)
+    s_ar = per_cell(w * amplification * residual)
+    precision = 1.0 / spread**2 + s_aa
+    weighted = s_ar
+    if c1_spread is not None:
+        s_1a = per_cell(w * amplification)
+        c1_precision = 1.0 / c1_spread**2 + per_cell(w)
+        precision = precision - s_1a**2 / c1_precision
+        weighted = weighted - s_1a * per_cell(w * residual) / c1_precision
+    z = pm.Normal("cell_C2_z", 0.0, 1.0, dims="cell")
+    deviation = weighted / precision + z / pt.sqrt(precision)
+    pm.Potential("cell_C2_conditional", pt.sum(
+        pm.logp(pm.Normal.dist(0.0, spread), deviation) - 0.5 * pt.log(precision)
+        - pm.logp(pm.Normal.dist(0.0, 1.0), z)))
+    return deviation
+
+
 def _first_terms() -> list[bool]:
     seen = set()
     out = []
@@ -160,11 +199,14 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
     name = "hierarchical"
     # 2: c2p's verifier deviations centred (the posterior's variables changed shape).
     # 4: cell C1 deviations parameterised around their conditional posterior.
-    version = "4"
+    # 5: cell C2 deviations too, around a linearised conditional.
+    version = "5"
     # Version 3 needed 0.98 (0.95 with 1000 tuning steps: R-hat 1.012, 2 divergences on
     # the bundled data). Version 4's conditional cell deviations took the funnel away:
     # at 0.9, 0 divergences and R-hat 1.003-1.004 over three seeds with half the
-    # gradients per draw (benchmarks/README.md, 2026-12-02 geometry).
+    # gradients per draw (benchmarks/README.md, 2026-12-02 geometry). Version 5 (C2's
+    # too): ESS per gradient 2.3e-2 against version 3's 2.6e-3 at 0.9, R-hat <= 1.005,
+    # 0 divergences over three seeds (2026-12-03).
     target_accept = 0.9
     default_tune = 2000
     # Version 1 mixed slowly along the verifier spread and the trend levels (bulk ESS
@@ -195,6 +237,9 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         # conditional | non_centred: how a cell's C1 deviation is parameterised
         # (_conditional_deviation; non_centred was version 3's, and the MoE split's).
         "cell_c1_deviations": "conditional",
+        # conditional | non_centred: the same for C2 (_conditional_c2_deviation; version 4
+        # had non_centred).
+        "cell_c2_deviations": "conditional",
     }
 
     # ------------------------------------------------------------------ inputs
@@ -363,16 +408,20 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                 pt.stack([system_trends[n] for n in SYSTEM_COEFFICIENTS]),
                 ("system_coefficient", "system"),
                 centred=np.array([n in self.config["centred_deviations"] for n in SYSTEM_COEFFICIENTS]))
-            if cfg["cell_c1_deviations"] not in ("conditional", "non_centred"):
-                raise BadInput("cell_c1_deviations must be conditional or non_centred, got "
-                               f"{cfg['cell_c1_deviations']!r}", argument="cell_c1_deviations")
-            conditional = (cfg["cell_c1_deviations"] == "conditional"
-                           and not moe_split.uses_split(inputs))
+            for key in ("cell_c1_deviations", "cell_c2_deviations"):
+                if cfg[key] not in ("conditional", "non_centred"):
+                    raise BadInput(f"{key} must be conditional or non_centred, got "
+                                   f"{cfg[key]!r}", argument=key)
+            split = moe_split.uses_split(inputs)
+            conditional = cfg["cell_c1_deviations"] == "conditional" and not split
+            c2_conditional = cfg["cell_c2_deviations"] == "conditional" and not split
             cell_sd = pm.HalfNormal("cell_sd", cfg["cell_spread_scale"], dims="cost")
-            # Non-centred: when the trends describe the cells well the spread is far
-            # smaller than what one cell's data can resolve (measured: 0.02-0.2% on the
-            # simulator data), the regime where a centred spread is a funnel.
-            c2_cell_dev = cell_sd[1] * pm.Normal("cell_C2_z", 0.0, 1.0, dims="cell")
+            # Non-centred (when not conditional): when the trends describe the cells well
+            # the spread is far smaller than what one cell's data can resolve (measured:
+            # 0.02-0.2% on the simulator data), the regime where a centred spread is a
+            # funnel.
+            c2_cell_dev = (pt.zeros(n_cells) if c2_conditional else
+                           cell_sd[1] * pm.Normal("cell_C2_z", 0.0, 1.0, dims="cell"))
             # A C1 deviation conditional on the rest is added after the likelihood, which
             # it needs; until then C1-side values leave it out.
             c1_cell_dev = (pt.zeros(n_cells) if conditional else
@@ -427,29 +476,35 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                 *(coefficient[n] for n in COEFFICIENTS), xp=pt)
             data["cap_utilisation"] = True
             shift = {}
-            if conditional:
-                cell_of_point = cell_of_group[inputs.group_index]
+            cell_of_point = cell_of_group[inputs.group_index]
 
-                def c1_log_shift(mu, sigma, observed, weight):
-                    shift["cell"] = _conditional_deviation(cell_sd[0], mu, sigma, observed,
-                                                           weight, cell_of_point, n_cells)
-                    return shift["cell"][cell_of_group]
+            def c1_log_shift(mu, sigma, observed, weight):
+                shift["C1"] = _conditional_deviation(cell_sd[0], mu, sigma, observed,
+                                                     weight, cell_of_point, n_cells)
+                return shift["C1"][cell_of_group]
 
-                self.likelihood(c1, c2, cfg, data, inputs, c1_log_shift=c1_log_shift)
-                c1_cell_dev = shift["cell"]
-                c1_factor = pt.exp(c1_cell_dev)
-            else:
-                self.likelihood(c1, c2, cfg, data, inputs)
-                c1_factor = pt.ones(n_cells)
+            def c2_log_shift(mu, sigma, amplification, observed, weight):
+                shift["C2"] = _conditional_c2_deviation(
+                    cell_sd[1], cell_sd[0] if conditional else None, mu, sigma,
+                    amplification, observed, weight, cell_of_point, n_cells)
+                return shift["C2"][cell_of_group]
+
+            self.likelihood(c1, c2, cfg, data, inputs,
+                            c1_log_shift=c1_log_shift if conditional else None,
+                            c2_log_shift=c2_log_shift if c2_conditional else None)
+            c1_cell_dev = shift.get("C1", c1_cell_dev)
+            c2_cell_dev = shift.get("C2", c2_cell_dev)
+            c1_factor = pt.exp(c1_cell_dev) if conditional else pt.ones(n_cells)
+            c2_factor = pt.exp(c2_cell_dev) if c2_conditional else pt.ones(n_cells)
             pm.Deterministic("cell_deviation", pt.stack([c1_cell_dev, c2_cell_dev]),
                              dims=("cost", "cell"))
             for name in SYSTEM_COEFFICIENTS:
-                factor = c1_factor if name.startswith("c1") else 1.0
+                factor = c1_factor if name.startswith("c1") else c2_factor
                 pm.Deterministic(f"cell_{name}", cell_coefficients[name] * factor,
                                  dims="cell")
             if n_setups:
                 for name in COEFFICIENTS:
-                    factor = c1_factor[setup_cells] if name.startswith("c1") else 1.0
+                    factor = (c1_factor if name.startswith("c1") else c2_factor)[setup_cells]
                     per_setup[name] = pm.Deterministic(name, per_setup[name] * factor,
                                                        dims="setup")
                 g = decode[setup_cells]
@@ -460,7 +515,8 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         return model
 
     def prior_model(self, data: pd.DataFrame) -> pm.Model:
-        plain = type(self)({**self.config, "cell_c1_deviations": "non_centred"},
+        plain = type(self)({**self.config, "cell_c1_deviations": "non_centred",
+                            "cell_c2_deviations": "non_centred"},
                            catalog=self._catalog)
         plain.recorded = dict(self.recorded)
         built = plain.build(data)

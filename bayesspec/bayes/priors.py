@@ -54,7 +54,7 @@ def soft_utilisation_cap(rps, c2, margin: float = 1e-3):
 
 def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_point=None,
                        cap_utilisation: bool = False, group_load_noise: bool = False,
-                       c1_log_shift=None):
+                       c1_log_shift=None, c2_log_shift=None):
     """Record C1, C2 and the saturation rate per group, and add the latency likelihood.
 
     log L ~ Normal(log(C1/(1 - RPS*C2)), sigma) with
@@ -73,10 +73,11 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     per-point log mean latency without it, the noise sd, the observations and the
     likelihood weight of each point (the fit mask, or 1); the hierarchical model uses it
     to reparameterise its cell deviations around their conditional posterior.
+    ``c2_log_shift(mu, sigma, amplification, observed, weight)``: the same for a log
+    factor of ``c2``, given everything at the unshifted ``c2`` (``amplification`` is
+    d log L / d log C2 there); it is applied before ``c1_log_shift``.
     """
     group_index, rps = data["group_index"], data["rps"]
-    c2 = pm.Deterministic("C2", c2, dims="group")
-    pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
     # Log-normal, not half-normal: a prior with mass at zero lets the posterior reach a
     # noise-free neck where the few low-load points (whose only error is their tiny
     # standard error) make the likelihood razor sharp: a funnel, and the divergences of
@@ -85,12 +86,15 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
                               cfg["noise_log_sd"])
     noise_load = pm.LogNormal("noise_load", np.log(cfg["noise_load_median"]),
                               cfg["noise_log_sd"])
-    if c2_point is None:
-        c2_point = c2[group_index]
     # A model can also ask for the cap through ``data`` (it passes through model hooks,
     # e.g. the MoE split, that do not know about it).
-    if cap_utilisation or data.get("cap_utilisation", False):
-        c2_point = soft_utilisation_cap(rps, c2_point)
+    capped = cap_utilisation or data.get("cap_utilisation", False)
+    given_c2_point = c2_point is not None
+
+    def per_point(c2):
+        point = c2_point if given_c2_point else c2[group_index]
+        return soft_utilisation_cap(rps, point) if capped else point
+
     if cfg.get("group_noise_scale") or group_load_noise:
         # Misfit differs between groups (one sweep bends away from the law, the next does
         # not): each group's base noise is the shared one times a log-normal factor of a
@@ -103,13 +107,29 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
         if group_load_noise:
             noise_load = pm.Deterministic("noise_load_group", noise_load * factor,
                                           dims="group")[group_index]
+
+    def noise_sd(amplification):
+        return pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2
+                       + data["log_se"] ** 2)
+
+    weight = (data["fit_mask"] if "fit_mask" in data
+              else pt.ones_like(data["observed_log_latency"]))
+    if c2_log_shift is not None:
+        if mean_latency is not None or given_c2_point:
+            raise ValueError("c2_log_shift needs eq. (1)'s mean latency")
+        unshifted = per_point(c2)
+        amplification = load_amplification_expr(rps, unshifted)
+        c2 = c2 * pt.exp(c2_log_shift(
+            pt.log(latency_expr(rps, c1[group_index], unshifted)), noise_sd(amplification),
+            amplification, data["observed_log_latency"], weight))
+    c2 = pm.Deterministic("C2", c2, dims="group")
+    pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
+    c2_point = per_point(c2)
     amplification = load_amplification_expr(rps, c2_point)
-    sigma = pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2 + data["log_se"] ** 2)
+    sigma = noise_sd(amplification)
     if c1_log_shift is not None:
         if mean_latency is not None:
             raise ValueError("c1_log_shift needs eq. (1)'s mean latency")
-        weight = (data["fit_mask"] if "fit_mask" in data
-                  else pt.ones_like(data["observed_log_latency"]))
         c1 = c1 * pt.exp(c1_log_shift(pt.log(latency_expr(rps, c1[group_index], c2_point)),
                                       sigma, data["observed_log_latency"], weight))
     c1 = pm.Deterministic("C1", c1, dims="group")
