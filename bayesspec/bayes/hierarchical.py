@@ -138,10 +138,15 @@ def _conditional_deviation(spread, mu, sigma, observed, weight, cell_of_point, n
     precision_data = pt.inc_subtensor(pt.zeros(n_cells)[cell_of_point], weight / sigma**2)
     weighted = pt.inc_subtensor(pt.zeros(n_cells)[cell_of_point],
                                 weight * (observed - mu) / sigma**2)
-    precision = 1.0 / spread**2 + precision_data
-    z = pm.Normal("cell_C1_z", 0.0, 1.0, dims="cell")
+    return _around_conditional("C1", spread, weighted, 1.0 / spread**2 + precision_data)
+
+
+def _around_conditional(cost: str, spread, weighted, precision):
+    """d = weighted/precision + z/sqrt(precision), z ~ N(0, 1), and the potential that
+    turns z's prior into d's N(0, spread) prior with the Jacobian 1/sqrt(precision)."""
+    z = pm.Normal(f"cell_{cost}_z", 0.0, 1.0, dims="cell")
     deviation = weighted / precision + z / pt.sqrt(precision)
-    pm.Potential("cell_C1_conditional", pt.sum(
+    pm.Potential(f"cell_{cost}_conditional", pt.sum(
         pm.logp(pm.Normal.dist(0.0, spread), deviation) - 0.5 * pt.log(precision)
         - pm.logp(pm.Normal.dist(0.0, 1.0), z)))
     return deviation
@@ -178,12 +183,7 @@ def _conditional_c2_deviation(spread, c1_spread, mu, sigma, amplification, obser
         c1_precision = 1.0 / c1_spread**2 + per_cell(w)
         precision = precision - s_1a**2 / c1_precision
         weighted = weighted - s_1a * per_cell(w * residual) / c1_precision
-    z = pm.Normal("cell_C2_z", 0.0, 1.0, dims="cell")
-    deviation = weighted / precision + z / pt.sqrt(precision)
-    pm.Potential("cell_C2_conditional", pt.sum(
-        pm.logp(pm.Normal.dist(0.0, spread), deviation) - 0.5 * pt.log(precision)
-        - pm.logp(pm.Normal.dist(0.0, 1.0), z)))
-    return deviation
+    return _around_conditional("C2", spread, weighted, precision)
 
 
 def _first_terms() -> list[bool]:
