@@ -11,7 +11,8 @@ machine is), R-hat, divergences, and the slowest scalar parameters.
         --config centred_deviations=c1v,c2v,c2p --config cell_deviations=centred
 
 ``--config`` overrides the model's ``default_config`` (comma-separated values become
-tuples; numbers become floats), so parameterisations can be compared in one session.
+tuples, () the empty one; numbers become ints or floats; none becomes None), so
+parameterisations can be compared in one session.
 """
 
 from __future__ import annotations
@@ -32,9 +33,13 @@ def _value(text: str):
     if "," in text:
         return tuple(t for t in text.split(",") if t)
     try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
         return float(text)
     except ValueError:
-        return {"true": True, "false": False, "none": ()}.get(text.lower(), text)
+        return {"true": True, "false": False, "none": None, "()": ()}.get(text.lower(), text)
 
 
 def bundled_data():

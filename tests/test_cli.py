@@ -195,6 +195,29 @@ def test_fit_says_which_unmarked_points_the_numbers_set_aside(tmp_path, capsys,
     assert code == 0 and json.loads(stdout)["set_aside"] == []
 
 
+def test_fit_option_sets_the_model_configuration(tmp_path, truth_16, capsys,
+                                                 mock_sampling):
+    """--option KEY=VALUE reaches the model (kept in the fit file); an option the model
+    does not have, or a value it refuses, is a one-line error with exit 2, no file."""
+    from bayesspec.bayes import load_fit
+
+    source = tmp_path / "sweeps.csv"
+    generate_sweeps(truth_16.iloc[:2], seed=5).to_csv(source, index=False)
+    out = tmp_path / "fit.nc"
+    code, stdout, stderr = run(capsys, "fit", str(source), "-o", str(out), "--draws", "20",
+                               "--tune", "20", "--chains", "2", "--json",
+                               "--option", "noise_base_median=0.02")
+    assert code == 0, stderr
+    assert json.loads(stdout)["options"] == {"noise_base_median": 0.02}
+    assert load_fit(out).model_config["noise_base_median"] == 0.02
+    for option in ("no_such_option=1", "novalue"):
+        bad = tmp_path / "bad.nc"
+        code, _, err = run(capsys, "fit", str(source), "-o", str(bad), "--option", option)
+        last = err.strip().splitlines()[-1]
+        assert code == 2 and last.startswith("bayesspec: error: option --option")
+        assert not bad.exists()
+
+
 def test_fit_to_missing_folder_fails_before_sampling(capsys, tmp_path, truth_16):
     source = tmp_path / "sweeps.csv"
     generate_sweeps(truth_16.iloc[:1], seed=5).to_csv(source, index=False)

@@ -123,19 +123,28 @@ def test_leave_n_out_on_the_bundled_dense_data(leave_out):
     assert sum(f["divergences"] for f in document["per_fold"]) == 0
 
 
-@pytest.mark.parametrize("c1_form, c2_form", [("conditional", "conditional"),
-                                               ("conditional", "non_centred"),
-                                               ("non_centred", "conditional")])
+@pytest.mark.parametrize("c1_form, c2_form, per_cell", [("conditional", "conditional", 64),
+                                                         ("conditional", "non_centred", 64),
+                                                         ("non_centred", "conditional", 64),
+                                                         ("conditional", "conditional", 3)])
 def test_conditional_cell_deviations_change_coordinates_not_the_model(one_verifier_csv,
-                                                                      c1_form, c2_form):
+                                                                      c1_form, c2_form,
+                                                                      per_cell):
     """The cell deviations are d = mean(rest) + z/sqrt(P(rest)) (C2's after C1's is
     integrated out of a linearised conditional, C1's given C2's): at any point the log
     density differs from the non-centred form's (d = spread * z') by the Jacobian
     sum(log(1/sqrt(P)) - log(spread)) of each conditional deviation alone, and the
-    costs are the same."""
+    costs are the same; also when the conditional's sums run over a subsample of each
+    cell (per_cell 3)."""
     data = read_tidy(one_verifier_csv)
-    conditional = HierarchicalLatencyModel({"cell_c1_deviations": c1_form,
-                                            "cell_c2_deviations": c2_form}).build(data)
+    model = HierarchicalLatencyModel({"cell_c1_deviations": c1_form,
+                                      "cell_c2_deviations": c2_form,
+                                      "conditional_points_per_cell": per_cell})
+    inputs = model.prepare(data)
+    cell_of_point = inputs.groups["cell_index"].to_numpy(int)[inputs.group_index]
+    subsampled = np.bincount(cell_of_point).max() > per_cell
+    assert subsampled == (per_cell == 3)
+    conditional = model.build(data)
     plain = HierarchicalLatencyModel({"cell_c1_deviations": "non_centred",
                                       "cell_c2_deviations": "non_centred"}).build(data)
     assert {v.name for v in conditional.value_vars} == {v.name for v in plain.value_vars}
@@ -170,3 +179,18 @@ def test_conditional_cell_deviations_change_coordinates_not_the_model(one_verifi
             np.testing.assert_allclose(a, b, rtol=1e-10)
     # Forward draws ignore potentials: the prior comes from the plain form.
     assert not HierarchicalLatencyModel().prior_model(data).potentials
+
+
+def test_shift_subsample_keeps_small_cells_and_reweights_large_ones():
+    from bayesspec.bayes.hierarchical import shift_subsample
+
+    cell_of_point = np.repeat([0, 1, 2], [5, 40, 3])
+    assert shift_subsample(cell_of_point, 3, None) is None
+    assert shift_subsample(cell_of_point, 3, 40) is None
+    index, multiplier = shift_subsample(cell_of_point, 3, 8)
+    assert len(np.unique(index)) == len(index) == 5 + 8 + 3
+    # Each cell's weights add up to its number of points, so the sums estimate its own.
+    totals = np.bincount(cell_of_point[index], weights=multiplier)
+    np.testing.assert_allclose(totals, [5, 40, 3])
+    chosen = index[cell_of_point[index] == 1]
+    assert chosen.min() == 5 and chosen.max() == 44  # spread from first to last

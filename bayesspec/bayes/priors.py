@@ -54,7 +54,7 @@ def soft_utilisation_cap(rps, c2, margin: float = 1e-3):
 
 def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_point=None,
                        cap_utilisation: bool = False, group_load_noise: bool = False,
-                       c1_log_shift=None, c2_log_shift=None):
+                       c1_log_shift=None, c2_log_shift=None, shift_points=None):
     """Record C1, C2 and the saturation rate per group, and add the latency likelihood.
 
     log L ~ Normal(log(C1/(1 - RPS*C2)), sigma) with
@@ -76,6 +76,10 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     ``c2_log_shift(mu, sigma, amplification, observed, weight)``: the same for a log
     factor of ``c2``, given everything at the unshifted ``c2`` (``amplification`` is
     d log L / d log C2 there); it is applied before ``c1_log_shift``.
+    ``shift_points``: None (the hooks see every point) or ``(index, multiplier)``, numpy
+    arrays: the hooks see only the points ``index``, with their weights times
+    ``multiplier``; the hierarchical model passes a fixed subsample of each cell so its
+    per-cell sums cost the same however many rates a sweep has.
     """
     group_index, rps = data["group_index"], data["rps"]
     # Log-normal, not half-normal: a prior with mass at zero lets the posterior reach a
@@ -91,9 +95,13 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     capped = cap_utilisation or data.get("cap_utilisation", False)
     given_c2_point = c2_point is not None
 
-    def per_point(c2):
-        point = c2_point if given_c2_point else c2[group_index]
-        return soft_utilisation_cap(rps, point) if capped else point
+    def per_point(c2, select=None):
+        if given_c2_point:
+            point = c2_point
+        else:
+            point = c2[group_index if select is None else select(group_index)]
+        at = rps if select is None else select(rps)
+        return soft_utilisation_cap(at, point) if capped else point
 
     if cfg.get("group_noise_scale") or group_load_noise:
         # Misfit differs between groups (one sweep bends away from the law, the next does
@@ -108,20 +116,33 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
             noise_load = pm.Deterministic("noise_load_group", noise_load * factor,
                                           dims="group")[group_index]
 
-    def noise_sd(amplification):
-        return pt.sqrt(noise_base**2 + (noise_load * amplification) ** 2
-                       + data["log_se"] ** 2)
+    def noise_sd(amplification, select=None):
+        def at(values):  # noise scales are scalars, or per point with group noise
+            return values if select is None or values.ndim == 0 else select(values)
+        return pt.sqrt(at(noise_base)**2 + (at(noise_load) * amplification) ** 2
+                       + at(data["log_se"]) ** 2)
 
     weight = (data["fit_mask"] if "fit_mask" in data
               else pt.ones_like(data["observed_log_latency"]))
+    if shift_points is None:
+        def select(values):
+            return values
+        shift_weight = weight
+    else:
+        shift_index, multiplier = shift_points
+
+        def select(values):
+            return values[shift_index]
+        shift_weight = select(weight) * multiplier
     if c2_log_shift is not None:
         if mean_latency is not None or given_c2_point:
             raise ValueError("c2_log_shift needs eq. (1)'s mean latency")
-        unshifted = per_point(c2)
-        amplification = load_amplification_expr(rps, unshifted)
+        unshifted = per_point(c2, select)
+        amplification = load_amplification_expr(select(rps), unshifted)
         c2 = c2 * pt.exp(c2_log_shift(
-            pt.log(latency_expr(rps, c1[group_index], unshifted)), noise_sd(amplification),
-            amplification, data["observed_log_latency"], weight))
+            pt.log(latency_expr(select(rps), c1[select(group_index)], unshifted)),
+            noise_sd(amplification, select), amplification,
+            select(data["observed_log_latency"]), shift_weight))
     c2 = pm.Deterministic("C2", c2, dims="group")
     pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
     c2_point = per_point(c2)
@@ -130,8 +151,14 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     if c1_log_shift is not None:
         if mean_latency is not None:
             raise ValueError("c1_log_shift needs eq. (1)'s mean latency")
-        c1 = c1 * pt.exp(c1_log_shift(pt.log(latency_expr(rps, c1[group_index], c2_point)),
-                                      sigma, data["observed_log_latency"], weight))
+        if shift_points is None:
+            at_c2, at_sigma = c2_point, sigma
+        else:
+            at_c2 = per_point(c2, select)
+            at_sigma = noise_sd(load_amplification_expr(select(rps), at_c2), select)
+        c1 = c1 * pt.exp(c1_log_shift(
+            pt.log(latency_expr(select(rps), c1[select(group_index)], at_c2)), at_sigma,
+            select(data["observed_log_latency"]), shift_weight))
     c1 = pm.Deterministic("C1", c1, dims="group")
     if mean_latency is None:
         mean_latency = latency_expr(rps, c1[group_index], c2_point)

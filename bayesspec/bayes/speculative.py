@@ -454,15 +454,16 @@ class SpeculativeLatencyModel(LatencyModel):
             self.likelihood(c1, c2, cfg, data, inputs)
         return model
 
-    def likelihood(self, c1, c2, cfg, data, inputs, c1_log_shift=None, c2_log_shift=None):
+    def likelihood(self, c1, c2, cfg, data, inputs, c1_log_shift=None, c2_log_shift=None,
+                   shift_points=None):
         """The latency likelihood given per-group costs (a hook: an MoE verifier
         replaces eq. (1) by the covered/saturated split of eq. (4)).
-        ``c1_log_shift``, ``c2_log_shift``: see :func:`priors.latency_likelihood`
-        (eq. (1) only)."""
+        ``c1_log_shift``, ``c2_log_shift``, ``shift_points``: see
+        :func:`priors.latency_likelihood` (eq. (1) only)."""
         if moe_split.uses_split(inputs):
             return moe_split.split_likelihood(c1, c2, cfg, data, inputs)
         return latency_likelihood(c1, c2, cfg, data, c1_log_shift=c1_log_shift,
-                                  c2_log_shift=c2_log_shift)
+                                  c2_log_shift=c2_log_shift, shift_points=shift_points)
 
     def _dense_part(self, cfg, groups, dense_idx, n_setups, rps_max, utilisation_logit, c1, c2):
         center = float(np.log(np.median(groups["latency_low"].to_numpy()[dense_idx])))

@@ -300,3 +300,35 @@ def parallel_options(args) -> dict:
 
     check_workers(args.workers, args.scheduler)
     return {"workers": args.workers, "scheduler": args.scheduler}
+
+
+def add_model_options(parser, example: str) -> None:
+    """``--option KEY=VALUE``: a model configuration option (repeatable)."""
+    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="model configuration option (repeatable; a value is read as "
+                             f"JSON when it parses, else as text), e.g. {example}")
+
+
+def model_options(args) -> dict:
+    """``--option`` as the model's configuration, refused (exit 2) when the model has no
+    such option or the value is not one it takes. Imports the models (PyMC): call it
+    after the cheap checks."""
+    import json
+
+    from ..bayes import get_model_class
+
+    config = {}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BadInput(f"expected KEY=VALUE, got {item!r}", option="--option")
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        config[key.strip()] = tuple(parsed) if isinstance(parsed, list) else parsed
+    try:
+        get_model_class(args.model)(config)
+    except ValueError as error:
+        raise BadInput(str(error), option="--option") from None
+    return config

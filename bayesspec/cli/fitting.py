@@ -8,9 +8,9 @@ import os
 
 from ..errors import BadInput
 from ..outputs import emit_json, log
-from .common import (add_catalog, add_common, add_sampler_options, add_saturation_options,
-                     check_output_path, check_prob, finish, g, load_fit, read_data,
-                     sampler_settings, strict_exit)
+from .common import (add_catalog, add_common, add_model_options, add_sampler_options,
+                     add_saturation_options, check_output_path, check_prob, finish, g,
+                     load_fit, model_options, read_data, sampler_settings, strict_exit)
 
 MODEL_HELP = ("dense (one C1, C2 per group), dense-discrepancy (dense with a pooled "
               "second-order term and per-group noise: admits misfit), dense-spline (dense "
@@ -28,6 +28,7 @@ def register(verbs) -> None:
                                   "from GuideLLM / vllm bench files)")
     fit.add_argument("-o", "--output", required=True, help="fit file to write (NetCDF)")
     fit.add_argument("--model", default="dense", help=MODEL_HELP)
+    add_model_options(fit, "cell_c2_deviations=non_centred (hierarchical)")
     add_saturation_options(fit)
     add_catalog(fit)
     fit.add_argument("--no-loo", action="store_true",
@@ -99,12 +100,15 @@ def run_fit(args) -> int:
     from ..workflow import fit
     from .common import catalog_of
 
-    result = fit(data, args.model, settings=settings, catalog=catalog_of(args))
+    options = model_options(args)
+    result = fit(data, args.model, settings=settings, config=options or None,
+                 catalog=catalog_of(args))
     verdict = result.diagnostics
     if not args.no_loo:
         _store_loo(result)
     result.save(args.output)
-    document = {"fit": args.output, "model": args.model, "groups": len(result.groups),
+    document = {"fit": args.output, "model": args.model, "options": options,
+                "groups": len(result.groups),
                 "rows": len(data), "excluded": int(data["excluded"].sum()),
                 "set_aside": set_aside(data),
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),

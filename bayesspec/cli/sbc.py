@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -11,8 +10,9 @@ import pandas as pd
 from ..errors import BadInput
 from ..outputs import emit_json, json_text, write_text_atomic
 from ..sbc import DEFAULT_THIN_TO, MAX_LATENCY_RATIO
-from .common import (add_catalog, add_method_options, add_parallel_options,
-                     method_settings, parallel_options, read_data)
+from .common import (add_catalog, add_method_options, add_model_options,
+                     add_parallel_options, method_settings, model_options,
+                     parallel_options, read_data)
 
 
 def register(verbs) -> None:
@@ -28,9 +28,7 @@ def add_arguments(parser) -> None:
                              "covariates); default: a small built-in design for --model")
     parser.add_argument("--model", default="speculative",
                         help="registered latency model (default speculative)")
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="model configuration option (repeatable), e.g. "
-                             "latent_alpha=always")
+    add_model_options(parser, "latent_alpha=always")
     parser.add_argument("--simulations", type=int, default=100,
                         help="data sets drawn from the prior (default 100)")
     parser.add_argument("--draws", type=int, default=500, help="draws per chain (default 500)")
@@ -62,19 +60,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress output on stderr")
 
 
-def _options(items: list[str]) -> dict:
-    config = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise BadInput(f"expected KEY=VALUE, got {item!r}", option="--option")
-        try:
-            config[key.strip()] = json.loads(value)
-        except ValueError:
-            config[key.strip()] = value
-    return config
-
-
 def run(args) -> int:
     """``bayesspec sbc``: exit 0 when no coefficient is rejected family-wise, else 1."""
     from ..inference import SamplerSettings
@@ -98,14 +83,10 @@ def run(args) -> int:
         raise BadInput("output folder does not exist", file=str(out))
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
         raise BadInput("output folder does not exist", file=args.plot)
-    config = _options(args.option)
+    config = model_options(args)
     from ..bayes import get_model_class
 
     model_class = get_model_class(args.model)
-    try:
-        model_class(config)
-    except ValueError as error:
-        raise BadInput(str(error), option="--option") from None
     data = read_data(args.data, args) if args.data else model_class.default_sbc_design()
     settings = SamplerSettings(draws=args.draws, tune=args.tune, chains=args.chains,
                                target_accept=args.target_accept, progress=False,
