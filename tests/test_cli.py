@@ -210,9 +210,12 @@ def test_fit_option_sets_the_model_configuration(tmp_path, truth_16, capsys,
     assert code == 0, stderr
     assert json.loads(stdout)["options"] == {"noise_base_median": 0.02}
     assert load_fit(out).model_config["noise_base_median"] == 0.02
-    for option in ("no_such_option=1", "novalue"):
+    for model, option in (("dense", "no_such_option=1"), ("dense", "novalue"),
+                          ("hierarchical", "conditional_points_per_cell=1"),
+                          ("hierarchical", "cell_c2_deviations=centred")):
         bad = tmp_path / "bad.nc"
-        code, _, err = run(capsys, "fit", str(source), "-o", str(bad), "--option", option)
+        code, _, err = run(capsys, "fit", str(source), "-o", str(bad), "--model", model,
+                           "--option", option)
         last = err.strip().splitlines()[-1]
         assert code == 2 and last.startswith("bayesspec: error: option --option")
         assert not bad.exists()

@@ -90,6 +90,7 @@ class LatencyModel:
         if unknown:
             raise ValueError(f"unknown {self.name} model option(s): {sorted(unknown)}")
         self.config = {**self.default_config, **(config or {})}
+        self.check_config()
         self.inputs: ModelInputs | None = None
         self._catalog = catalog
         self.fitted: Fit | None = None
@@ -171,6 +172,10 @@ class LatencyModel:
         """
         inputs = self.prepare(data)
         return {name: values for name, (values, _) in self.data_arrays(inputs).items()}
+
+    def check_config(self) -> None:
+        """Raise ValueError for an option value the model cannot take (at construction,
+        so the command line refuses it before any data are read or models built)."""
 
     def build(self, data: pd.DataFrame):  # pragma: no cover - abstract
         raise NotImplementedError

@@ -196,13 +196,11 @@ def shift_subsample(cell_of_point: np.ndarray, n_cells: int, per_cell: int | Non
     parameters: the reparameterisation stays exact (the potential carries the Jacobian),
     only its independence from the rest gets worse. With many rates per sweep a cell's
     sums over a subsample are as good as over all of it, and they are most of the cost
-    of a gradient (2.75 ms against 1.18 ms without them at 16k rows, benchmarks/README.md).
+    of a gradient (at 16k rows 2.73 ms with every point, 0.70 ms with 16 per cell:
+    benchmarks/README.md, version 6).
     """
     if per_cell is None:
         return None
-    if int(per_cell) != per_cell or per_cell < 2:
-        raise ValueError(f"conditional_points_per_cell must be an integer >= 2 or None, "
-                         f"got {per_cell!r}")
     per_cell = int(per_cell)
     counts = np.bincount(cell_of_point, minlength=n_cells)
     if counts.max() <= per_cell:
@@ -280,6 +278,17 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         # a cell (shift_subsample; None: all of them).
         "conditional_points_per_cell": 16,
     }
+
+    def check_config(self) -> None:
+        for key in ("cell_c1_deviations", "cell_c2_deviations"):
+            if self.config[key] not in ("conditional", "non_centred"):
+                raise ValueError(f"{key} must be conditional or non_centred, got "
+                                 f"{self.config[key]!r}")
+        per_cell = self.config["conditional_points_per_cell"]
+        if per_cell is not None and (isinstance(per_cell, bool) or not isinstance(
+                per_cell, (int, float)) or int(per_cell) != per_cell or per_cell < 2):
+            raise ValueError(f"conditional_points_per_cell must be an integer >= 2 or "
+                             f"null, got {per_cell!r}")
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
@@ -447,10 +456,6 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                 pt.stack([system_trends[n] for n in SYSTEM_COEFFICIENTS]),
                 ("system_coefficient", "system"),
                 centred=np.array([n in self.config["centred_deviations"] for n in SYSTEM_COEFFICIENTS]))
-            for key in ("cell_c1_deviations", "cell_c2_deviations"):
-                if cfg[key] not in ("conditional", "non_centred"):
-                    raise BadInput(f"{key} must be conditional or non_centred, got "
-                                   f"{cfg[key]!r}", argument=key)
             split = moe_split.uses_split(inputs)
             conditional = cfg["cell_c1_deviations"] == "conditional" and not split
             c2_conditional = cfg["cell_c2_deviations"] == "conditional" and not split
