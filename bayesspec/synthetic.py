@@ -255,12 +255,15 @@ def add_position_counters(data: pd.DataFrame, *, drafts_per_row: int = 20000,
 def hierarchical_truth(verifiers=("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-8B", "Qwen3-14B",
                                   "Qwen3-32B", "Llama-3.1-8B", "Llama-3.1-70B"),
                        lengths=(256, 512, 768, 1024), *, gpu: str = "H100",
-                       cell_sd: float = 0.01, seed: int = 0) -> pd.DataFrame:
+                       cell_sd: float = 0.01, c2p_verifier_sd: float = 0.0,
+                       seed: int = 0) -> pd.DataFrame:
     """Dense configurations whose C1, C2 follow the hierarchical model's trends.
 
     Every (verifier, prefill, decode) cell gets eq. (3) at k = 0 from the roofline rates
     of :func:`bayesspec.roofline.physics_centres` (the truth), times a log-normal
-    cell deviation of ``cell_sd``. Feed it to :func:`generate_sweeps`.
+    cell deviation of ``cell_sd``; each verifier's c2p strays from its trend by a
+    log-normal factor of ``c2p_verifier_sd`` (the log deviations by verifier in
+    ``attrs["c2p_verifier_deviation"]``). Feed it to :func:`generate_sweeps`.
     """
     from .roofline import TERM_NAMES, covariates, physics_centres, trend_coefficients
     from .catalog import default_catalog
@@ -270,18 +273,24 @@ def hierarchical_truth(verifiers=("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-8B", "Qwen3
     rates = physics_centres(catalog.gpu(gpu), cards)
     rate_vector = np.array([rates[n] for n in TERM_NAMES])
     rng = np.random.default_rng(seed)
+    # Its own stream: the cells' draws stay those of a truth without verifier deviations.
+    c2p_deviation = np.random.default_rng([seed, 1]).normal(0, c2p_verifier_sd, len(cards))
     rows = []
-    for card in cards:
+    for card, deviation in zip(cards, c2p_deviation):
         for prefill in lengths:
             for decode in lengths:
                 values = trend_coefficients(rate_vector, covariates(
                     card.params_total_b, 0.0, float(prefill), float(decode)))
+                c2p = values["c2p"] * np.exp(deviation)
                 c1 = (values["c1p"] + decode * values["c1v"]) * np.exp(rng.normal(0, cell_sd))
-                c2 = (values["c2p"] + decode * values["c2v"]) * np.exp(rng.normal(0, cell_sd))
+                c2 = (c2p + decode * values["c2v"]) * np.exp(rng.normal(0, cell_sd))
                 rows.append({"verifier": card.name, "k": 0, "prefill_tokens": prefill,
                              "decode_tokens": decode, "gpu": gpu,
                              "verifier_params_b": card.params_total_b, "C1": c1, "C2": c2})
-    return pd.DataFrame(rows)
+    truth = pd.DataFrame(rows)
+    truth.attrs["c2p_verifier_deviation"] = {card.name: float(d)
+                                             for card, d in zip(cards, c2p_deviation)}
+    return truth
 
 
 #: Rates of the MoE low-load case (issue 16): fractions of the saturation rate.

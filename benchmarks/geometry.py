@@ -42,20 +42,22 @@ def _value(text: str):
         return {"true": True, "false": False, "none": None, "()": ()}.get(text.lower(), text)
 
 
-def bundled_data():
+def bundled_data(kinds: str = "dense,speculative"):
     from bayesspec import datasets
     from bayesspec.data import prepare
 
-    return prepare(pd.concat([pd.read_csv(datasets.path("dense")),
-                              pd.read_csv(datasets.path("speculative"))], ignore_index=True))
+    return prepare(pd.concat([pd.read_csv(datasets.path(kind)) for kind in kinds.split(",")],
+                             ignore_index=True))
 
 
-def scaling_data(n_rates: int):
-    """The scaling case's design (7 verifiers x 16 dense cells) at ``n_rates`` per sweep."""
+def scaling_data(n_rates: int, verifiers: str | None = None):
+    """The scaling case's design (7 verifiers x 16 dense cells) at ``n_rates`` per sweep;
+    ``verifiers``: a comma-separated subset of its verifiers (or other catalog cards)."""
     from bayesspec.data import prepare
     from bayesspec.synthetic import generate_sweeps, hierarchical_truth
 
-    return prepare(generate_sweeps(hierarchical_truth(), n_rates=n_rates, seed=2))
+    truth = hierarchical_truth(*([tuple(verifiers.split(","))] if verifiers else []))
+    return prepare(generate_sweeps(truth, n_rates=n_rates, seed=2))
 
 
 def divergence_locations(tree, top: int = 5) -> list[dict]:
@@ -159,12 +161,17 @@ def main(argv=None) -> int:
     parser.add_argument("--scaling-rates", type=int, metavar="N",
                         help="fit the scaling case's synthetic design (7 verifiers x 16 "
                              "cells) with N rates per sweep instead of the bundled data")
+    parser.add_argument("--bundled", default="dense,speculative", metavar="KINDS",
+                        help="which bundled datasets to fit (default: dense,speculative)")
+    parser.add_argument("--scaling-verifiers", metavar="A,B,...",
+                        help="with --scaling-rates: these verifiers instead of the seven")
     args = parser.parse_args(argv)
     config = {}
     for item in args.config:
         key, _, value = item.partition("=")
         config[key] = _value(value)
-    data = scaling_data(args.scaling_rates) if args.scaling_rates else bundled_data()
+    data = (scaling_data(args.scaling_rates, args.scaling_verifiers) if args.scaling_rates
+            else bundled_data(args.bundled))
     for seed in (int(s) for s in args.seeds.split(",")):
         result = run(data, config, args.chains, args.draws, args.tune, seed,
                      args.target_accept, args.adaptation)

@@ -212,7 +212,8 @@ def test_fit_option_sets_the_model_configuration(tmp_path, truth_16, capsys,
     assert load_fit(out).model_config["noise_base_median"] == 0.02
     for model, option in (("dense", "no_such_option=1"), ("dense", "novalue"),
                           ("hierarchical", "conditional_points_per_cell=1"),
-                          ("hierarchical", "cell_c2_deviations=centred")):
+                          ("hierarchical", "cell_c2_deviations=centred"),
+                          ("hierarchical", "centred_deviations=c2x")):
         bad = tmp_path / "bad.nc"
         code, _, err = run(capsys, "fit", str(source), "-o", str(bad), "--model", model,
                            "--option", option)

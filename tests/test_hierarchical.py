@@ -196,3 +196,51 @@ def test_shift_subsample_keeps_small_cells_and_reweights_large_ones():
     np.testing.assert_allclose(totals, [5, 40, 3])
     chosen = index[cell_of_point[index] == 1]
     assert chosen.min() == 5 and chosen.max() == 44  # spread from first to last
+
+
+def _c2p_estimates(verifier_sd: float, seeds) -> np.ndarray:
+    from bayesspec.bayes.spread_estimate import c2p_spread
+    from bayesspec.synthetic import generate_sweeps, hierarchical_truth
+
+    out = []
+    for seed in seeds:
+        model = HierarchicalLatencyModel()
+        inputs = model.prepare(prepare(generate_sweeps(
+            hierarchical_truth(c2p_verifier_sd=verifier_sd, seed=seed), n_rates=9, seed=seed)))
+        estimate = c2p_spread(inputs.rows, inputs.groups, inputs.group_index)
+        out.append((estimate.spread, estimate.measurement_error, estimate.verifiers))
+    return np.array(out)
+
+
+def test_c2p_spread_estimate_recovers_a_known_verifier_spread():
+    none, wide = _c2p_estimates(0.0, range(6)), _c2p_estimates(0.3, range(6))
+    assert (none[:, 2] == 7).all() and (wide[:, 2] == 7).all()
+    # Zero spread: the moment estimate is zero in most replicates; 0.3: near it.
+    assert np.median(none[:, 0]) < 0.03
+    assert 0.18 < np.median(wide[:, 0]) < 0.45
+    # The measurement error does not depend on the spread between verifiers.
+    assert np.median(wide[:, 1]) == pytest.approx(np.median(none[:, 1]), rel=0.5)
+
+
+def test_auto_centring_follows_how_finely_c2p_is_measured():
+    from bayesspec.synthetic import generate_sweeps, hierarchical_truth
+
+    bundled = prepare(read_tidy(datasets.path("dense")))
+    model = HierarchicalLatencyModel()
+    # The simulator's c2p is measured to about 1%, a tenth of the prior's spread.
+    assert "c2p" in model.centred_system_coefficients(model.prepare(bundled))
+    assert model.recorded["c2p_spread_estimate"]["measurement_error"] < 0.08 / 3
+    trend_made = prepare(generate_sweeps(hierarchical_truth(), n_rates=9, seed=2))
+    model = HierarchicalLatencyModel()
+    assert model.centred_system_coefficients(model.prepare(trend_made)) == ("c1v", "c2v")
+    assert model.recorded["centred_deviations"] == ["c1v", "c2v"]
+    # A rebuilt model keeps the fit's choice; an explicit list overrides the rule.
+    restored = HierarchicalLatencyModel().restore({"centred_deviations": ["c1v", "c2p"]})
+    assert restored.centred_system_coefficients(restored.prepare(trend_made)) == ("c1v", "c2p")
+    chosen = HierarchicalLatencyModel(config={"centred_deviations": ["c2p"]})
+    assert chosen.centred_system_coefficients(chosen.prepare(trend_made)) == ("c2p",)
+    built = HierarchicalLatencyModel().build(trend_made)
+    assert {"log_system_deviation_value", "system_deviation_z"} <= set(built.named_vars)
+    assert built["log_system_deviation_value"].type.shape[0] == 2
+    with pytest.raises(ValueError, match="centred_deviations"):
+        HierarchicalLatencyModel(config={"centred_deviations": ["c9"]})

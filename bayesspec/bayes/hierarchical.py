@@ -56,6 +56,7 @@ from ..laws import effective_costs_expr
 from ..roofline import (TERM_NAMES, TREND_TERMS, covariates, physics_centres,
                         trend_coefficients)
 from . import moe_split
+from .spread_estimate import c2p_spread
 from .base import COMMON_CONFIG, ModelInputs
 from .speculative import COEFFICIENTS, SpeculativeLatencyModel
 
@@ -233,7 +234,8 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
     # 4: cell C1 deviations parameterised around their conditional posterior.
     # 5: cell C2 deviations too, around a linearised conditional.
     # 6: the conditionals' sums over at most 16 points of a cell (the z mean otherwise).
-    version = "6"
+    # 7: c2p's verifier deviations centred only when the data measure c2p finely.
+    version = "7"
     # Version 3 needed 0.98 (0.95 with 1000 tuning steps: R-hat 1.012, 2 divergences on
     # the bundled data). Version 4's conditional cell deviations took the funnel away:
     # at 0.9, 0 divergences and R-hat 1.003-1.004 over three seeds with half the
@@ -267,7 +269,10 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         "system_spread_scale": 0.08,    # typical spread of verifier deviations (prior)
         "cell_spread_scale": 0.1,       # prior scale of cell deviations
         "holdout_mask": False,          # build with a fit_mask (leave-n-out folds)
-        "centred_deviations": ("c1v", "c2v", "c2p"),
+        # Which verifier deviations are centred (_member_deviation): a list of
+        # SYSTEM_COEFFICIENTS, or auto: c1v and c2v, and c2p when the data measure each
+        # verifier's c2p finely enough (centred_system_coefficients).
+        "centred_deviations": "auto",
         # conditional | non_centred: how a cell's C1 deviation is parameterised
         # (_conditional_deviation; non_centred was version 3's, and the MoE split's).
         "cell_c1_deviations": "conditional",
@@ -280,6 +285,11 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
     }
 
     def check_config(self) -> None:
+        centred = self.config["centred_deviations"]
+        if centred != "auto" and (isinstance(centred, str) or not isinstance(
+                centred, (list, tuple)) or not set(centred) <= set(SYSTEM_COEFFICIENTS)):
+            raise ValueError(f"centred_deviations must be auto or a list of "
+                             f"{', '.join(SYSTEM_COEFFICIENTS)}, got {centred!r}")
         for key in ("cell_c1_deviations", "cell_c2_deviations"):
             if self.config[key] not in ("conditional", "non_centred"):
                 raise ValueError(f"{key} must be conditional or non_centred, got "
@@ -407,6 +417,26 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
             sd = np.full(len(TERM_NAMES), cfg["vague_log_sd"])
         return mean, sd, physics
 
+    def centred_system_coefficients(self, inputs: ModelInputs) -> tuple[str, ...]:
+        """The system coefficients whose verifier deviations are centred (recorded: a
+        model rebuilt from a fit file keeps the fit's parameterisation).
+
+        ``auto``: c1v and c2v always (each verifier's cells pin them far more tightly than
+        the spread; non-centred they were a ridge, _member_deviation), c2p when
+        :func:`spread_estimate.c2p_spread` finds it measured to a third of the typical
+        spread, and, when no dense sweep measures it, centred as before version 7."""
+        if "centred_deviations" in self.recorded:
+            return tuple(self.recorded["centred_deviations"])
+        choice = self.config["centred_deviations"]
+        if choice == "auto":
+            estimate = c2p_spread(inputs.rows, inputs.groups, inputs.group_index)
+            centre_c2p = estimate.centre(self.config["system_spread_scale"])
+            choice = ("c1v", "c2v") + (("c2p",) if centre_c2p in (True, None) else ())
+            self.recorded["c2p_spread_estimate"] = estimate.as_record()
+        choice = tuple(n for n in SYSTEM_COEFFICIENTS if n in choice)
+        self.recorded["centred_deviations"] = list(choice)
+        return choice
+
     # ------------------------------------------------------------------ graph
     def build(self, data: pd.DataFrame) -> pm.Model:
         inputs = self.prepare(data)
@@ -455,7 +485,8 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                 "system_deviation", system_sd,
                 pt.stack([system_trends[n] for n in SYSTEM_COEFFICIENTS]),
                 ("system_coefficient", "system"),
-                centred=np.array([n in self.config["centred_deviations"] for n in SYSTEM_COEFFICIENTS]))
+                centred=np.array([n in self.centred_system_coefficients(inputs)
+                                  for n in SYSTEM_COEFFICIENTS]))
             split = moe_split.uses_split(inputs)
             conditional = cfg["cell_c1_deviations"] == "conditional" and not split
             c2_conditional = cfg["cell_c2_deviations"] == "conditional" and not split
