@@ -66,7 +66,7 @@ def test_settings_left_unset_take_the_models_defaults():
     hierarchical = get_model_class("hierarchical")()
     filled = inference.settings_for(hierarchical, SamplerSettings(tune=None, draws=None))
     assert (filled.tune, filled.draws, filled.adaptation, filled.init) == (
-        2000, 2000, "low_rank", "optimised")
+        2000, 2000, "diag", "optimised")
     assert filled.target_accept == hierarchical.target_accept
     dense = inference.settings_for(get_model_class("dense")(),
                                    SamplerSettings(tune=300, init="optimised"))

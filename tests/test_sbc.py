@@ -214,7 +214,7 @@ def test_implausible_prior_draws_are_replaced_and_reported(prior_as_posterior, c
     assert document["set_aside_implausible"] > 0
     assert document["prior_draws"] >= 12 + document["set_aside_implausible"]
     assert document["max_latency_ratio"] == sbc.MAX_LATENCY_RATIO
-    assert document["settings"]["adaptation"] == "low_rank"     # the model's own default
+    assert document["settings"]["adaptation"] == "diag"     # the model's own default
 
 
 @pytest.mark.parametrize("argv, column", [

@@ -243,17 +243,25 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
     # too): ESS per gradient 2.3e-2 against version 3's 2.6e-3 at 0.9, R-hat <= 1.005,
     # 0 divergences over three seeds (2026-12-03); version 6 (sums over a subsample)
     # 2.0e-2, R-hat <= 1.0041, 0 divergences, at a quarter of the gradient cost at 16k rows.
-    target_accept = 0.9
+    # Version 7 with diagonal adaptation (below) needs 0.95: at 0.9, one divergence in
+    # two of four seeds on the scaling design (1k rows); at 0.95 none there nor on the
+    # bundled data over three seeds (2026-12-03).
+    target_accept = 0.95
     default_tune = 2000
     # Version 1 mixed slowly along the verifier spread and the trend levels (bulk ESS
     # 110-440 of 4 x 1000 draws on the bundled data, R-hat 1.007-1.012 over runs). With
     # version 2 the slowest variable is the cell spread, at bulk ESS 594-736 of 4 x 2000
     # and R-hat 1.002-1.009 over three seeds in 75-78 s: 2000 draws keep that margin.
     default_draws = 2000
-    # Measured on the bundled dense data (2 chains x 500): diagonal adaptation R-hat 1.12,
-    # bulk ESS 17; low-rank 1.05 and 28 (the level/share/deviation directions are
-    # correlated, which a diagonal mass matrix cannot express).
-    adaptation = "low_rank"
+    # Version 1 needed low-rank (diagonal: R-hat 1.12, bulk ESS 17 on the bundled dense
+    # data, 2 chains x 500; the level/share/deviation directions were correlated). The
+    # reparameterisations since took those correlations out, and nutpie's low-rank mass
+    # matrix costs about 0.55 ms per gradient at 272 parameters, 3x the gradient itself
+    # at 1k rows (measured: 0.72 vs 0.17 ms per gradient, one chain). Version 7 with
+    # diagonal adaptation at 0.95 (benchmarks/README.md, 2026-12-03): bundled data 29-33 s
+    # of sampling against 64 s, R-hat <= 1.003, 0 divergences over three seeds; 16k rows
+    # 189 s against 292 s.
+    adaptation = "diag"
     # Chains start near the mode (inference.optimised_starts): measured on the SBC
     # design, nutpie's jittered starts left one chain in a misfitting local mode in 4 of
     # 31 simulations (R-hat 1.83).
