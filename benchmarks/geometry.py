@@ -143,7 +143,9 @@ def run(data, config: dict, chains: int | None, draws: int | None, tune: int | N
            "chains": settings.chains, "tune": settings.tune, "draws": settings.draws,
            "seed": seed, "free_parameters": int(sum(np.size(v) for v in
                                                    pm_model.initial_point().values())),
-           "compile_s": round(compile_s, 1), "sample_s": round(sample_s, 1)}
+           "compile_s": round(compile_s, 1), "sample_s": round(sample_s, 1),
+           "centred_deviations": model.recorded.get("centred_deviations"),
+           "c2p_spread_estimate": model.recorded.get("c2p_spread_estimate")}
     out.update(geometry(tree))
     return out
 
@@ -179,8 +181,13 @@ def main(argv=None) -> int:
             print(json.dumps(result), flush=True)
             continue
         print(f"seed {seed} {result['config']}: {result['chains']} x ({result['tune']} + "
-              f"{result['draws']}), target {result['target_accept']}, {result['adaptation']}, {result['free_parameters']} free parameters, "
+              f"{result['draws']}), target {result['target_accept']}, "
+              f"{result['adaptation']}, {result['free_parameters']} free parameters, "
               f"compile {result['compile_s']} s, sample {result['sample_s']} s")
+        estimate = result["c2p_spread_estimate"]
+        print(f"  centred verifier deviations: {result['centred_deviations']}" + (
+            f" (c2p measured to {estimate['measurement_error']:.3f}, spread estimate "
+            f"{estimate['spread']:.3f}, {estimate['verifiers']} verifiers)" if estimate else ""))
         print(f"  gradients/draw {result['gradients_per_draw']:.1f} (max depth "
               f"{result['max_depth_share']:.0%}), step {result['step_size']:.3g}, "
               f"ESS min {result['ess_bulk_min']:.0f}, ESS/gradient "

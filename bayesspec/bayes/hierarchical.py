@@ -255,9 +255,9 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
     default_draws = 2000
     # Version 1 needed low-rank (diagonal: R-hat 1.12, bulk ESS 17 on the bundled dense
     # data, 2 chains x 500; the level/share/deviation directions were correlated). The
-    # reparameterisations since took those correlations out, and nutpie's low-rank mass
-    # matrix costs about 0.55 ms per gradient at 272 parameters, 3x the gradient itself
-    # at 1k rows (measured: 0.72 vs 0.17 ms per gradient, one chain). Version 7 with
+    # reparameterisations since took those correlations out, and nutpie's low-rank
+    # adaptation costs about 8 ms per draw at 272 parameters, 3.4x the diagonal's cost
+    # per gradient at 1k rows (benchmarks/adaptation_cost.py). Version 7 with
     # diagonal adaptation at 0.95 (benchmarks/README.md, 2026-12-03): bundled data 29-33 s
     # of sampling against 64 s, R-hat <= 1.003, 0 divergences over three seeds; 16k rows
     # 189 s against 292 s.
