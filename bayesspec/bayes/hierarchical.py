@@ -98,7 +98,9 @@ def _member_deviation(name: str, spread, trend_at_typical, dims: tuple[str, str]
     which every load sweep measures (non-centred, its level and the four verifiers'
     deviations were correlated at -0.6 to -0.83, the slowest direction of the whole fit:
     bulk ESS 297-373 of 8000 draws and R-hat 1.011; centred, ESS 1344-1383 and R-hat
-    1.004, measured on the bundled data). c1p and the drafter's are weakly informed per
+    1.004, measured on the bundled data; where the data measure c2p coarsely the
+    centred form is the funnel instead, so version 7 chooses per data set:
+    ``centred_system_coefficients``). c1p and the drafter's are weakly informed per
     member and stay non-centred: centred, with a spread free to shrink, they were a
     funnel (41 divergences, all at small spreads).
     """
