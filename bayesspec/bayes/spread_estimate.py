@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..roofline import covariates
+
 
 @dataclass(frozen=True)
 class SpreadEstimate:
@@ -80,16 +82,15 @@ def _sweep_c2(rps: np.ndarray, latency: np.ndarray) -> tuple[float, float] | Non
 
 def c2p_spread(rows: pd.DataFrame, groups: pd.DataFrame,
                group_index: np.ndarray) -> SpreadEstimate:
-    """The moment estimate from the dense sweeps (k = 0) of prepared model inputs."""
+    """The moment estimate from the dense sweeps (k = 0) of prepared model inputs (their
+    rows are the included ones already)."""
     from scipy import optimize
 
-    keep = ~rows["excluded"].to_numpy(bool) if "excluded" in rows.columns else \
-        np.ones(len(rows), bool)
     rps_all = rows["rps"].to_numpy(float)
     latency_all = rows["latency_mean_s"].to_numpy(float)
     cells = []
     for g in np.flatnonzero(~groups["is_sd"].to_numpy(bool)):
-        member = keep & (group_index == g)
+        member = group_index == g
         fitted = _sweep_c2(rps_all[member], latency_all[member])
         if fitted is None:
             continue
@@ -104,8 +105,9 @@ def c2p_spread(rows: pd.DataFrame, groups: pd.DataFrame,
     typical_p = float(np.median(cells["p"]))
     values, errors, sizes = [], [], []
     for _, own in cells.groupby("system", sort=False):
+        lengths = covariates(0.0, 0.0, 1000.0 * own["p"], 1000.0 * own["g"])
         X = np.column_stack([np.ones(len(own)), own["p"], own["g"],
-                             own["g"] * (own["p"] + own["g"] / 2)])
+                             own["g"] * lengths["context_k"]])
         if len(own) <= X.shape[1] or np.linalg.matrix_rank(X) < X.shape[1]:
             continue
         w = 1.0 / np.maximum(own["var"].to_numpy(), 1e-300)
