@@ -41,6 +41,10 @@ class SamplerSettings:
     progress: bool = True
     sampler: str = "nutpie"      # "nutpie", "pymc", or with JAX "numpyro" / "blackjax"
     target_accept: float | None = None
+    # When sampling at the model's own target_accept gives divergent transitions, sample
+    # once more at this higher one (the model's ``retry_target_accept``; settings_for
+    # leaves it None when target_accept was given: a chosen target is kept as given).
+    retry_target_accept: float | None = None
     # nutpie mass-matrix adaptation: "diag" or "low_rank".
     adaptation: str | None = None
     # Chain starts: "jitter" (nutpie's: the prior's support point, jittered) or
@@ -65,7 +69,7 @@ def usable_cores() -> int:
 def settings_for(latency_model, settings: SamplerSettings | None = None) -> SamplerSettings:
     """The settings with every unset field filled: the model's defaults for draws, tune,
     target_accept, adaptation and init, DEFAULT_CHAINS chains, one core per chain up to
-    the usable cores."""
+    the usable cores; the model's ``retry_target_accept`` unless a target was given."""
     settings = settings or SamplerSettings()
     model_defaults = {"tune": latency_model.default_tune, "draws": latency_model.default_draws,
                       "target_accept": latency_model.target_accept,
@@ -73,6 +77,8 @@ def settings_for(latency_model, settings: SamplerSettings | None = None) -> Samp
                       "chains": DEFAULT_CHAINS}
     filled = {name: value for name, value in model_defaults.items()
               if getattr(settings, name) is None}
+    if settings.target_accept is None and settings.retry_target_accept is None:
+        filled["retry_target_accept"] = getattr(latency_model, "retry_target_accept", None)
     settings = replace(settings, **filled)
     if settings.cores is None:
         settings = replace(settings, cores=max(1, min(settings.chains, usable_cores())))
@@ -120,9 +126,10 @@ def sample_compiled(compiled, settings: SamplerSettings,
                     data: dict | None = None) -> xr.DataTree:
     """Sample a compiled model, optionally with new values for its ``pm.Data``; with an
     approximate ``settings.method``, approximate (:func:`approximate`) instead. Always
-    nutpie (``settings.sampler`` chooses only for :func:`sample_model`)."""
-    import nutpie
-
+    nutpie (``settings.sampler`` chooses only for :func:`sample_model`). With divergent
+    transitions and a higher ``settings.retry_target_accept``, samples once more at that
+    target (said on stderr; the tree's attrs ``retried`` says why, ``target_accept``
+    which target the draws come from)."""
     check_method(settings)
     if data:
         compiled = compiled.with_data(**data)
@@ -135,9 +142,35 @@ def sample_compiled(compiled, settings: SamplerSettings,
         compiled = compiled.compiled
     if settings.init == "optimised":
         compiled = with_optimised_starts(compiled, settings)
+    tree = _nutpie_sample(compiled, settings)
+    target, retry = settings.target_accept or 0.9, settings.retry_target_accept
+    divergent = divergences_of(tree)
+    if divergent and retry is not None and retry > target:
+        # A divergence means the step size was too large somewhere in the posterior;
+        # a smaller one (a higher target) usually reaches it. Most data sets need no
+        # retry, and a fixed high target would cost them twice the gradients per draw.
+        reason = (f"{divergent} divergent transitions at target_accept {target:g}; "
+                  f"sampled again at {retry:g}")
+        log(f"note: {reason}", settings.progress)
+        spent = sum(int(tree[group]["n_steps"].values.sum())
+                    for group in ("warmup_sample_stats", "sample_stats")
+                    if group in tree.children and "n_steps" in tree[group].data_vars)
+        tree = _nutpie_sample(compiled, replace(settings, target_accept=retry,
+                                                retry_target_accept=None))
+        tree.attrs["retried"] = reason
+        # what the discarded first sampling cost, for honest gradient counts
+        tree.attrs["gradients_before_retry"] = spent
+        target = retry
+    tree.attrs["target_accept"] = float(target)
+    return tree
+
+
+def _nutpie_sample(compiled, settings: SamplerSettings) -> xr.DataTree:
+    import nutpie
+
     started = time.perf_counter()
     log(f"sampling {settings.chains} chains x ({settings.tune} tune + {settings.draws} "
-         f"draws)...", settings.progress)
+        f"draws) at target_accept {settings.target_accept or 0.9:g}...", settings.progress)
     tree = nutpie.sample(compiled, draws=settings.draws, tune=settings.tune,
                          chains=settings.chains, seed=settings.seed,
                          progress_bar=settings.progress and sys.stderr.isatty(),
@@ -443,6 +476,9 @@ def convergence_verdict(tree: xr.DataTree, decision_variables: list[str]) -> dic
     if attrs.get("method", "nuts") != "nuts" and "pareto_k" in attrs:
         return _approximate_verdict(tree)
     verdict = _sampled_verdict(tree, decision_variables)
+    if attrs.get("retried"):
+        verdict["text"] += f" ({attrs['retried']})"
+        verdict["retried"] = str(attrs["retried"])
     if attrs.get("fallback"):
         verdict["text"] += f" ({attrs['fallback']})"
         verdict.update(method="nuts", approximation=str(attrs.get("approximation")),

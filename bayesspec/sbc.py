@@ -316,6 +316,10 @@ class SBCResult:
             "diagnostics": {
                 "divergent_simulations": int((sampled["divergences"] > 0).sum()),
                 "divergences": int(sampled["divergences"].sum()),
+                # sampled again at the model's retry target after divergences (the
+                # counts above are the second sampling's)
+                "retried_simulations": int(sampled["retried"].sum())
+                if "retried" in sampled else 0,
                 "rhat_over_1.01": int((sampled["rhat_max"] > 1.01).sum()),
                 "rhat_max": float(sampled["rhat_max"].max()) if len(sampled) else None,
                 "ess_bulk_min": float(sampled["ess_bulk_min"].min()) if len(sampled) else None,
@@ -381,7 +385,7 @@ def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | No
 
     step, keep = thin_indices(settings.draws, settings.chains, thin_to)
     max_rank = settings.chains * len(keep)
-    records = {i: {"simulation": i, "status": "ok", "divergences": 0,
+    records = {i: {"simulation": i, "status": "ok", "divergences": 0, "retried": False,
                    "rhat_max": np.nan, "ess_bulk_min": np.nan} for i in range(simulations)}
     jobs, job_simulation = [], []
     for i in range(simulations):
@@ -415,7 +419,8 @@ def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | No
                              - result.attrs.get("sampling_seconds", 0.0))
             diag = diagnostics(result, owners)
             record.update(divergences=diag["divergences"], rhat_max=diag["rhat_max"],
-                          ess_bulk_min=diag["ess_bulk_min"])
+                          ess_bulk_min=diag["ess_bulk_min"],
+                          retried=bool(result.attrs.get("retried")))
             posterior = result["posterior"].to_dataset().isel(draw=keep)
             flat = {v: _flat(posterior, v) for v in dict.fromkeys(owners)}
             draws = np.column_stack([flat[v][:, j] for v, j in zip(owners, elements)])

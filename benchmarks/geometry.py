@@ -101,13 +101,18 @@ def geometry(tree, top: int = 8) -> dict:
     rhat_max = max(r for _, r, _ in scalars if np.isfinite(r))
     warm = tree.get("warmup_sample_stats")
     warm_steps = int(warm["n_steps"].values.sum()) if warm is not None else 0
+    # A sampling retried at a higher target after divergences (inference.sample_compiled)
+    # also paid for the first one: its warm-up and draws count against the ESS.
+    discarded = int(tree.attrs.get("gradients_before_retry", 0))
     return {"total_draws": int(draws), "gradients_per_draw": float(steps.mean()),
             "gradients_sampling": int(steps.sum()), "gradients_warmup": warm_steps,
             "max_depth_share": float((stats["depth"].values >= 10).mean())
             if "depth" in stats else None,
             "step_size": float(np.median(stats["step_size"].values)),
             "ess_bulk_min": ess_min, "rhat_max": rhat_max,
-            "ess_per_gradient": ess_min / float(steps.sum()),
+            "ess_per_gradient": ess_min / float(steps.sum() + discarded),
+            "retried": str(tree.attrs.get("retried", "")),
+            "gradients_before_retry": discarded,
             "divergences": int(stats["diverging"].values.sum()),
             "divergent_at": divergence_locations(tree),
             "slowest": [{"variable": n, "ess_bulk": round(e, 1), "rhat": round(r, 4)}
@@ -193,6 +198,9 @@ def main(argv=None) -> int:
               f"ESS min {result['ess_bulk_min']:.0f}, ESS/gradient "
               f"{result['ess_per_gradient']:.2e}, R-hat {result['rhat_max']:.4f}, "
               f"{result['divergences']} divergences")
+        if result["retried"]:
+            print(f"  retried: {result['retried']} (ESS per gradient counts the "
+                  f"{result['gradients_before_retry']} gradients of the first sampling)")
         print("  slowest: " + ", ".join(f"{s['variable']} {s['ess_bulk']:.0f}"
                                         for s in result["slowest"]), flush=True)
         if result["divergent_at"]:

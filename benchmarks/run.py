@@ -412,17 +412,20 @@ def case_scaling(quick: bool) -> dict:
         tree, compile_s, sample_s = timed_fit(pm_model, settings)
         shape = geometry(tree)
         ess, rhat, divergences = shape["ess_bulk_min"], shape["rhat_max"], shape["divergences"]
-        steps = shape["gradients_sampling"] + shape["gradients_warmup"]
+        steps = (shape["gradients_sampling"] + shape["gradients_warmup"]
+                 + shape["gradients_before_retry"])
         gradient_s = _gradient_seconds(pm_model)
         points.append({"size": label, "rows": len(data), "likelihood_rows": rows,
                        "compile_s": round(compile_s, 1), "sample_s": round(sample_s, 1),
                        "wall_s": round(compile_s + sample_s, 1),
                        "ess_bulk_min": round(ess), "ess_per_s": round(ess / sample_s, 1),
                        "rhat_max": round(rhat, 4), "divergences": divergences,
+                       "retried": shape["retried"],
                        "gradient_evaluations": steps, "gradient_ms": round(gradient_s * 1e3, 3)})
         log(f"  compile {compile_s:.1f} s, sample {sample_s:.1f} s, min ESS {ess:.0f} "
             f"({ess / sample_s:.1f}/s), R-hat {rhat:.4f}, {divergences} divergences, "
-            f"{steps} gradients x {gradient_s * 1e3:.2f} ms")
+            f"{steps} gradients x {gradient_s * 1e3:.2f} ms"
+            + (f"; {shape['retried']}" if shape["retried"] else ""))
     sample = np.array([p["sample_s"] for p in points])
     rows = np.array([p["likelihood_rows"] for p in points], float)
     slope = float(np.polyfit(np.log(rows), np.log(sample), 1)[0])

@@ -68,6 +68,33 @@ def test_settings_left_unset_take_the_models_defaults():
     assert (filled.tune, filled.draws, filled.adaptation, filled.init) == (
         2000, 2000, "diag", "optimised")
     assert filled.target_accept == hierarchical.target_accept
+    assert filled.retry_target_accept == hierarchical.retry_target_accept > filled.target_accept
+    chosen = inference.settings_for(hierarchical, SamplerSettings(target_accept=0.95))
+    assert chosen.retry_target_accept is None      # a target the user chose is kept
     dense = inference.settings_for(get_model_class("dense")(),
                                    SamplerSettings(tune=300, init="optimised"))
     assert (dense.tune, dense.init) == (300, "optimised")     # what the user set wins
+
+
+def test_divergent_sampling_is_retried_once_at_the_higher_target():
+    """Neal's funnel, centred: at target 0.6 NUTS diverges in the neck; the retry samples
+    again at the higher target, says so in the tree and in the verdict, and a fit
+    without divergences is left as it was."""
+    with pm.Model() as funnel:
+        log_scale = pm.Normal("log_scale", 0.0, 3.0)
+        pm.Normal("x", 0.0, pm.math.exp(log_scale / 2), shape=5)
+    settings = SamplerSettings(draws=200, tune=200, chains=2, seed=1, progress=False,
+                               target_accept=0.6, retry_target_accept=0.99)
+    tree = inference.sample_compiled(inference.compile_model(funnel, settings), settings)
+    assert "divergent transitions at target_accept 0.6; sampled again at 0.99" in (
+        tree.attrs["retried"])
+    assert tree.attrs["target_accept"] == 0.99
+    assert tree.attrs["gradients_before_retry"] > 800    # 2 x (200 + 200) draws, >= 1 each
+    verdict = inference.convergence_verdict(tree, ["log_scale"])
+    assert "sampled again at 0.99" in verdict["text"]
+
+    with pm.Model() as plain:
+        pm.Normal("mu", 0.0, 1.0)
+    tree = inference.sample_compiled(inference.compile_model(plain, settings), settings)
+    assert inference.divergences_of(tree) == 0
+    assert "retried" not in tree.attrs and tree.attrs["target_accept"] == 0.6

@@ -77,6 +77,9 @@ class LatencyModel:
     # NUTS target acceptance: 0.9 rather than 0.8 because the steep top-load points of a
     # sweep otherwise give a rare divergence; models with more curvature raise it.
     target_accept: float = 0.9
+    # A higher target to sample again at when the model's own gives divergent transitions
+    # (inference.sample_compiled); None: no second try.
+    retry_target_accept: float | None = None
     # nutpie mass-matrix adaptation ("diag" or "low_rank"), chosen by measurement.
     adaptation: str = "diag"
     # Chain starts ("jitter" or "optimised", see inference.optimised_starts).

@@ -120,8 +120,10 @@ def add_sampler_options(parser: argparse.ArgumentParser) -> None:
                             "on JAX (a GPU when there is one) and need the optional extra "
                             "bayesspec[gpu]")
     group.add_argument("--target-accept", type=float, default=None,
-                       help="NUTS target acceptance (default: the model's, 0.9 to 0.98); "
-                            "raise it if divergences appear")
+                       help="NUTS target acceptance (default: the model's, 0.9 to 0.98; "
+                            "the hierarchical model samples again at 0.98 when 0.9 "
+                            "diverges); raise it if divergences appear. A target given "
+                            "here is used as given, without that second try")
     add_method_options(group)
     group.add_argument("--strict", action="store_true",
                        help="exit with status 3 when the posterior did not converge "

@@ -128,7 +128,10 @@ def _print_summary(document: dict) -> None:
                  f"{'pass' if document['passed'] else 'FAIL'}")
     lines.append(f"simulations with divergences: {diag['divergent_simulations']} "
                  f"({diag['divergences']} divergent transitions); R-hat > 1.01 in "
-                 f"{diag['rhat_over_1.01']}")
+                 f"{diag['rhat_over_1.01']}"
+                 + (f"; sampled again at a higher target_accept after divergences: "
+                    f"{diag['retried_simulations']}" if diag.get("retried_simulations")
+                    else ""))
     if document["set_aside_implausible"]:
         lines.append(f"set aside before sampling: {document['set_aside_implausible']} of "
                      f"{document['prior_draws']} prior draws (a sweep spans more than "
