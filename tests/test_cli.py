@@ -213,7 +213,8 @@ def test_fit_option_sets_the_model_configuration(tmp_path, truth_16, capsys,
     for model, option in (("dense", "no_such_option=1"), ("dense", "novalue"),
                           ("hierarchical", "conditional_points_per_cell=1"),
                           ("hierarchical", "cell_c2_deviations=centred"),
-                          ("hierarchical", "centred_deviations=c2x")):
+                          ("hierarchical", "centred_deviations=c2x"),
+                          ("hierarchical", "conditional_subsample_rows=-1")):
         bad = tmp_path / "bad.nc"
         code, _, err = run(capsys, "fit", str(source), "-o", str(bad), "--model", model,
                            "--option", option)

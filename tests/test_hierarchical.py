@@ -141,7 +141,8 @@ def test_conditional_cell_deviations_change_coordinates_not_the_model(one_verifi
     data = read_tidy(one_verifier_csv)
     model = HierarchicalLatencyModel({"cell_c1_deviations": c1_form,
                                       "cell_c2_deviations": c2_form,
-                                      "conditional_points_per_cell": per_cell})
+                                      "conditional_points_per_cell": per_cell,
+                                      "conditional_subsample_rows": 0})
     inputs = model.prepare(data)
     cell_of_point = inputs.groups["cell_index"].to_numpy(int)[inputs.group_index]
     subsampled = shift_subsample(cell_of_point, cell_of_point.max() + 1, per_cell)
@@ -181,6 +182,23 @@ def test_conditional_cell_deviations_change_coordinates_not_the_model(one_verifi
             np.testing.assert_allclose(a, b, rtol=1e-10)
     # Forward draws ignore potentials: the prior comes from the plain form.
     assert not HierarchicalLatencyModel().prior_model(data).potentials
+
+
+def test_conditional_sums_subsample_only_data_above_the_row_limit(one_verifier_csv):
+    """Below conditional_subsample_rows the conditional sums run over every point: the
+    default model's density is the all-points model's; above it, the subsample's."""
+    data = read_tidy(one_verifier_csv)
+    rows = len(HierarchicalLatencyModel().prepare(data).rows)
+    forms = {name: HierarchicalLatencyModel({"conditional_points_per_cell": per_cell,
+                                             "conditional_subsample_rows": limit}).build(data)
+             for name, per_cell, limit in (("default", 3, rows), ("all", None, rows),
+                                           ("subsampled", 3, rows - 1))}
+    point = forms["all"].initial_point()
+    point = {k: v + 0.2 * np.random.default_rng(1).normal(size=np.shape(v))
+             for k, v in point.items()}
+    logp = {name: float(m.compile_logp()(point)) for name, m in forms.items()}
+    assert logp["default"] == pytest.approx(logp["all"], abs=1e-9)
+    assert abs(logp["subsampled"] - logp["all"]) > 1e-6
 
 
 def test_shift_subsample_keeps_small_cells_and_reweights_large_ones():

@@ -295,8 +295,15 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         # had non_centred).
         "cell_c2_deviations": "conditional",
         # The conditional deviations' per-cell sums run over at most this many points of
-        # a cell (shift_subsample; None: all of them).
+        # a cell (shift_subsample; None: all of them) ...
         "conditional_points_per_cell": 16,
+        # ... in data with more rows than this; below, every point. The subsample pays
+        # where the sums are most of a gradient's cost (16k rows: 0.70 ms against 2.73
+        # ms; 4k: 0.40 against 0.59); at 1k rows all points cost 8% more per gradient,
+        # and 16 points of a cell with 26 speculative sweeps misrepresent it: on the
+        # bundled data (1044 rows) ESS per gradient 1.22e-2 with the subsample and
+        # 1.8e-2 to 2.1e-2 without, at target 0.9 (benchmarks/README.md, 2026-12-03).
+        "conditional_subsample_rows": 2048,
     }
 
     def check_config(self) -> None:
@@ -314,6 +321,11 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                 per_cell, (int, float)) or int(per_cell) != per_cell or per_cell < 2):
             raise ValueError(f"conditional_points_per_cell must be an integer >= 2 or "
                              f"null, got {per_cell!r}")
+        above = self.config["conditional_subsample_rows"]
+        if isinstance(above, bool) or not isinstance(above, (int, float)) or (
+                int(above) != above or above < 0):
+            raise ValueError(f"conditional_subsample_rows must be an integer >= 0, got "
+                             f"{above!r}")
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
@@ -566,8 +578,10 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                 *(coefficient[n] for n in COEFFICIENTS), xp=pt)
             data["cap_utilisation"] = True
             shift = {}
-            shift_points = shift_subsample(cell_of_group[inputs.group_index], n_cells,
-                                           cfg["conditional_points_per_cell"])
+            shift_points = shift_subsample(
+                cell_of_group[inputs.group_index], n_cells,
+                cfg["conditional_points_per_cell"]
+                if len(inputs.rows) > cfg["conditional_subsample_rows"] else None)
             cell_of_point = cell_of_group[inputs.group_index]
             if shift_points is not None:
                 cell_of_point = cell_of_point[shift_points[0]]
