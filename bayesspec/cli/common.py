@@ -121,7 +121,7 @@ def add_sampler_options(parser: argparse.ArgumentParser) -> None:
                             "bayesspec[gpu]")
     group.add_argument("--target-accept", type=float, default=None,
                        help="NUTS target acceptance (default: the model's, 0.9 to 0.98; "
-                            "the hierarchical model samples again at 0.98 when 0.9 "
+                            "the hierarchical model samples again at 0.99 when 0.9 "
                             "diverges); raise it if divergences appear. A target given "
                             "here is used as given, without that second try")
     add_method_options(group)
