@@ -323,3 +323,71 @@ def test_check_ppc_folds_refuses_bad_options(tmp_path, capsys, extra, needle):
     generate_sweeps(truth.head(1), seed=1).to_csv(source, index=False)
     assert main(["check", str(source), *extra]) == 2
     assert needle in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------- held-out reference
+
+def _reference_case(shared: bool, groups: int = 25, points: int = 4, draws: int = 20000,
+                    seed: int = 0):
+    """Points table and inside-by-draw of ``groups`` groups whose predictive draws are
+    independent across a group's points, or one value shared by all of them (the error
+    of one extrapolated curve); observed = one more draw of the same kind."""
+    rng = np.random.default_rng(seed)
+    rows, inside_by_draw = [], {}
+    for g in range(groups):
+        size = (draws + 1, 1) if shared else (draws + 1, points)
+        values = np.broadcast_to(rng.normal(size=size), (draws + 1, points))
+        predictive, observed = values[:-1], values[-1]
+        lo, hi = misfit.draw_quantiles(predictive, [0.05, 0.95])
+        inside_by_draw[f"g{g}"] = misfit.inside_if_truth(predictive, lo, hi)
+        rows.append(pd.DataFrame({"group": f"g{g}", "held_out": True,
+                                  "inside": (lo <= observed) & (observed <= hi)}))
+    return pd.concat(rows, ignore_index=True), inside_by_draw
+
+
+def test_coverage_reference_is_binomial_for_independent_points():
+    points, inside = _reference_case(shared=False)
+    reference = misfit.coverage_reference(points, inside)
+    assert reference["coverage_mean"] == pytest.approx(0.9, abs=0.003)
+    assert reference["coverage_sd"] == pytest.approx(np.sqrt(0.09 / 100), rel=0.1)
+    # a group of 4 has 2 or more outside with the binomial probability 0.0523
+    two_or_more = 1 - stats.binom.cdf(1, 4, 0.1)
+    assert reference["groups_below_floor_mean"] == pytest.approx(25 * two_or_more, rel=0.1)
+    assert reference["p_no_group_below_floor"] == pytest.approx((1 - two_or_more) ** 25,
+                                                               abs=0.02)
+    assert reference["observed"] == pytest.approx(points["inside"].mean())
+
+
+def test_coverage_reference_keeps_one_curves_points_together():
+    points, inside = _reference_case(shared=True)
+    reference = misfit.coverage_reference(points, inside)
+    assert reference["coverage_mean"] == pytest.approx(0.9, abs=0.003)
+    # 25 groups, not 100 points: the sd of the pooled coverage is twice the binomial's
+    assert reference["coverage_sd"] == pytest.approx(np.sqrt(0.09 / 25), rel=0.1)
+    assert reference["groups_below_floor_mean"] == pytest.approx(2.5, rel=0.1)
+    # a group whose 4 points are all outside is a 1-in-10 event here, not 1 in 10,000
+    tails = [reference["p_too_many_outside"][g] for g, part in points.groupby("group")
+             if not part["inside"].any()]
+    assert tails and all(t == pytest.approx(0.1, abs=0.01) for t in tails)
+    assert misfit._binomial_tail(4, 4, 0.1) == pytest.approx(1e-4)
+
+
+def test_predictive_check_compares_held_out_coverage_with_the_models_own(dense_fit_factory):
+    fit_ = dense_fit_factory(n_groups=4, seed=2)
+    data = fit_.data.loc[~fit_.data["excluded"]].drop(columns=["group"])
+    # held-out rows from the true law: what a right model expects
+    document = misfit.predictive_check(fit_, data, prob=0.9)
+    reference = document["pooled"]["held_out"]["reference"]
+    assert reference["coverage_mean"] == pytest.approx(0.9, abs=0.02)
+    assert reference["coverage_range"][0] < 0.9 < reference["coverage_range"][1]
+    assert reference["p_as_low"] > misfit.FLAG_LEVEL
+    assert "too narrow" not in document["verdict"]
+    assert all(g["held_out"]["tail_from"] == "model" for g in document["groups"])
+    assert all(g["held_in"]["tail_from"] == "binomial" for g in document["groups"])
+    assert "a model exactly right" in document["inside"]
+    # every group 25% slower above light load: too narrow, said in the verdict
+    slower = data.copy()
+    slower["latency_mean_s"] *= 1.0 + 0.25 * slower["rps"] / slower["rps"].max()
+    document = misfit.predictive_check(fit_, slower, prob=0.9)
+    assert document["pooled"]["held_out"]["reference"]["p_as_low"] < misfit.FLAG_LEVEL
+    assert "too narrow above the fitted rates" in document["verdict"]
