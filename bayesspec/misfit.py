@@ -15,6 +15,10 @@ show a flexible model's calibration; the left-out share can.
 rates, each refitted without its fold and asked about it.
 ``rate_holdout``: fit on each group's lower rates only and predict the higher ones, the
 question a user extrapolating from a light load test asks.
+``coverage_reference``: the held-out coverage a model exactly right would give on the
+same points (its own joint predictive draw taken as the truth). The rates one curve is
+extrapolated to share its error, so their misses come together: the pooled share
+scatters more than a binomial says and a group's tail is the model's, not 0.1^k.
 
 Pure consumers of the prediction contract (``Fit.group_curve``); no model names.
 """

@@ -157,7 +157,13 @@ def test_check_ppc_on_data_and_on_a_fit_file(tmp_path, capsys, mock_sampling, re
     document = json.loads(capsys.readouterr().out)
     assert document["model"] == "dense" and document["fraction"] == 0.6
     assert set(document["pooled"]) == {"held_in", "held_out"}
+    reference = document["pooled"]["held_out"]["reference"]
+    assert {"coverage_mean", "coverage_range", "p_as_low", "p_as_high",
+            "groups_below_floor_mean"} <= set(reference)
     assert len(document["groups"]) == 3 and plot.exists()
+    assert main(["check", str(source), "--ppc", "--hold-out-above", "0.6", "--draws", "50",
+                 "--quiet"]) == 0
+    assert "held-out" in (out := capsys.readouterr().out) and "a model exactly right" in out
     assert main(["check", str(real_fit_path), "--ppc"]) == 0
     out = capsys.readouterr().out
     assert "posterior predictive check (dense model" in out and "held-in" in out

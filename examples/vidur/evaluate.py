@@ -8,7 +8,8 @@ For each model: a fit to every point (held-in 90% predictive coverage in sample 
 out one at a time by PSIS, R^2 per group, PSIS-LOO); ``--folds`` refits each without
 every K-th rate of every group (held-in coverage by refits, ``misfit.fold_check``); and
 a fit to each group's rates up to ``--fraction`` of its highest measured rate, predicting
-the rest (held-out coverage), repeated at ``--extra-fractions``. The sweeps run from 5%
+the rest (held-out coverage, set against the coverage the model itself would give if
+it were exactly right: ``misfit.coverage_reference``), repeated at ``--extra-fractions``. The sweeps run from 5%
 to 95% of each setup's ceiling, so the default 0.63 of the top rate is 60% of the
 ceiling (0.5 and 0.79: 47% and 75%). A model is a registered name or MODEL[:t][+OPTION=VALUE...]
 (``:t`` a Student-t error, options of the model's config, e.g.
@@ -57,6 +58,23 @@ def variant(name: str) -> tuple[str, dict]:
     return model, config
 
 
+def reference_summary(check: dict) -> dict:
+    """What a model exactly right would give on these held-out points
+    (``misfit.coverage_reference``), without the per-group tails."""
+    reference = check["pooled"]["held_out"].get("reference", {})
+    return {k: v for k, v in reference.items() if k != "p_too_many_outside"}
+
+
+def reference_text(reference: dict) -> str:
+    if not reference:
+        return ""
+    return (f"a right model: {reference['coverage_mean']:.2f} "
+            f"({reference['coverage_range'][0]:.2f}-{reference['coverage_range'][1]:.2f}), "
+            f"{reference['groups_below_floor_mean']:.1f} groups below 0.7, "
+            f"P(85-95% and no group below 0.7) {reference['p_in_band_and_no_group_below_floor']:.3f}; "
+            f"P(as high) {reference['p_as_high']:.2f}, P(as low) {reference['p_as_low']:.2f}")
+
+
 def median_width(points, held_out: bool) -> float | None:
     """Median width of the 90% interval relative to the predictive median."""
     subset = points.loc[points["held_out"] == held_out]
@@ -100,6 +118,7 @@ for name in args.models.split(","):
         extra[str(fraction)] = {"held_out": check["pooled"]["held_out"]["coverage"],
                                 "points": check["pooled"]["held_out"]["points"],
                                 "groups_below_0.7": sum(c < 0.7 for c in outs),
+                                "reference": reference_summary(check),
                                 "convergence": other.diagnostics["status"]}
     part = fit(low, model, settings=settings, config=config)
     held_out = misfit.predictive_check(part, high)
@@ -131,6 +150,7 @@ for name in args.models.split(","):
                  f["convergence"] for f in folds["per_fold"]],
              "other_fractions": extra,
              "held_out": held_out["pooled"]["held_out"]["coverage"],
+             "held_out_reference": reference_summary(held_out),
              "groups_r2_ge_0.98": sum(g["r2"] >= 0.98 for g in groups),
              "groups_held_out_below_0.7": sum(c < 0.7 for c in outs),
              "width_held_in": median_width(points_in, False),
@@ -149,9 +169,12 @@ for name in args.models.split(","):
         print(f"   held in by {args.folds} refits: {folds['coverage']:.3f} "
               f"({entry['groups_folds_below_0.7']} groups below 0.7; refits: "
               f"{', '.join(entry['folds_convergence'])})")
+    print(f"   held out above {args.fraction}: {entry['held_out']:.3f}; "
+          f"{reference_text(entry['held_out_reference'])}")
     for fraction, e in extra.items():
         print(f"   held out above {fraction} of the top rate: {e['held_out']:.3f} of "
-              f"{e['points']} ({e['groups_below_0.7']} groups below 0.7; {e['convergence']})")
+              f"{e['points']} ({e['groups_below_0.7']} groups below 0.7; {e['convergence']}); "
+              f"{reference_text(e['reference'])}")
     print(f"   {'group':38s} {'R^2':>7s} {'in':>5s} {'folds':>5s} {'out':>5s}  "
           "residual by load (low/mid/high)")
     for g in groups:
