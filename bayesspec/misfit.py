@@ -35,7 +35,7 @@ PATTERN_BANDS = ((0.0, 0.33, "low"), (0.33, 0.67, "mid"), (0.67, 1.01, "high"))
 
 
 def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.9,
-                      seed: int = 0, max_draws: int = 4000, reference: bool = False):
+                      seed: int = 0, reference: bool = False):
     """One row per fitted point (``held_out`` False) and per row of ``extra`` whose group
     the fit has (``held_out`` True): group, rps, observed, predictive median and interval,
     ``inside``, ``utilisation`` (RPS x posterior median C2 the point feels), ``log_residual``
@@ -70,8 +70,10 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
         curve = fit.group_curve(g)
         rps = members["rps"].to_numpy(float)
         observed = members["latency_mean_s"].to_numpy(float)
-        draws = curve.predictive(rps, rng, measurement_log_se(members))[:max_draws]
-        mean_curve = curve.latency(rps)[:max_draws]
+        # Every draw: the curve's parameters, its noise and these arrays must agree in
+        # length (a cap at 4000 broke every fit of 4 chains x 2000 draws).
+        draws = curve.predictive(rps, rng, measurement_log_se(members))
+        mean_curve = curve.latency(rps)
         point_c2 = curve.point_c2(rps, mean_curve)
         lo, median, hi = draw_quantiles(draws, [tail, 0.5, 1.0 - tail])
         held = members["held_out"].to_numpy(bool)

@@ -397,3 +397,13 @@ def test_predictive_check_compares_held_out_coverage_with_the_models_own(dense_f
     document = misfit.predictive_check(fit_, slower, prob=0.9)
     assert document["pooled"]["held_out"]["reference"]["p_as_low"] < misfit.FLAG_LEVEL
     assert "too narrow above the fitted rates" in document["verdict"]
+
+
+def test_predictive_check_takes_every_draw_of_a_long_posterior(dense_fit_factory):
+    """2 chains x 2500 draws: more than the 4000 the check once capped its draws at, which
+    left the curve's parameters and its thinned predictions of different lengths."""
+    fit_ = dense_fit_factory(n_groups=2, draws=2500, seed=3)
+    data = fit_.data.loc[~fit_.data["excluded"]].drop(columns=["group"])
+    document = misfit.predictive_check(fit_, data)
+    assert document["pooled"]["held_out"]["points"] == len(data)
+    assert document["pooled"]["held_in"]["coverage"] >= 0.8

@@ -129,6 +129,37 @@ def test_real_profile_sweeps_spline_covers_the_rates_above_a_light_load_test():
     held = points.loc[points["held_out"]]
     # not by unbounded intervals: most of them end below saturation
     assert np.isfinite(held["hi"]).mean() >= 0.8
+    # and not far above what the model itself expects (0.90, 0.81-0.98 at the defaults)
+    reference = document["pooled"]["held_out"]["reference"]
+    assert reference["p_as_high"] >= 0.01 and reference["p_as_low"] >= 0.01, reference
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("csv, model, consistent", [
+    ("vidur_dense.csv", "dense", False), ("vidur_fresh.csv", "dense-spline", True)])
+def test_real_profile_holdout_against_the_models_own_reference(csv, model, consistent):
+    """Held-out coverage read against what the model would give if it were exactly right
+    (misfit.coverage_reference): eq. (1) is overconfident above 60% of the ceiling on the
+    first Vidur set (0.55 where it expects 0.90); dense-spline on the fresh set, which it
+    was not chosen on, covers 0.98 where it expects 0.91 (0.80-1.00): consistent (4 x 1000
+    draws, evaluate.py, benchmarks/README.md)."""
+    from pathlib import Path
+
+    from bayesspec.data import read_tidy
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "vidur" / csv
+    settings = SamplerSettings(draws=500, tune=700, chains=2, seed=1, progress=False)
+    _, document = misfit.rate_holdout_check(read_tidy(path), model=model, fraction=0.63,
+                                            settings=settings)
+    reference = document["pooled"]["held_out"]["reference"]
+    print(document["pooled"]["held_out"]["coverage"], reference)
+    assert reference["coverage_mean"] == pytest.approx(0.9, abs=0.03)
+    if consistent:
+        assert min(reference["p_as_low"], reference["p_as_high"]) >= 0.01, reference
+        assert "too narrow" not in document["verdict"]
+    else:
+        assert reference["p_as_low"] < 0.01, reference
+        assert "too narrow above the fitted rates" in document["verdict"]
 
 
 @pytest.mark.slow
