@@ -407,3 +407,23 @@ def test_predictive_check_takes_every_draw_of_a_long_posterior(dense_fit_factory
     document = misfit.predictive_check(fit_, data)
     assert document["pooled"]["held_out"]["points"] == len(data)
     assert document["pooled"]["held_in"]["coverage"] >= 0.8
+
+
+@pytest.mark.slow
+def test_held_out_reference_is_right_when_the_model_is():
+    """Sweeps from eq. (1), dense fitted on their lower rates (benchmarks/
+    holdout_reference.py): the observed held-out coverage falls inside the reference's
+    central 90% range in about 90% of replicates. 8 replicates: 5 or more inside fails a
+    right reference with probability 0.005 (binomial)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "holdout_reference.py"
+    spec = importlib.util.spec_from_file_location("holdout_reference", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = [module.replicate(seed, groups=8, draws=400) for seed in range(8)]
+    result = module.summary(rows)
+    print(result)
+    assert result["inside_range"] >= 5, rows
+    assert result["mean_reference"] == pytest.approx(0.9, abs=0.02)
