@@ -316,7 +316,8 @@ def predictive_check(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.
                    "and compare by PSIS-LOO (compare-models).")
     else:
         verdict = f"no group has more points outside its {prob:.0%} interval than it allows"
-    verdict += _reference_verdict(reference)
+    if held_out_verdict := _reference_verdict(reference):
+        verdict = f"{verdict.rstrip('.')}. {held_out_verdict}"
     return {"model": fit.model_name, "prob": prob, "pooled": pooled,
             "inside": ", ".join(parts), "groups": groups, "flagged": flagged,
             "verdict": verdict, "convergence": fit.diagnostics["status"],
@@ -332,11 +333,11 @@ def _reference_verdict(reference: dict) -> str:
              f"exactly right gives {reference['coverage_mean']:.0%} "
              f"({reference['coverage_range'][0]:.0%}-{reference['coverage_range'][1]:.0%})")
     if reference["p_as_low"] < FLAG_LEVEL:
-        return (f"; held out: {where}: the intervals are too narrow above the fitted "
-                "rates (overconfident extrapolation)")
+        return (f"Held out: {where}: the intervals are too narrow above the fitted "
+                "rates (overconfident extrapolation).")
     if reference["p_as_high"] < FLAG_LEVEL:
-        return (f"; held out: {where}: the intervals are wider than the data need "
-                "(conservative extrapolation)")
+        return (f"Held out: {where}: the intervals are wider than the data need "
+                "(conservative extrapolation).")
     return ""
 
 
@@ -361,9 +362,9 @@ def rate_holdout_check(data: pd.DataFrame, *, model: str = "dense", fraction: fl
         high.to_dict("records"), row_group_labels(high, result.groups)) if not known})
     if unfitted:
         document["unfitted_groups"] = unfitted
-        document["verdict"] += (f"; {len(unfitted)} group(s) had no rate at or below "
-                                f"{fraction:g} of their top rate and were not checked: "
-                                + ", ".join(unfitted[:6]))
+        document["verdict"] = (f"{document['verdict'].rstrip('.')}. {len(unfitted)} "
+                               f"group(s) had no rate at or below {fraction:g} of their "
+                               "top rate and were not checked: " + ", ".join(unfitted[:6]))
     return result, document
 
 
