@@ -119,12 +119,10 @@ def coverage_reference(points: pd.DataFrame, inside_by_draw: dict, *, prob: floa
     target such as "85-95% pooled, no group below 70%"), the observed pooled coverage
     and its tail probabilities (``p_as_low``: P(reference <= observed), ``p_as_high``:
     P(reference >= observed)), and per group P(as many of its points outside or more)."""
-    held = points.loc[points["held_out"]] if len(points) else points
-    labels = [label for label in dict.fromkeys(held["group"]) if label in inside_by_draw] \
-        if len(held) else []
-    if not labels:
+    if not inside_by_draw:
         return {}
-    counts = held.groupby("group")["inside"].agg(["sum", "size"])
+    labels = list(inside_by_draw)    # the groups with held-out points
+    counts = points.loc[points["held_out"]].groupby("group")["inside"].agg(["sum", "size"])
     inside = np.stack([np.asarray(inside_by_draw[label]) for label in labels])   # (G, S)
     sizes = counts.loc[labels, "size"].to_numpy(float)
     observed_inside = counts.loc[labels, "sum"].to_numpy(float)
@@ -215,6 +213,7 @@ def group_calibration(points: pd.DataFrame, *, prob: float = 0.9,
     (``tail_from``: "binomial" or "model")."""
     from .checks import r_squared
 
+    tails = (reference or {}).get("p_too_many_outside", {})
     result = []
     for label, part in points.groupby("group", sort=False):
         entry = {"group": label}
@@ -224,7 +223,6 @@ def group_calibration(points: pd.DataFrame, *, prob: float = 0.9,
                 continue
             n = len(subset)
             outside = int((~subset["inside"]).sum())
-            tails = (reference or {}).get("p_too_many_outside", {})
             own = name == "held_out" and label in tails
             entry[name] = {"points": n, "coverage": float(subset["inside"].mean()),
                            "r2": r_squared(subset["observed"], subset["predicted"]),

@@ -9,9 +9,9 @@ out one at a time by PSIS, R^2 per group, PSIS-LOO); ``--folds`` refits each wit
 every K-th rate of every group (held-in coverage by refits, ``misfit.fold_check``); and
 a fit to each group's rates up to ``--fraction`` of its highest measured rate, predicting
 the rest (held-out coverage, set against the coverage the model itself would give if
-it were exactly right: ``misfit.coverage_reference``), repeated at ``--extra-fractions``. The sweeps run from 5%
-to 95% of each setup's ceiling, so the default 0.63 of the top rate is 60% of the
-ceiling (0.5 and 0.79: 47% and 75%). A model is a registered name or MODEL[:t][+OPTION=VALUE...]
+it were exactly right: ``misfit.coverage_reference``), repeated at
+``--extra-fractions``. The sweeps run from 5% to 95% of each setup's ceiling, so the
+default 0.63 of the top rate is 60% of the ceiling (0.5 and 0.79: 47% and 75%). A model is a registered name or MODEL[:t][+OPTION=VALUE...]
 (``:t`` a Student-t error, options of the model's config, e.g.
 ``dense-spline+knot_spacing=0.1``). Prints one table per model and a comparison (with
 the median 90% interval width relative to the latency, held in and held out), writes
