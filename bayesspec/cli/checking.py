@@ -167,7 +167,7 @@ def run_predictive_check(args, settings) -> int:
                                  f"{part['points']}{left_out} (R^2 {part['r2']:.3f})")
             pattern = " ".join(f"{band} {value:+.1%}" for band, value in
                                entry["residual_by_utilisation"].items())
-            mark = "  MISFIT" if entry["flagged"] else ""
+            mark = f"  MISFIT: {', '.join(entry['misfit'])}" if entry["flagged"] else ""
             print(f"  {entry['group']}: {'; '.join(cells)}; mean residual by load: "
                   f"{pattern}{mark}")
         print(document["verdict"])
@@ -220,7 +220,7 @@ def run_fold_check(args, settings) -> int:
               f"points inside; {len(below)} of {len(document['groups'])} groups below 70% "
               f"({document['seconds']:.0f} s)")
         for entry in document["groups"]:
-            mark = "  MISFIT" if entry["p_too_many_outside"] < misfit.FLAG_LEVEL else ""
+            mark = f"  MISFIT: {', '.join(entry['misfit'])}" if entry["flagged"] else ""
             print(f"  {entry['group']}: {entry['coverage']:.0%} of {entry['points']} "
                   f"(R^2 {entry['r2']:.3f}){mark}")
         for path in document.get("plots", []):

@@ -216,8 +216,8 @@ def read_data(path: str, args):
     data = read_tidy(path, catalog=catalog_of(args), saturation=rule)
     lines = describe_exclusions(data)
     if lines:
-        log(f"warning: {len(lines)} of {len(data)} points set aside as saturated (not in the "
-            "likelihood):")
+        log(f"warning: {len(lines)} of {len(data)} points set aside (not in the likelihood), "
+            "each with why and what to do:")
         for line in lines[:20]:
             log(f"  {line}")
         if len(lines) > 20:
