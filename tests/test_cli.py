@@ -164,7 +164,8 @@ def test_fit_verb_end_to_end(tmp_path, truth_16, capsys, mock_sampling):
     # which rows were set aside, and why, one line each
     assert "3 of 27 points set aside (not in the likelihood)" in stderr
     assert stderr.count("marked saturated") == 3
-    assert [entry["reason"] for entry in document["set_aside"]] == ["marked saturated"] * 3
+    assert [entry["reason"] for entry in document["set_aside"]] == [
+        "marked saturated in the file (column `saturated`)"] * 3
     assert all(data["rps"].iloc[entry["row"] - 1] == entry["rps"]
                for entry in document["set_aside"])
     listing = [p.name for p in tmp_path.iterdir()]
