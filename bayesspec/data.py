@@ -22,6 +22,7 @@ import pandas as pd
 
 from .errors import BadInput
 from .filekinds import SNIFF_BYTES, describe_report
+from .units import convert as convert_units
 
 REQUIRED_COLUMNS = ("rps", "latency_mean_s")
 
@@ -86,21 +87,27 @@ class SaturationRule:
 
 
 def read_tidy(path: str | os.PathLike, *, catalog=None,
-              saturation: SaturationRule | None = None) -> pd.DataFrame:
+              saturation: SaturationRule | None = None, units=()) -> pd.DataFrame:
     """Read and validate a tidy CSV or Parquet file.
 
     Returns a DataFrame with every CONTRACT column that applies, the defaults filled,
     catalog covariates attached, and two bookkeeping columns: ``excluded`` (bool) and
     ``exclusion_reason`` (str). ``df.attrs['source_file']`` holds the path.
+    ``units``: what the file's rates and latencies are in when not per second and
+    seconds (``("rpm",)``, ``("ms",)``: :mod:`bayesspec.units`); converted on reading.
     """
     path = Path(path)
     raw = _read_raw(path)
-    return prepare(raw, source=str(path), catalog=catalog, saturation=saturation)
+    return prepare(raw, source=str(path), catalog=catalog, saturation=saturation,
+                   units=units)
 
 
 def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
-            saturation: SaturationRule | None = None) -> pd.DataFrame:
-    """Validate an in-memory table the same way as a file (used by tests and readers)."""
+            saturation: SaturationRule | None = None, units=()) -> pd.DataFrame:
+    """Validate an in-memory table the same way as a file (used by tests and readers).
+
+    Rates and latencies implausible for the verifier on the GPU (when the catalog knows
+    both) are refused, naming the likely unit mistake (:mod:`bayesspec.units`)."""
     if raw.shape[0] == 0:
         raise BadInput("no data rows", file=source)
     frame = raw.copy()
@@ -137,6 +144,8 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
         else:
             out[column] = values.reset_index(drop=True)
 
+    if units:
+        out = convert_units(out, units)
     _check_ranges(out, source)
     for column, default in DESIGN_DEFAULTS.items():
         if column not in out.columns:
@@ -148,9 +157,12 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
     out["alpha"] = out["alpha"].astype(float)
     _check_speculative_rows(out, k_given, "k" in frame.columns, source)
     _check_design(out, source)
-    _attach_catalog(out, catalog)
+    catalog = _attach_catalog(out, catalog)
     _mark_saturated(out, saturation or SaturationRule())
+    _check_units(out, catalog, source, units)
     out.attrs["source_file"] = source
+    if units:
+        out.attrs["units_converted"] = ",".join(units)
     return out
 
 
@@ -516,14 +528,15 @@ def _check_design(out: pd.DataFrame, source: str) -> None:
                            row=_first_bad(bad), column="accepted_tokens")
 
 
-def _attach_catalog(out: pd.DataFrame, catalog) -> None:
-    """Fill parameter counts and expert counts from the catalog where the data lack them."""
+def _attach_catalog(out: pd.DataFrame, catalog):
+    """Fill parameter counts and expert counts from the catalog where the data lack them.
+    Returns the catalog used (None when none could be loaded)."""
     if catalog is None:
         try:
             from .catalog import default_catalog
             catalog = default_catalog()
         except Exception:  # an unusable user catalog must not block reading data
-            return
+            return None
     def lookup(name):
         return catalog.find_model(name) if name else None
 
@@ -544,6 +557,50 @@ def _attach_catalog(out: pd.DataFrame, catalog) -> None:
         out[column] = pd.to_numeric(out[column], errors="coerce").astype(float)
     for column in ("experts_active", "experts_total"):
         out[column] = pd.to_numeric(out[column], errors="coerce").astype("Int64")
+    return catalog
+
+
+def _check_units(out: pd.DataFrame, catalog, source: str, units) -> None:
+    """Refuse a group whose rates or latencies are impossible for its verifier on its
+    GPU (both known to the catalog), naming the likely unit mistake."""
+    if catalog is None or "gpu" not in out.columns:
+        return
+    from .units import GroupEvidence, plausibility_problem
+
+    rps = out["rps"].to_numpy(float)
+    latency = out["latency_mean_s"].to_numpy(float)
+    kept = ~out["excluded"].to_numpy(bool)
+    columns = group_columns(out)
+    _, index = assign_groups(out)
+    cards: dict = {}
+    for group in np.unique(index):
+        members = np.flatnonzero(index == group)
+        first = out.iloc[members[0]]
+        key = (first["verifier"], first["gpu"])
+        if key not in cards:
+            cards[key] = (catalog.find_model(key[0]) if key[0] else None,
+                          catalog.find_gpu(key[1]) if key[1] else None)
+        verifier_card, gpu_card = cards[key]
+        if verifier_card is None or gpu_card is None:
+            continue
+        used = members[kept[members]]
+        ceiling = None
+        if len(used) >= LAW_MIN_POINTS and latency[used].max() > 1.3 * latency[used].min():
+            line = _law_line(rps[used], latency[used])
+            ceiling = None if line is None else -line[0] / line[1]
+        lowest = members[np.argmin(rps[members])]
+        evidence = GroupEvidence(
+            label=group_label(first.to_dict(), columns), row=int(members[0]) + 1,
+            prefill_tokens=float(first["prefill_tokens"]) if not _isna(first["prefill_tokens"])
+            else None,
+            decode_tokens=float(first["decode_tokens"]) if not _isna(first["decode_tokens"])
+            else None,
+            k=int(first["k"]), batch1_latency=float(latency[lowest]),
+            rps_max=float(rps[members].max()), ceiling=ceiling)
+        problem = plausibility_problem(evidence, verifier_card, gpu_card, units)
+        if problem is not None:
+            column, message = problem
+            raise BadInput(message, file=source, row=evidence.row, column=column)
 
 
 #: The simulator's ``saturation_reason`` codes (bayesspec.simulate.engine) in words a
@@ -618,9 +675,12 @@ def _mark_saturated(out: pd.DataFrame, rule: SaturationRule) -> None:
                     column in out.columns and pd.notna(out[column].iloc[i])
                     for column in caps.values()):
                 continue   # only waited at a cap the file gives: the capped law's point
-            reason.iloc[i] = (saturation_reason_text(codes.iloc[i], out.iloc[i])
-                              if listed else "marked saturated in the file (column "
-                              "`saturated`)")
+            if listed:
+                reason.iloc[i] = saturation_reason_text(codes.iloc[i], out.iloc[i])
+            elif "strategy" in out.columns and out["strategy"].iloc[i].lower() == "throughput":
+                reason.iloc[i] = SATURATION_REASONS["throughput"]
+            else:
+                reason.iloc[i] = "marked saturated in the file (column `saturated`)"
     if "strategy" in out.columns:
         throughput = out["strategy"].str.lower().eq("throughput") & reason.eq("")
         reason = reason.where(~throughput, SATURATION_REASONS["throughput"])

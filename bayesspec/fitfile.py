@@ -29,7 +29,8 @@ import xarray as xr
 from . import __version__
 from .data import row_group_labels
 from .errors import BadInput, FitFileError
-from .inference import convergence_verdict, dataset_to_frame, frame_to_dataset
+from .inference import (convergence_verdict, dataset_to_frame, frame_to_dataset,
+                        with_design_advice)
 from .outputs import atomic_path
 
 FIT_FORMAT = "1"
@@ -50,6 +51,31 @@ def is_fit_file(path: str | os.PathLike) -> bool:
         return False
 
 
+def _first_words(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters at a word boundary, marked when cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0].rstrip(" ,;:(=")
+    return f"{cut} ..."
+
+
+def _not_a_fit_file(path: Path) -> str:
+    """Why a file that is not HDF5 is no fit file, and what to do: a data table (CSV or
+    Parquet) is what `fit` makes a fit file from."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError as error:
+        return f"cannot read: {error.strerror}"
+    if not head.strip():
+        return "empty file, not a fit file"
+    if head.startswith(b"PAR1") or path.suffix.lower() in (".csv", ".parquet", ".pq") or (
+            b"\x00" not in head and b"," in head.split(b"\n", 1)[0]):
+        return (f"a data table, not a fit file: fit it first (`bayesspec fit {path.name} -o "
+                "fit.nc`), then ask the fit file")
+    return "not a fit file (a fit file is the NetCDF that `bayesspec fit -o` writes)"
+
+
 def read_tree(path: str | os.PathLike) -> xr.DataTree:
     """A fit file's tree, checked to be a bayesspec fit of this fit format (which model
     made it, and whether this bayesspec has that model's version, is checked by the model
@@ -57,11 +83,18 @@ def read_tree(path: str | os.PathLike) -> xr.DataTree:
     path = Path(path)
     if not path.exists():
         raise FitFileError("no such fit file", file=str(path))
+    if not is_fit_file(path):
+        raise FitFileError(_not_a_fit_file(path), file=str(path))
     try:
         tree = xr.open_datatree(path, engine="h5netcdf")
         tree.load()
     except Exception as error:
-        reason = str(error).splitlines()[0][:80] if str(error) else type(error).__name__
+        text = str(error)
+        if "truncated file" in text:
+            raise FitFileError(f"the fit file is truncated ({path.stat().st_size} bytes): an "
+                               "interrupted copy or write? copy it again, or refit",
+                               file=str(path)) from None
+        reason = _first_words(text.splitlines()[0], 80) if text else type(error).__name__
         raise FitFileError(f"not a readable fit file ({reason})", file=str(path)) from None
     attrs = tree.attrs
     if attrs.get("bayesspec_model") is None or "posterior" not in tree.children:
@@ -186,7 +219,9 @@ class Fit:
     def diagnostics(self) -> dict:
         """The convergence verdict (:func:`bayesspec.inference.convergence_verdict`):
         decision quantities judged apart from the rest."""
-        return convergence_verdict(self.tree, self.model().decision_variables())
+        model = self.model()
+        return with_design_advice(convergence_verdict(self.tree, model.decision_variables()),
+                                  self.data, getattr(model, "curve_parameters", 2))
 
     # ---------------------------------------------------------------- predictions
     def law(self, selection: dict | None = None, *, metric: str | None = None):

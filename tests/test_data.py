@@ -638,17 +638,87 @@ def test_set_aside_reasons_are_words_a_user_can_act_on(catalog):
     capped law describes it), and set aside with what to add when the cap is missing."""
     base = {"rps": [1.0, 2.0, 3.0, 4.0], "latency_mean_s": [2.0, 2.2, 2.5, 2.9],
             "saturated": [False, True, True, True],
-            "saturation_reason": ["", "short_window", "batch_wait", "throughput;preemption"]}
+            "saturation_reason": ["", "short_window", "batch_wait", "preemption;kv_wait"]}
     data = prepare(pd.DataFrame(base), catalog=catalog)
     reasons = data["exclusion_reason"].tolist()
     assert reasons[0] == ""
     assert reasons[1] == "window too short for this latency: run more requests (>= 100)"
     assert reasons[2].startswith("requests waited for a batch slot (max_num_seqs)")
     assert "give the cap (column max_num_seqs)" in reasons[2]
-    assert reasons[3].startswith("throughput run") and "preempted" in reasons[3]
+    assert reasons[3].startswith("requests were preempted (the KV cache ran out)")
+    assert "KV blocks" not in reasons[3]          # implied by the preemption
     capped = prepare(pd.DataFrame({**base, "max_num_seqs": [64] * 4}), catalog=catalog)
     assert capped["excluded"].tolist() == [False, True, False, True]
+    throughput = prepare(pd.DataFrame({**base, "saturation_reason": [
+        "", "", "", "throughput;preemption;kv_wait"]}), catalog=catalog)
+    assert throughput["exclusion_reason"].iloc[3] == (
+        "throughput run (clients sending back to back, to find the ceiling): no set rate, "
+        "not a point of the law")
     legacy = prepare(pd.DataFrame({k: v for k, v in base.items()
                                    if k != "saturation_reason"}), catalog=catalog)
     assert legacy["exclusion_reason"].iloc[1] == ("marked saturated in the file (column "
                                                   "`saturated`)")
+
+
+# ------------------------------------------------------------------ units (issue 38 item 3)
+
+@pytest.fixture(scope="module")
+def simulated_sweep():
+    from bayesspec.simulate import setup, sweep
+
+    return sweep(setup("Qwen3-8B", "H100", prefill=512, decode=512), 9, n_requests=400,
+                 seed=0).rows
+
+
+def test_rates_per_minute_are_refused_and_converted(simulated_sweep, catalog):
+    per_minute = simulated_sweep.copy()
+    per_minute[["rps", "rps_target"]] *= 60.0
+    with pytest.raises(BadInput) as caught:
+        prepare(per_minute, catalog=catalog)
+    message = str(caught.value)
+    assert "look like requests per minute" in message and "--units rpm" in message
+    assert "column 'rps'" in message and "H100" in message
+    converted = prepare(per_minute, catalog=catalog, units=("rpm",))
+    assert np.allclose(converted["rps"], simulated_sweep["rps"])
+    assert np.allclose(converted["rps_target"].dropna(), simulated_sweep["rps_target"].dropna())
+
+
+def test_milliseconds_and_per_token_latencies_are_refused(simulated_sweep, catalog):
+    milliseconds = simulated_sweep.copy()
+    columns = [c for c in milliseconds.columns if c.endswith("_s")]
+    milliseconds[columns] *= 1000.0
+    with pytest.raises(BadInput, match="look like milliseconds.*--units ms"):
+        prepare(milliseconds, catalog=catalog)
+    converted = prepare(milliseconds, catalog=catalog, units=("ms",))
+    assert np.allclose(converted["latency_mean_s"], simulated_sweep["latency_mean_s"])
+    assert np.allclose(converted["ttft_p99_s"], simulated_sweep["ttft_p99_s"])
+    per_token = simulated_sweep.copy()
+    per_token["latency_mean_s"] /= 512
+    with pytest.raises(BadInput, match="read Qwen3-8B's weights"):
+        prepare(per_token, catalog=catalog)
+
+
+def test_units_are_not_judged_without_catalog_cards(simulated_sweep, catalog):
+    per_minute = simulated_sweep.copy()
+    per_minute["rps"] *= 60.0
+    for column, value in (("gpu", "my-accelerator"), ("verifier", "my-model")):
+        unknown = per_minute.assign(**{column: value})
+        assert len(prepare(unknown, catalog=catalog)) == len(per_minute)
+    assert len(prepare(per_minute.drop(columns=["gpu"]), catalog=catalog)) == len(per_minute)
+
+
+def test_units_option_on_the_command_line(tmp_path, simulated_sweep):
+    from bayesspec.units import parse_units
+
+    assert parse_units("rpm") == ("rpm",) and parse_units("ms, rpm") == ("ms", "rpm")
+    with pytest.raises(BadInput, match="unknown unit 'sec'"):
+        parse_units("sec")
+    per_minute = simulated_sweep.copy()
+    per_minute[["rps", "rps_target"]] *= 60.0
+    path = tmp_path / "rpm.csv"
+    per_minute.to_csv(path, index=False)
+    out = tmp_path / "fit.nc"
+    result = subprocess.run([str(BAYESSPEC), "fit", str(path), "-o", str(out)],
+                            capture_output=True, text=True)
+    assert result.returncode == 2 and not out.exists()
+    assert "--units rpm" in result.stderr and "Traceback" not in result.stderr

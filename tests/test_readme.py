@@ -131,3 +131,15 @@ def test_links_stay_inside_the_repository():
                 headings = re.findall(r"^#+ (.+)$", linked.read_text(encoding="utf-8"), re.M)
                 assert anchor in {_slug(h) for h in headings}, f"{document.name}: {target}"
         assert "../shared" not in text, document.name
+
+
+def test_the_python_laws_lines_run_as_pasted():
+    """The README's Python section: its `laws` lines (the block's first paragraph) name
+    only what they define (they once raised NameError on `rps`)."""
+    block = re.findall(r"```python\n(.*?)```", section(README, "Python"), flags=re.S)[0]
+    laws_lines = block.split("\n\n", 1)[0]
+    assert "from bayesspec import laws" in laws_lines
+    namespace: dict = {}
+    exec(compile(laws_lines, "README.md", "exec"), namespace)   # noqa: S102
+    laws = namespace["laws"]
+    assert laws.crossover_rps(3.7, 0.040, 2.4, 0.045) > 0

@@ -87,6 +87,9 @@ class LatencyModel:
     # Tuning steps and draws per chain when the user does not say (``--tune``, ``--draws``).
     default_tune: int = 1000
     default_draws: int = 1000
+    # Parameters of one group's curve (C1, C2): a group needs this many rates plus two to
+    # pin them down and see the noise (inference.design_advice).
+    curve_parameters: int = 2
 
     def __init__(self, config: dict | None = None, *, catalog=None):
         unknown = set(config or {}) - set(self.default_config)

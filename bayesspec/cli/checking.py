@@ -72,6 +72,10 @@ def run(args) -> int:
             print(f"prior predictive ({document['draws']} draws, physics priors "
                   f"{'on' if document['physics_priors'] else 'off'}): observed points inside "
                   + ", ".join(f"{float(p):.0%} interval {v:.1%}" for p, v in inside.items()))
+            print(document["verdict"])
+        if args.strict and not document["admits"]:
+            log("bayesspec: --strict: exiting with status 3 (the priors exclude the data)")
+            return 3
         return 0
     by_verifier = args.leave_out_model is not None
     document = checks.leave_out_check(

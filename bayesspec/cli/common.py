@@ -204,6 +204,16 @@ def add_saturation_options(parser) -> None:
                         help="set aside only the points the file marks as saturated (not "
                              "those the numbers show: a plateau, or a jump far above the "
                              "law)")
+    add_units(parser)
+
+
+def add_units(parser) -> None:
+    """``--units``: the file's rates or latencies are not per second / in seconds."""
+    parser.add_argument("--units", default=None, metavar="rpm|ms|rpm,ms",
+                        help="the data file's rates are requests per minute (rpm) and/or its "
+                             "latencies milliseconds (ms): converted on reading (a file "
+                             "whose numbers are impossible for its verifier and GPU in the "
+                             "catalog is refused, naming the likely unit)")
 
 
 def read_data(path: str, args):
@@ -211,9 +221,15 @@ def read_data(path: str, args):
     were set aside as saturated and why."""
     from ..data import SaturationRule, describe_exclusions, read_tidy
 
+    from ..units import UNITS, parse_units
+
     rule = SaturationRule(max_rps=getattr(args, "max_rps", None),
                           detect=not getattr(args, "no_saturation_detection", False))
-    data = read_tidy(path, catalog=catalog_of(args), saturation=rule)
+    units = parse_units(getattr(args, "units", None))
+    data = read_tidy(path, catalog=catalog_of(args), saturation=rule, units=units)
+    if units:
+        log(f"converted on reading: {' and '.join(UNITS[u] for u in units)}, to requests "
+            "per second and seconds")
     lines = describe_exclusions(data)
     if lines:
         log(f"warning: {len(lines)} of {len(data)} points set aside (not in the likelihood), "

@@ -7,9 +7,9 @@ import argparse
 
 from ..errors import BadInput
 from ..outputs import emit_json
-from .common import (add_catalog, add_common, add_sampler_options, check_output_path,
-                     check_prob, finish, fmt, load_fit, read_data, sampler_settings,
-                     strict_exit)
+from .common import (add_catalog, add_common, add_sampler_options, add_units,
+                     check_output_path, check_prob, finish, fmt, load_fit, read_data,
+                     sampler_settings, strict_exit)
 
 
 def register(verbs) -> None:
@@ -21,6 +21,7 @@ def register(verbs) -> None:
                                       "engine_version) in one joint model with partial pooling")
     compare.add_argument("--save-fit", help="with --by: also save the joint fit here")
     compare.add_argument("--max-rps", type=float, default=None, help=argparse.SUPPRESS)
+    add_units(compare)
     add_catalog(compare, hidden=True)
     add_sampler_options(compare)
     compare.add_argument("--rope", type=float, default=0.02,
