@@ -50,7 +50,7 @@ RATE_FRACTIONS = (0.1, 0.25, 0.4, 0.55, 0.7, 0.8, 0.88, 0.94)
 #: Below this effective sample size the importance weights of a simulated outcome rest on
 #: too few draws for its loss to be more than indicative.
 ESS_COLLAPSED = 20.0
-#: A load point's requests / rate must span at least this many request lifetimes (the
+#: A load point's measured window must span at least this many request lifetimes (the
 #: simulator's steady-state rule; shorter runs measure the queue filling up).
 STEADY_LIFETIMES = 5.0
 #: The per-request spread of latency (std/mean) assumed when the data do not carry
@@ -535,11 +535,13 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 30.
         grid = candidate_rates(question, configuration) if grid is None else grid
         for rate in grid:
             with np.errstate(invalid="ignore"):
-                typical = float(np.median(configuration.latency(configuration.curves[0], rate)))
+                slow = float(np.quantile(configuration.latency(configuration.curves[0], rate),
+                                         0.9))
             for n in requests:
-                # A point must run long enough to reach steady state: its window of
-                # requests / rate seconds holds several request lifetimes.
-                if not n / rate >= STEADY_LIFETIMES * typical:
+                # A point must run long enough to reach steady state: its measured window
+                # (requests / rate less a tenth at each end) holds several lifetimes of a
+                # request, at the slow end of what the posterior expects.
+                if not 0.8 * n / rate >= STEADY_LIFETIMES * slow:
                     continue
                 candidates.append(Candidate(configuration, float(rate), n,
                                             point_minutes(float(rate), n, warmup_s)))

@@ -10,7 +10,7 @@ examples/check_simulated_crossover.py does) and the true k* at a rate is the fas
 configuration there (rates chosen with a clear margin).
 
 Decisions: ``crossover`` (RPS* of k = 4 within +-5%) and ``kstar`` (the faster of k = 0
-and k = 4 at 0.5 x RPS* and 1.3 x RPS*, capped below SD's ceiling). Three ways to
+and k = 4 at 0.8 x RPS* and 1.2 x RPS*, capped below SD's ceiling). Three ways to
 measure, side by side on the same replicate (same seeds):
 
 - **grid**: a full GuideLLM-style sweep at every configuration (a synchronous point, a
@@ -93,7 +93,7 @@ def truth(requests: int) -> dict:
         raise SystemExit("no crossover in the simulator's truth: choose another setup")
     i = flips[0]
     star = float(grid[i] - gap[i] * (grid[i + 1] - grid[i]) / (gap[i + 1] - gap[i]))
-    rates = [round(0.5 * star, 3), round(min(1.3 * star, 0.85 * sd_ceiling), 3)]
+    rates = [round(0.8 * star, 3), round(min(1.2 * star, 0.85 * sd_ceiling), 3)]
     best = {}
     for rate in rates:
         dense, sd = np.interp(rate, xd, yd), np.interp(rate, xs, ys)
