@@ -72,10 +72,6 @@ def register(verbs) -> None:
     add_common(plan)
     plan.set_defaults(handler=run_plan)
 
-    from . import tuning
-
-    tuning.register(verbs)
-
 
 def check_plan_options(args) -> None:
     if not 0 < args.tolerance < 1:
