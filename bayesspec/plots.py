@@ -313,7 +313,7 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
             points = data.loc[row_labels == label]
             used = points.loc[~points["excluded"]]
             dropped = points.loc[points["excluded"]]
-            saturation = 1.0 / law.saturation_cost[:max_draws]
+            saturation = np.ravel(law.ceiling)[:max_draws]
             top = max(float(points["rps"].max()) if len(points) else 0.0,
                       float(np.median(saturation)))
             grid = np.linspace(0.0, top * 1.02, 200)
@@ -437,7 +437,7 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
     if recommended_k is not None and int(recommended_k) > 0:
         ks = sorted(set(ks) | {int(recommended_k)})
     recommended = None if recommended_k is None else int(recommended_k)
-    dense_saturation = float(np.median(1.0 / np.asarray(costs.c2_dense, dtype=float)))
+    dense_saturation = float(np.median(costs.dense.ceiling))
     top = min(rps_max * 1.05, dense_saturation) if rps_max else dense_saturation
     measured = (float(rps_measured_max) if rps_measured_max is not None
                 and np.isfinite(rps_measured_max) else None)

@@ -1,0 +1,145 @@
+"""The engine's concurrency cap: the slot-queue law, where the cap comes from, points past
+it, and bad caps (issue 34)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bayesspec import laws
+from bayesspec.data import concurrency_caps, prepare
+from bayesspec.errors import BadInput
+
+
+def birth_death_latency(rps, c1, c2, cap, n_max=20000):
+    """Mean sojourn time of the birth-death chain the law describes, summed directly: in
+    state n, min(n, cap) requests are served, each in C1 + C2 (min(n, cap) - 1)."""
+    n = np.arange(n_max)
+    served = np.minimum(n, cap)
+    rate_out = served / (c1 + c2 * (served - 1))
+    log_weight = np.zeros(n_max)
+    log_weight[1:] = np.cumsum(np.log(rps) - np.log(rate_out[1:]))
+    weight = np.exp(log_weight - log_weight.max())
+    return float((n * weight).sum() / weight.sum() / rps)
+
+
+@pytest.mark.parametrize("cap", [4, 16, 64, 200])
+@pytest.mark.parametrize("share", [0.05, 0.5, 0.9, 0.99])
+def test_slot_queue_is_the_birth_death_chain(cap, share):
+    c1, c2 = 3.5, 0.03
+    rps = share * laws.ceiling_rps(c1, c2, cap)
+    assert laws.capped_latency(rps, c1, c2, cap) == pytest.approx(
+        birth_death_latency(rps, c1, c2, cap), rel=1e-7)
+
+
+def test_without_a_binding_cap_it_is_eq1():
+    c1, c2 = 4.0, 0.04
+    rps = np.linspace(0.1, 24.0, 30)
+    np.testing.assert_allclose(laws.capped_latency(rps, c1, c2, np.inf),
+                               laws.latency(rps, c1, c2), rtol=1e-12)
+    # a cap far above the number in the system changes nothing either
+    np.testing.assert_allclose(laws.capped_latency(rps[:10], c1, c2, 5000),
+                               laws.latency(rps[:10], c1, c2), rtol=1e-9)
+
+
+def test_the_ceiling_is_the_full_batch_throughput_and_below_the_pole():
+    c1, c2 = 4.0, 0.04
+    for cap in (8, 32, 128, 1024):
+        ceiling = laws.ceiling_rps(c1, c2, cap)
+        assert ceiling == pytest.approx(cap / (c1 + c2 * (cap - 1)))
+        assert ceiling < 1 / c2
+        assert np.isinf(laws.capped_latency(ceiling * 1.0001, c1, c2, cap))
+        assert np.isfinite(laws.capped_latency(ceiling * 0.999, c1, c2, cap))
+    assert laws.ceiling_rps(c1, c2) == pytest.approx(1 / c2)
+
+
+def test_the_curve_kinks_upward_near_the_cap():
+    c1, c2, cap = 4.0, 0.04, 32
+    ceiling = laws.ceiling_rps(c1, c2, cap)
+    low, high = 0.3 * ceiling, 0.97 * ceiling
+    # well below the cap: eq. (1); near it: far above eq. (1)
+    assert laws.capped_latency(low, c1, c2, cap) == pytest.approx(laws.latency(low, c1, c2),
+                                                                 rel=1e-3)
+    assert laws.capped_latency(high, c1, c2, cap) > 1.5 * laws.latency(high, c1, c2)
+    # a shorter wait for less variable requests, never below eq. (1)
+    half = laws.capped_latency(high, c1, c2, cap, wait_scale=0.5)
+    assert laws.latency(high, c1, c2) < half < laws.capped_latency(high, c1, c2, cap)
+
+
+def test_elasticity_is_eq1s_without_a_cap_and_diverges_at_the_ceiling():
+    c1, c2 = 4.0, 0.04
+    rps = np.array([1.0, 10.0, 20.0])
+    np.testing.assert_allclose(laws.capped_load_elasticity(rps, c1, c2, np.inf),
+                               laws.load_amplification_expr(rps, c2), rtol=1e-6)
+    ceiling = laws.ceiling_rps(c1, c2, 32)
+    near = laws.capped_load_elasticity(np.array([0.5, 0.99]) * ceiling, c1, c2, 32)
+    assert near[1] > 20 * near[0]
+
+
+def test_pytensor_and_numpy_agree():
+    import pytensor
+    import pytensor.tensor as pt
+
+    rps = pt.dvector("rps")
+    latency = laws.slot_queue_latency_expr(rps, 4.0, 0.04, 32.0, xp=pt)
+    evaluate = pytensor.function([rps], latency)
+    rates = np.array([0.5, 3.0, 5.5, 6.0]) * laws.ceiling_rps(4.0, 0.04, 32) / 6.1
+    np.testing.assert_allclose(evaluate(rates), laws.capped_latency(rates, 4.0, 0.04, 32),
+                               rtol=1e-5)   # two implementations of the incomplete beta
+
+
+def test_the_effective_cap_is_the_tightest_limit():
+    assert laws.concurrency_cap(256, np.nan, np.nan, 512, 512, 0) == 256
+    # the KV cache over a running request's average footprint (prompt + half the output)
+    assert laws.concurrency_cap(1024, 76_800, np.nan, 512, 512, 0) == 100
+    assert laws.binding_cap_source(1024, 76_800, np.nan, 512, 512, 0) == "kv_cache_tokens"
+    # verification carries k + 1 tokens per request against the step's budget
+    assert laws.concurrency_cap(1024, np.nan, 2048, 512, 512, 3) == 512
+    assert laws.concurrency_cap(1024, np.nan, 2048, 512, 512, 0) == 1024
+    assert np.isinf(laws.concurrency_cap())
+
+
+def frame(**columns) -> pd.DataFrame:
+    base = {"rps": [1.0, 2.0, 3.0, 4.0], "latency_mean_s": [4.0, 4.2, 4.5, 4.9],
+            "prefill_tokens": 512, "decode_tokens": 512}
+    return pd.DataFrame({**base, **columns})
+
+
+def test_points_past_the_cap_are_set_aside_with_an_actionable_reason():
+    data = prepare(frame(max_num_seqs=16), source="caps.csv")
+    assert data["excluded"].tolist() == [False, False, False, True]
+    reason = data["exclusion_reason"].iloc[3]
+    assert "past the engine's ceiling" in reason and "cap of 16 (max_num_seqs)" in reason
+    assert "3 RPS" in reason       # the highest rate below it, where to measure from
+    # the measured time-average beats Little's estimate when the file has it
+    data = prepare(frame(max_num_seqs=16, mean_concurrency=[4, 8, 14, 15]))
+    assert not data["excluded"].any()
+    caps, sources = concurrency_caps(data)
+    assert caps.tolist() == [16] * 4 and sources == ["max_num_seqs"] * 4
+
+
+def test_engine_limit_flags_fill_and_must_agree_with_the_file():
+    data = prepare(frame(), engine_limits={"max_num_seqs": 16})
+    assert data["max_num_seqs"].tolist() == [16] * 4 and data["excluded"].iloc[3]
+    with pytest.raises(BadInput, match="--max-num-seqs says 32"):
+        prepare(frame(max_num_seqs=16), source="caps.csv",
+                engine_limits={"max_num_seqs": 32})
+    for bad in (0, -3, 2.5):
+        with pytest.raises(BadInput) as info:
+            prepare(frame(), engine_limits={"max_num_seqs": bad})
+        assert info.value.option == "--max-num-seqs"
+
+
+@pytest.mark.parametrize("values, words", [
+    ([16, 16, 0, 16], "integer >= 1"),
+    ([16, 16, -2, 16], "integer >= 1"),
+    ([16, 16, 16.5, 16], "whole number"),
+    ([16, 16, 32, 16], "differs within one configuration"),
+])
+def test_bad_caps_name_the_column_and_row(values, words):
+    with pytest.raises(BadInput) as info:
+        prepare(frame(max_num_seqs=values), source="caps.csv")
+    message = str(info.value)
+    assert words in message and "max_num_seqs" in message and "caps.csv" in message
+    assert "\n" not in message
