@@ -256,19 +256,22 @@ def crossover_question(law, alpha: float, k: int, *, within: float = 0.05, sprea
         Configuration(0, None, (law.dense,), (spread,), index, "dense (k = 0)",
                       rps_fitted_max=_fitted_max(law.dense, law)),
         Configuration(int(k), _alpha(alpha), (sd,), (spread,), index,
-                      f"k = {int(k)}, alpha {alpha:g}", rps_fitted_max=_fitted_max(sd, law))]
+                      f"k = {int(k)}, alpha {alpha:g}",
+                      rps_fitted_max=_fitted_max(sd, law, alpha, int(k)))]
     finite = star[np.isfinite(star)]
     extra = tuple(np.quantile(finite, [0.1, 0.5, 0.9])) if finite.size else ()
     return Question("crossover", [RateAnswer(f"RPS* (alpha {alpha:g}, k {int(k)})", star,
                                              within)], configurations, extra)
 
 
-def _fitted_max(curve, law=None) -> float:
-    """The highest rate a curve was fitted on, else its setup's highest measured rate."""
+def _fitted_max(curve, law=None, alpha=None, k: int = 0) -> float:
+    """The highest rate a curve was fitted on, else what its law says was measured for
+    that configuration (``Law.measured``)."""
     value = float(getattr(curve, "rps_fitted_max", np.nan))
-    if np.isfinite(value) or law is None:
+    if np.isfinite(value) or law is None or not hasattr(law, "measured"):
         return value
-    return float(getattr(law, "rps_measured_max", np.nan))
+    measured = law.measured(alpha, int(k))
+    return float(measured["dense_rps_fitted_max" if int(k) == 0 else "sd_rps_fitted_max"])
 
 
 def _alpha(alpha):
@@ -307,7 +310,7 @@ def kstar_question(law, alpha, rps, ks, *, within: float = 0.01, spread: float,
         Configuration(k, None if k == 0 else _alpha(alpha), (curve,), (spread,), index,
                       "dense (k = 0)" if k == 0 else f"k = {k}" + (
                           f", alpha {alpha:g}" if _alpha(alpha) is not None else ""),
-                      rps_fitted_max=_fitted_max(curve, law))
+                      rps_fitted_max=_fitted_max(curve, law, alpha, k))
         for k, curve in zip(ks, curves)]
     return Question("kstar", answers, configurations, tuple(rps))
 
