@@ -143,3 +143,81 @@ def test_bad_caps_name_the_column_and_row(values, words):
     message = str(info.value)
     assert words in message and "max_num_seqs" in message and "caps.csv" in message
     assert "\n" not in message
+
+
+# ------------------------------------------------------------------ the CLI's marks
+
+@pytest.fixture(scope="module")
+def uneven_sweeps(tmp_path_factory):
+    """Dense fitted only up to low rates, k = 3 higher, and k = 2 far higher (the issue's
+    walkthrough: a set-aside k = 2 point at 22 RPS set every verb's ceiling)."""
+    from bayesspec.synthetic import generate_sweeps, speculative_truth
+
+    truth = speculative_truth(alphas=(0.8,), ks=(2, 3))
+    data = generate_sweeps(truth, n_rates=9, seed=4)
+    keep = []
+    tops = {0: 0.45, 3: 0.7, 2: 1.0}       # share of each curve's rates kept
+    for k, part in data.groupby("k"):
+        part = part.loc[~part["saturated"]].sort_values("rps")
+        keep.append(part.iloc[:max(3, int(round(tops[int(k)] * len(part))))])
+    frame = pd.concat(keep, ignore_index=True)
+    path = tmp_path_factory.mktemp("uneven") / "uneven.csv"
+    frame.to_csv(path, index=False)
+    highest = {int(k): float(part["rps"].max()) for k, part in frame.groupby("k")}
+    return path, highest
+
+
+def _cli(argv, capsys):
+    import json
+
+    from bayesspec.cli import main
+
+    code = main(argv)
+    out = capsys.readouterr().out
+    return code, (json.loads(out) if "--json" in argv else out)
+
+
+def test_every_verb_marks_against_the_configurations_it_compares(
+        uneven_sweeps, tmp_path, capsys, mock_sampling):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    path, highest = uneven_sweeps
+    fit_path = tmp_path / "fit.nc"
+    code, _ = _cli(["fit", str(path), "--model", "speculative", "-o", str(fit_path),
+                    "--seed", "1", "--draws", "50", "--tune", "50", "--no-loo"], capsys)
+    assert code in (0, 3)
+    code, document = _cli(["crossover", str(fit_path), "--alpha", "0.8", "--k", "3",
+                           "--json"], capsys)
+    ceiling = min(highest[0], highest[3])
+    assert document["rps_measured_max"] == pytest.approx(ceiling)
+    assert document["measured"]["dense_rps_fitted_max"] == pytest.approx(highest[0])
+    assert document["measured"]["sd_rps_fitted_max"] == pytest.approx(highest[3])
+    assert document["rps_measured_max"] < highest[2]      # not the k = 2 curve's top
+    star = document["rps_star"]
+    if star is not None:
+        assert document["extrapolated"] == (star["median"] > ceiling)
+    # a rate between the two curves' tops is an extrapolation of the dense baseline
+    between = 0.5 * (highest[0] + highest[3])
+    code, document = _cli(["speedup", str(fit_path), "--alpha", "0.8", "--k", "3",
+                           "--rps", f"{0.5 * highest[0]},{between}", "--json"], capsys)
+    assert [p["extrapolated"] for p in document["points"]] == [False, True]
+    # an alpha or k the data never had: marked in JSON, text and the plot's legend
+    plot = tmp_path / "speedup.png"
+    for alpha, k in ((0.95, 3), (0.8, 5)):
+        code, document = _cli(["speedup", str(fit_path), "--alpha", str(alpha), "--k",
+                               str(k), "--rps", f"{0.5 * highest[0]}", "--json"], capsys)
+        assert document["measured"]["design_extrapolated"]
+        assert all(p["extrapolated"] for p in document["points"])
+        code, text = _cli(["speedup", str(fit_path), "--alpha", str(alpha), "--k", str(k),
+                           "--rps", f"{0.5 * highest[0]}", "--plot", str(plot)], capsys)
+        assert "*" in text.splitlines()[3]
+        assert "outside the measured" in text
+    from bayesspec.bayes import load_fit
+    from bayesspec.plots import speedup_bands_plot
+
+    law = load_fit(fit_path).law({})
+    figure = speedup_bands_plot(law, 0.8, [1, 3, 8])
+    labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert any(label.startswith("k = 8") and "not measured" in label for label in labels)
+    assert any(label == "k = 3" for label in labels)

@@ -127,8 +127,10 @@ class LatencyModel:
     # sweep otherwise give a rare divergence; models with more curvature raise it.
     target_accept: float = 0.9
     # A higher target to sample again at when the model's own gives divergent transitions
-    # (inference.sample_compiled); None: no second try.
-    retry_target_accept: float | None = None
+    # (inference.sample_compiled); None: no second try. A smaller step reaches the steep
+    # top of a sweep (near eq. (1)'s pole or the engine's ceiling) that the first did not;
+    # most fits never need it, and a retried fit says so in its verdict.
+    retry_target_accept: float | None = 0.99
     # nutpie mass-matrix adaptation ("diag" or "low_rank"), chosen by measurement.
     adaptation: str = "diag"
     # Chain starts ("jitter" or "optimised", see inference.optimised_starts).
