@@ -221,3 +221,62 @@ def test_every_verb_marks_against_the_configurations_it_compares(
     labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
     assert any(label.startswith("k = 8") and "not measured" in label for label in labels)
     assert any(label == "k = 3" for label in labels)
+
+
+# ------------------------------------------------------------------ caps from users' files
+
+VLLM_LOG = """\
+INFO 12-11 00:06:40 [utils.py:253] non-default args: {'model': 'Qwen/Qwen3-8B', 'max_num_seqs': 128}
+(EngineCore_DP0 pid=2412130) INFO 12-11 00:06:53 [kv_cache_utils.py:1286] GPU KV cache size: 686,320 tokens
+(EngineCore_DP0 pid=2412130) INFO 12-11 00:06:54 [kv_cache_utils.py:1291] Maximum concurrency for 100,000 tokens per request: 6.86x
+"""
+
+
+def test_ingest_takes_the_caps_from_the_server_log_flags_or_sidecar(tmp_path, capsys):
+    from pathlib import Path
+
+    from bayesspec.cli import main
+    from bayesspec.data import read_tidy
+
+    report = Path(__file__).parent / "fixtures" / "ingest" / "guidellm_v1.json"
+    log = tmp_path / "vllm.log"
+    log.write_text(VLLM_LOG)
+    out = tmp_path / "rows.csv"
+    assert main(["ingest", str(report), "--server-log", str(log), "-o", str(out)]) == 0
+    data = read_tidy(out)
+    assert data["max_num_seqs"].tolist() == [128] * len(data)
+    assert data["kv_cache_tokens"].tolist() == [686320] * len(data)
+    # a flag that contradicts the log is refused, naming both
+    assert main(["ingest", str(report), "--server-log", str(log), "--max-num-seqs", "64",
+                 "-o", str(tmp_path / "x.csv")]) == 2
+    assert "max_num_seqs 128" in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()
+    # a log without the lines says what it looked for
+    other = tmp_path / "other.log"
+    other.write_text("INFO starting\n")
+    assert main(["ingest", str(report), "--server-log", str(other), "-o",
+                 str(tmp_path / "y.csv")]) == 2
+    assert "GPU KV cache size" in capsys.readouterr().err
+    # a sidecar key works like the flag
+    sidecar = tmp_path / "limits.meta.toml"
+    sidecar.write_text("max_num_seqs = 48\n")
+    assert main(["ingest", str(report), "--sidecar", str(sidecar), "-o",
+                 str(tmp_path / "z.csv")]) == 0
+    assert read_tidy(tmp_path / "z.csv")["max_num_seqs"].eq(48).all()
+
+
+def test_fit_says_once_where_the_cap_came_from_or_that_it_is_unknown(tmp_path, capsys,
+                                                                     mock_sampling):
+    from bayesspec.cli import main
+
+    path = tmp_path / "sweep.csv"
+    frame(max_num_seqs=16).to_csv(path, index=False)
+    assert main(["fit", str(path), "-o", str(tmp_path / "a.nc"), "--draws", "20",
+                 "--tune", "20", "--no-loo"]) in (0, 3)
+    said = capsys.readouterr().err
+    assert said.count("concurrency cap: 16 requests (max_num_seqs)") == 1
+    frame().to_csv(path, index=False)
+    assert main(["fit", str(path), "-o", str(tmp_path / "b.nc"), "--draws", "20",
+                 "--tune", "20", "--no-loo"]) in (0, 3)
+    said = capsys.readouterr().err
+    assert said.count("concurrency cap: unknown") == 1 and "--max-num-seqs" in said

@@ -64,6 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "cache size: N tokens')")
     design.add_argument("--max-num-batched-tokens", metavar="N",
                         help="the engine's max_num_batched_tokens (tokens per step)")
+    design.add_argument("--server-log", metavar="LOG",
+                        help="the vLLM server's start-up log: its KV cache size ('GPU KV "
+                             "cache size: N tokens'), max_num_seqs and "
+                             "max_num_batched_tokens, for every FILE")
     design.add_argument("--sidecar", metavar="PATH",
                         help="a sidecar (TOML or JSON) for every FILE")
     design.add_argument("--metrics", nargs=2, action="append", metavar=("BEFORE", "AFTER"),
@@ -107,6 +111,15 @@ def run(args: argparse.Namespace) -> int:
 
     _check_output(args.output, args.files)
     flags = _flags(args)
+    if getattr(args, "server_log", None):
+        from ..ingest.server_log import engine_limits_from_log
+
+        for name, value in engine_limits_from_log(args.server_log).items():
+            given = flags.get(name)
+            if given is not None and int(given) != value:
+                raise BadInput(f"{args.server_log} says {name} {value}, the flag says "
+                               f"{given}", option="--" + name.replace("_", "-"))
+            flags[name] = value
     result = ingest_files(args.files, flags=flags, sidecar=args.sidecar,
                           metrics=[tuple(pair) for pair in args.metrics or []])
     rows = result.rows
