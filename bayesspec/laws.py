@@ -41,6 +41,7 @@ __all__ = [
     "slot_queue_latency_expr",
     "cap_throughput_expr",
     "load_elasticity_expr",
+    "queue_wait_scale",
 ]
 
 
@@ -173,6 +174,15 @@ def slot_queue_latency_expr(rps, c1, c2, cap, xp: ModuleType = np, *, wait_scale
     per_rate = (c1 + c2 * (cap - 1.0)) / cap              # rho / RPS
     tail_mean = at_cap * per_rate / (1.0 - rho) * (cap + wait_scale / (1.0 - rho))
     return (mean_below + tail_mean) / (below + at_cap * waiting)
+
+
+def queue_wait_scale(service_cv):
+    """The slot queue's ``wait_scale`` for requests whose time in the batch varies with
+    coefficient of variation ``service_cv``: (1 + cv^2)/2, the heavy-traffic
+    (Allen-Cunneen) factor by which a FIFO wait differs from the Markov queue's; 1/2 for
+    requests of one length, 1 for exponential ones. NaN (unknown spread) gives 1."""
+    cv = np.asarray(service_cv, dtype=float)
+    return np.where(np.isfinite(cv), 0.5 * (1.0 + cv**2), 1.0)[()]
 
 
 def load_elasticity_expr(latency_of, rps, step: float = 1e-4, xp: ModuleType = np):

@@ -227,6 +227,7 @@ def group_calibration(points: pd.DataFrame, *, prob: float = 0.9,
             outside = int((~subset["inside"]).sum())
             own = name == "held_out" and label in tails
             entry[name] = {"points": n, "coverage": float(subset["inside"].mean()),
+                           "median_relative_width": median_relative_width(subset),
                            "r2": r_squared(subset["observed"], subset["predicted"]),
                            "p_too_many_outside": (tails[label] if own else
                                                   _binomial_tail(outside, n, 1.0 - prob)),
@@ -254,6 +255,18 @@ def _left_out_coverage(subset: pd.DataFrame, prob: float) -> dict:
             "pareto_k_high": int(np.sum(subset["pareto_k"].to_numpy(float) > 0.7))}
 
 
+def median_relative_width(points: pd.DataFrame) -> float | None:
+    """Median over points of (hi - lo)/median of their predictive intervals: how wide the
+    answers are, next to how often they cover (an interval open upwards counts as
+    infinitely wide). None without points."""
+    if points.empty:
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        width = ((points["hi"] - points["lo"]) / points["predicted"]).to_numpy(float)
+    width = np.where(np.isnan(width), np.inf, width)
+    return float(np.median(width))
+
+
 def pooled_coverage(points: pd.DataFrame, prob: float = 0.9) -> dict:
     """Coverage of held-in and held-out points pooled over groups (held in: in sample
     and left out one at a time, ``coverage_loo``)."""
@@ -261,7 +274,8 @@ def pooled_coverage(points: pd.DataFrame, prob: float = 0.9) -> dict:
     for name, subset in (("held_in", points.loc[~points["held_out"]]),
                          ("held_out", points.loc[points["held_out"]])):
         if len(subset):
-            out[name] = {"points": int(len(subset)), "coverage": float(subset["inside"].mean())}
+            out[name] = {"points": int(len(subset)), "coverage": float(subset["inside"].mean()),
+                         "median_relative_width": median_relative_width(subset)}
             if name == "held_in" and "pit_loo" in subset:
                 out[name].update(_left_out_coverage(subset, prob))
     return out

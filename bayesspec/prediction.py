@@ -117,7 +117,8 @@ class Curve:
     #: above it are the law's extrapolation.
     rps_fitted_max = float("nan")
 
-    def __init__(self, c1, c2, *, label: str = "", noise: Noise | None = None, cap=None):
+    def __init__(self, c1, c2, *, label: str = "", noise: Noise | None = None, cap=None,
+                 wait_scale: float = 1.0):
         self.c1 = np.asarray(c1, dtype=float)
         self.c2 = np.asarray(c2, dtype=float)
         self.label = label
@@ -126,6 +127,9 @@ class Curve:
         #: cap is unknown and the curve is eq. (1) alone.
         self.cap = None if cap is None else np.broadcast_to(
             np.asarray(cap, dtype=float), self.c2.shape)
+        #: How long the wait for a batch slot is against the Markov queue's
+        #: (:func:`bayesspec.laws.queue_wait_scale`).
+        self.wait_scale = float(wait_scale)
 
     @property
     def draws(self) -> int:
@@ -160,7 +164,7 @@ class Curve:
         if self.cap is None:
             return latency(rps, _lift(self.c1, rps), _lift(self.c2, rps))
         return capped_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
-                              _lift(self.cap, rps))
+                              _lift(self.cap, rps), wait_scale=self.wait_scale)
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
         """d log L / d log RPS at ``rps`` for every draw (the shape of ``curve``): how a
@@ -172,8 +176,8 @@ class Curve:
                 return np.where(rps * point_c2 < 1, load_amplification_expr(rps, point_c2),
                                 np.inf)
         return np.broadcast_to(capped_load_elasticity(
-            rps, _lift(self.c1, rps), _lift(self.c2, rps), _lift(self.cap, rps)),
-            np.shape(curve))
+            rps, _lift(self.c1, rps), _lift(self.c2, rps), _lift(self.cap, rps),
+            wait_scale=self.wait_scale), np.shape(curve))
 
     def noise_sigma(self, rps, curve: np.ndarray, log_se=0.0) -> np.ndarray:
         """The measurement noise sd of a mean latency at ``rps`` (shape of ``curve``)."""
@@ -619,7 +623,8 @@ class CoefficientLaw(Law):
                                                      *coefficients)
             label = f"{self.label} k {k.tolist()}"
         if self.moe is None:
-            return Curve(c1, c2, label=label, noise=self.noise, cap=self.cap_at(k))
+            return Curve(c1, c2, label=label, noise=self.noise, cap=self.cap_at(k),
+                         wait_scale=self.engine_limits.get("wait_scale", 1.0))
         s1, s2 = (share.reshape(shape) for share in self.moe.sd_shares)
         return MoECurve(c1 * (1 - s1), c1 * s1, c2 * (1 - s2), c2 * s2, m=self.moe.m,
                         M=self.moe.M, tokens=verification_tokens(k, self.moe.verify_tokens),

@@ -43,8 +43,14 @@ def uncertain(draws, prob: float = DEFAULT_PROB) -> dict:
     with np.errstate(invalid="ignore"):  # quantiles between two infinities
         lo, median, hi = np.quantile(values, [tail, 0.5, 1.0 - tail])
         mean = float(np.mean(values))
-    return {"mean": _number(mean), "median": _number(median), "lo": _number(lo),
-            "hi": _number(hi), "prob": prob}
+    summary = {"mean": _number(mean), "median": _number(median), "lo": _number(lo),
+               "hi": _number(hi), "prob": prob}
+    infinite = float(np.mean(np.isinf(values)))
+    if infinite > 0:
+        # Draws past a ceiling make the mean infinite (JSON null): say how many there are,
+        # so a reader never takes the median for the whole story.
+        summary["p_infinite"] = infinite
+    return summary
 
 
 def _number(value: float):

@@ -143,3 +143,140 @@ def test_bad_caps_name_the_column_and_row(values, words):
     message = str(info.value)
     assert words in message and "max_num_seqs" in message and "caps.csv" in message
     assert "\n" not in message
+
+
+# ------------------------------------------------------------------ the CLI's marks
+
+@pytest.fixture(scope="module")
+def uneven_sweeps(tmp_path_factory):
+    """Dense fitted only up to low rates, k = 3 higher, and k = 2 far higher (the issue's
+    walkthrough: a set-aside k = 2 point at 22 RPS set every verb's ceiling)."""
+    from bayesspec.synthetic import generate_sweeps, speculative_truth
+
+    truth = speculative_truth(alphas=(0.8,), ks=(2, 3))
+    data = generate_sweeps(truth, n_rates=9, seed=4)
+    keep = []
+    tops = {0: 0.45, 3: 0.7, 2: 1.0}       # share of each curve's rates kept
+    for k, part in data.groupby("k"):
+        part = part.loc[~part["saturated"]].sort_values("rps")
+        keep.append(part.iloc[:max(3, int(round(tops[int(k)] * len(part))))])
+    frame = pd.concat(keep, ignore_index=True)
+    path = tmp_path_factory.mktemp("uneven") / "uneven.csv"
+    frame.to_csv(path, index=False)
+    highest = {int(k): float(part["rps"].max()) for k, part in frame.groupby("k")}
+    return path, highest
+
+
+def _cli(argv, capsys):
+    import json
+
+    from bayesspec.cli import main
+
+    code = main(argv)
+    out = capsys.readouterr().out
+    return code, (json.loads(out) if "--json" in argv else out)
+
+
+def test_every_verb_marks_against_the_configurations_it_compares(
+        uneven_sweeps, tmp_path, capsys, mock_sampling):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    path, highest = uneven_sweeps
+    fit_path = tmp_path / "fit.nc"
+    code, _ = _cli(["fit", str(path), "--model", "speculative", "-o", str(fit_path),
+                    "--seed", "1", "--draws", "50", "--tune", "50", "--no-loo"], capsys)
+    assert code in (0, 3)
+    code, document = _cli(["crossover", str(fit_path), "--alpha", "0.8", "--k", "3",
+                           "--json"], capsys)
+    ceiling = min(highest[0], highest[3])
+    assert document["rps_measured_max"] == pytest.approx(ceiling)
+    assert document["measured"]["dense_rps_fitted_max"] == pytest.approx(highest[0])
+    assert document["measured"]["sd_rps_fitted_max"] == pytest.approx(highest[3])
+    assert document["rps_measured_max"] < highest[2]      # not the k = 2 curve's top
+    star = document["rps_star"]
+    if star is not None:
+        assert document["extrapolated"] == (star["median"] > ceiling)
+    # a rate between the two curves' tops is an extrapolation of the dense baseline
+    between = 0.5 * (highest[0] + highest[3])
+    code, document = _cli(["speedup", str(fit_path), "--alpha", "0.8", "--k", "3",
+                           "--rps", f"{0.5 * highest[0]},{between}", "--json"], capsys)
+    assert [p["extrapolated"] for p in document["points"]] == [False, True]
+    # an alpha or k the data never had: marked in JSON, text and the plot's legend
+    plot = tmp_path / "speedup.png"
+    for alpha, k in ((0.95, 3), (0.8, 5)):
+        code, document = _cli(["speedup", str(fit_path), "--alpha", str(alpha), "--k",
+                               str(k), "--rps", f"{0.5 * highest[0]}", "--json"], capsys)
+        assert document["measured"]["design_extrapolated"]
+        assert all(p["extrapolated"] for p in document["points"])
+        code, text = _cli(["speedup", str(fit_path), "--alpha", str(alpha), "--k", str(k),
+                           "--rps", f"{0.5 * highest[0]}", "--plot", str(plot)], capsys)
+        assert "*" in text.splitlines()[3]
+        assert "outside the measured" in text
+    from bayesspec.bayes import load_fit
+    from bayesspec.plots import speedup_bands_plot
+
+    law = load_fit(fit_path).law({})
+    figure = speedup_bands_plot(law, 0.8, [1, 3, 8])
+    labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert any(label.startswith("k = 8") and "not measured" in label for label in labels)
+    assert any(label == "k = 3" for label in labels)
+
+
+# ------------------------------------------------------------------ caps from users' files
+
+VLLM_LOG = """\
+INFO 12-11 00:06:40 [utils.py:253] non-default args: {'model': 'Qwen/Qwen3-8B', 'max_num_seqs': 128}
+(EngineCore_DP0 pid=2412130) INFO 12-11 00:06:53 [kv_cache_utils.py:1286] GPU KV cache size: 686,320 tokens
+(EngineCore_DP0 pid=2412130) INFO 12-11 00:06:54 [kv_cache_utils.py:1291] Maximum concurrency for 100,000 tokens per request: 6.86x
+"""
+
+
+def test_ingest_takes_the_caps_from_the_server_log_flags_or_sidecar(tmp_path, capsys):
+    from pathlib import Path
+
+    from bayesspec.cli import main
+    from bayesspec.data import read_tidy
+
+    report = Path(__file__).parent / "fixtures" / "ingest" / "guidellm_v1.json"
+    log = tmp_path / "vllm.log"
+    log.write_text(VLLM_LOG)
+    out = tmp_path / "rows.csv"
+    assert main(["ingest", str(report), "--server-log", str(log), "-o", str(out)]) == 0
+    data = read_tidy(out)
+    assert data["max_num_seqs"].tolist() == [128] * len(data)
+    assert data["kv_cache_tokens"].tolist() == [686320] * len(data)
+    # a flag that contradicts the log is refused, naming both
+    assert main(["ingest", str(report), "--server-log", str(log), "--max-num-seqs", "64",
+                 "-o", str(tmp_path / "x.csv")]) == 2
+    assert "max_num_seqs 128" in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()
+    # a log without the lines says what it looked for
+    other = tmp_path / "other.log"
+    other.write_text("INFO starting\n")
+    assert main(["ingest", str(report), "--server-log", str(other), "-o",
+                 str(tmp_path / "y.csv")]) == 2
+    assert "GPU KV cache size" in capsys.readouterr().err
+    # a sidecar key works like the flag
+    sidecar = tmp_path / "limits.meta.toml"
+    sidecar.write_text("max_num_seqs = 48\n")
+    assert main(["ingest", str(report), "--sidecar", str(sidecar), "-o",
+                 str(tmp_path / "z.csv")]) == 0
+    assert read_tidy(tmp_path / "z.csv")["max_num_seqs"].eq(48).all()
+
+
+def test_fit_says_once_where_the_cap_came_from_or_that_it_is_unknown(tmp_path, capsys,
+                                                                     mock_sampling):
+    from bayesspec.cli import main
+
+    path = tmp_path / "sweep.csv"
+    frame(max_num_seqs=16).to_csv(path, index=False)
+    assert main(["fit", str(path), "-o", str(tmp_path / "a.nc"), "--draws", "20",
+                 "--tune", "20", "--no-loo"]) in (0, 3)
+    said = capsys.readouterr().err
+    assert said.count("concurrency cap: 16 requests (max_num_seqs)") == 1
+    frame().to_csv(path, index=False)
+    assert main(["fit", str(path), "-o", str(tmp_path / "b.nc"), "--draws", "20",
+                 "--tune", "20", "--no-loo"]) in (0, 3)
+    said = capsys.readouterr().err
+    assert said.count("concurrency cap: unknown") == 1 and "--max-num-seqs" in said

@@ -18,6 +18,7 @@ import pandas as pd
 from ..data import (ENGINE_LIMIT_COLUMNS, assign_groups, concurrency_caps, group_label,
                     included)
 from ..errors import BadInput, FitFileError
+from ..laws import queue_wait_scale
 from ..fitfile import Fit, read_tree
 from ..prediction import ConfigurationLaw, Curve, Noise
 
@@ -43,16 +44,26 @@ def measurement_log_se(rows: pd.DataFrame) -> np.ndarray:
 
 
 def group_caps(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
-    """Per group, the engine's concurrency cap (``inf`` when unknown) and which limit sets
-    it (:func:`bayesspec.data.concurrency_caps`; one value per group, checked on read)."""
+    """Per group, the engine's concurrency cap (``inf`` when unknown), which limit sets it
+    (:func:`bayesspec.data.concurrency_caps`; one value per group, checked on read), and
+    the slot queue's wait scale (:func:`bayesspec.laws.queue_wait_scale`) from the spread
+    of request times at the group's lightest load, where a request's latency is its time
+    in the batch (1 when the file has no spread)."""
     caps, sources = concurrency_caps(rows)
+    rps = rows["rps"].to_numpy(float)
+    spread = (pd.to_numeric(rows["latency_std_s"], errors="coerce").to_numpy(float)
+              / rows["latency_mean_s"].to_numpy(float)
+              if "latency_std_s" in rows.columns else np.full(len(rows), np.nan))
     cap = np.full(n_groups, np.inf)
     source = [""] * n_groups
+    wait = np.ones(n_groups)
     for g in range(n_groups):
         members = np.flatnonzero(group_index == g)
         if len(members):
             cap[g], source[g] = caps[members[0]], sources[members[0]]
-    return cap, source
+            lightest = members[np.argmin(rps[members])]
+            wait[g] = queue_wait_scale(spread[lightest])
+    return cap, source, wait
 
 
 def engine_limits(groups: pd.DataFrame, group: int, prefill=np.nan, decode=np.nan) -> dict:
@@ -70,12 +81,13 @@ def engine_limits(groups: pd.DataFrame, group: int, prefill=np.nan, decode=np.na
     return {**limits, "prefill": number(prefill), "decode": number(decode)}
 
 
-def fitted_cap(groups: pd.DataFrame, group: int) -> float | None:
-    """A fitted group's concurrency cap, None when the fit knew none (eq. (1) alone)."""
-    if "cap" not in groups.columns:
-        return None
-    value = float(groups["cap"].iloc[group])
-    return value if np.isfinite(value) else None
+def fitted_cap(groups: pd.DataFrame, group: int) -> dict:
+    """A fitted group's concurrency cap as :class:`~bayesspec.prediction.Curve` takes it
+    (``cap``, ``wait_scale``); {} when the fit knew none (eq. (1) alone)."""
+    if "cap" not in groups.columns or not np.isfinite(float(groups["cap"].iloc[group])):
+        return {}
+    wait = float(groups["wait_scale"].iloc[group]) if "wait_scale" in groups.columns else 1.0
+    return {"cap": float(groups["cap"].iloc[group]), "wait_scale": wait}
 
 
 def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
@@ -115,8 +127,10 @@ class LatencyModel:
     # sweep otherwise give a rare divergence; models with more curvature raise it.
     target_accept: float = 0.9
     # A higher target to sample again at when the model's own gives divergent transitions
-    # (inference.sample_compiled); None: no second try.
-    retry_target_accept: float | None = None
+    # (inference.sample_compiled); None: no second try. A smaller step reaches the steep
+    # top of a sweep (near eq. (1)'s pole or the engine's ceiling) that the first did not;
+    # most fits never need it, and a retried fit says so in its verdict.
+    retry_target_accept: float | None = 0.99
     # nutpie mass-matrix adaptation ("diag" or "low_rank"), chosen by measurement.
     adaptation: str = "diag"
     # Chain starts ("jitter" or "optimised", see inference.optimised_starts).
@@ -172,7 +186,8 @@ class LatencyModel:
         groups["rps_max"] = rps_max
         groups["latency_low"] = latency_low
         groups["n_points"] = np.bincount(group_index, minlength=len(groups))
-        groups["cap"], groups["cap_source"] = group_caps(rows, group_index, len(groups))
+        groups["cap"], groups["cap_source"], groups["wait_scale"] = group_caps(
+            rows, group_index, len(groups))
         for column in ENGINE_LIMIT_COLUMNS:
             if column in rows.columns:
                 values = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
@@ -208,6 +223,7 @@ class LatencyModel:
             has_cap = np.isfinite(caps)
             arrays["cap"] = (np.where(has_cap, caps, 1.0), "group")
             arrays["has_cap"] = (has_cap.astype(float), "group")
+            arrays["wait_scale"] = (inputs.groups["wait_scale"].to_numpy(float), "group")
         return arrays
 
     def add_data(self, inputs: ModelInputs) -> dict:
@@ -331,7 +347,7 @@ class LatencyModel:
         """One fitted group's mean-latency curve (eq. 1 from its C1, C2)."""
         curve = Curve(fit.draws("C1", group), fit.draws("C2", group),
                       label=str(fit.groups["label"].iloc[group]), noise=self.noise(fit),
-                      cap=fitted_cap(fit.groups, group))
+                      **fitted_cap(fit.groups, group))
         curve.rps_fitted_max = float(fit.groups["rps_max"].iloc[group])
         return curve
 

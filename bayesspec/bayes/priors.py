@@ -175,10 +175,12 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
         # latency and its sensitivity to the rate follow the slot queue.
         point_c1, point_cap = c1[group_index], data["cap"][group_index]
         has_cap = data["has_cap"][group_index] > 0
+        point_wait = data["wait_scale"][group_index]
 
         def capped(at):
             return pt.where(has_cap,
                             slot_queue_latency_expr(at, point_c1, c2_point, point_cap, xp=pt,
+                                                    wait_scale=point_wait,
                                                     soft_margin=CAP_MARGIN),
                             latency_expr(at, point_c1, c2_point))
 

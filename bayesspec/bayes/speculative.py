@@ -629,7 +629,7 @@ class SpeculativeLatencyModel(LatencyModel):
         if not np.isnan(c1_dense).all():
             if split is None:
                 dense = Curve(c1_dense, c2_dense, label=f"{label} dense", noise=noise,
-                              cap=fitted_cap(groups, dense_group) if dense_group >= 0 else None)
+                              **(fitted_cap(groups, dense_group) if dense_group >= 0 else {}))
             else:
                 s1 = fit.draws("share_C1s_dense", setup=s)
                 s2 = fit.draws("share_C2s_dense", setup=s)
@@ -646,6 +646,8 @@ class SpeculativeLatencyModel(LatencyModel):
                     for g in sd_groups]
         limits = (engine_limits(groups, int(sd_groups[0]), setup.get("prefill_tokens"),
                                 setup.get("decode_tokens")) if len(sd_groups) else {})
+        if limits and "wait_scale" in groups.columns:
+            limits["wait_scale"] = float(groups["wait_scale"].iloc[int(sd_groups[0])])
         return CoefficientLaw(label, dense, {n: fit.draws(n, setup=s) for n in COEFFICIENTS},
                               float(setup["decode_tokens"]), moe=split, noise=noise,
                               engine_limits=limits, measured_configurations=measured,
