@@ -318,6 +318,14 @@ def loo_summary(fit) -> dict:
     return out
 
 
+def _pareto_k(az, tree) -> np.ndarray:
+    """PSIS's Pareto k of every point of a fit (empty when PSIS cannot run on it)."""
+    try:
+        return np.asarray(az.loo(tree, var_name="log_latency").pareto_k, float).ravel()
+    except Exception:  # noqa: BLE001 - the comparison stands; only its warning is lost
+        return np.array([])
+
+
 def compare_models(fits: dict) -> dict:
     """az.compare of fits of the same data by PSIS-LOO (names -> Fit)."""
     import warnings
@@ -339,8 +347,7 @@ def compare_models(fits: dict) -> dict:
         warnings.simplefilter("ignore")
         table = az.compare(trees, var_name="log_latency")
         # ArviZ 1's table has no warning column: each fit's Pareto k, counted here.
-        high_k = {name: np.asarray(az.loo(tree, var_name="log_latency").pareto_k).ravel()
-                  for name, tree in trees.items()}
+        high_k = {name: _pareto_k(az, tree) for name, tree in trees.items()}
     rows = []
     for name, row in table.iterrows():
         k = high_k[name]
