@@ -36,7 +36,7 @@ DESIGN_DEFAULTS: dict[str, object] = {
 }
 
 STRING_COLUMNS = ("verifier", "drafter", "gpu", "engine", "engine_version", "method",
-                  "source", "strategy")
+                  "source", "strategy", "run")
 INTEGER_COLUMNS = ("k", "prefill_tokens", "decode_tokens", "n_requests", "num_drafts",
                    "draft_tokens", "accepted_tokens", "experts_active", "experts_total")
 POSITIVE_FLOAT_COLUMNS = ("rps", "latency_mean_s")
@@ -57,7 +57,9 @@ KNOWN_COLUMNS = tuple(dict.fromkeys(
 
 # Columns that, when present, split the data into separately fitted groups.
 GROUP_COLUMNS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens")
-EXTRA_GROUP_COLUMNS = ("gpu", "engine", "engine_version", "method")
+# ``run``: repeated load tests of one configuration (each its own curve; `compare` gives
+# them a run-level effect, so run-to-run drift is not read as a version effect).
+EXTRA_GROUP_COLUMNS = ("gpu", "engine", "engine_version", "method", "run")
 
 # An achieved rate this far below the target rate means the server could not keep up.
 SHORTFALL_FRACTION = 0.90
