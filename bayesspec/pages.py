@@ -39,8 +39,10 @@ from .outputs import write_text_atomic
 from .uncertainty import DEFAULT_PROB
 
 TEMPLATES = Path(__file__).with_name("templates")
-#: Setups of one fit drawn as figures (the key numbers cover all of them).
+#: Setups of one fit drawn as figures, and answered on the page at all (a hierarchical
+#: fit may hold a hundred; the commands on the page answer the rest).
 MAX_FIGURE_SETUPS = 3
+MAX_SETUPS = 6
 #: Rates at which decisions are read, from a twelfth of the highest measured rate to it.
 DECISION_RATES = 12
 #: Alphas of a speculative setup whose k* is written out (the fitted ones, spread).
@@ -445,8 +447,10 @@ def _misfit(section: _Section, fit, path: str, prob: float, draw: bool) -> dict:
 
     try:
         check = misfit.predictive_check(fit, prob=prob)
-    except BadInput as error:
-        return {"verdict": f"predictive check not available for this fit: {error}",
+    except (BadInput, ValueError) as error:
+        # e.g. PSIS on a posterior too degenerate to smooth (an unmixed fit): the page
+        # still says everything else, and says the check could not be made
+        return {"verdict": f"the predictive check could not be made on this fit ({error})",
                 "flagged": [], "inside": ""}
     points = check.pop("_points")
     section.commands.append(f"bayesspec check {shlex.quote(path)} --ppc")
@@ -548,7 +552,14 @@ def fit_section(fit, path: str, *, prob: float = DEFAULT_PROB, slo_targets: dict
     verdict = fit.diagnostics
     selections = _selections(fit)
     has_metrics = bool(fit.model().metrics(fit))
-    for number_, selection in enumerate(selections):
+    has_sd = bool((fit.groups["k"].to_numpy(int) > 0).any())
+    if not has_sd and not (slo_targets and has_metrics):
+        selections = []         # nothing to decide between: the costs say it all
+    if len(selections) > MAX_SETUPS:
+        section.notes.append(f"the fit holds {len(selections)} setups; this page answers the "
+                             f"first {MAX_SETUPS} (the same commands with other group "
+                             "options answer the rest)")
+    for number_, selection in enumerate(selections[:MAX_SETUPS]):
         draw = number_ < MAX_FIGURE_SETUPS
         try:
             law = fit.law(selection)

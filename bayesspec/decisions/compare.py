@@ -248,7 +248,8 @@ def _settle(entries: list[dict], logs: list[np.ndarray], requests: float | None,
     per_rate = []
     for entry, log_ratio in zip(entries, logs):
         factor, towards = _requests_factor(log_ratio, rope)
-        per_rate.append({"rps": entry["rps"], "towards": towards,
+        per_rate.append({"rps": entry["rps"], "fraction": entry.get("fraction"),
+                         "where": _where(entry), "towards": towards,
                          "factor": None if not math.isfinite(factor) else factor,
                          "more_requests_per_point": (None if requests is None
                                                      or not math.isfinite(factor)
@@ -258,15 +259,15 @@ def _settle(entries: list[dict], logs: list[np.ndarray], requests: float | None,
                and p["factor"] is not None]
     if leaning:
         best = min(leaning, key=lambda p: p["factor"])
-        towards, factor, rates = best["towards"], best["factor"], [best["rps"]]
+        towards, factor, rates = best["towards"], best["factor"], [best["where"]]
     else:
         inside = [p for p in per_rate if p["towards"] == "no change"]
         factors = [p["factor"] for p in inside]
         if not inside or any(f is None for f in factors):
-            towards, factor, rates = "no change", None, [p["rps"] for p in inside]
+            towards, factor, rates = "no change", None, [p["where"] for p in inside]
         else:
             worst = max(inside, key=lambda p: p["factor"])
-            towards, factor, rates = "no change", worst["factor"], [worst["rps"]]
+            towards, factor, rates = "no change", worst["factor"], [worst["where"]]
     unsettleable = factor is None or factor > _MAX_FACTOR
     more = (None if requests is None or factor is None
             else int(math.ceil(requests * (factor - 1))))
@@ -278,14 +279,13 @@ def _settle(entries: list[dict], logs: list[np.ndarray], requests: float | None,
         per_point = (f"about {more} more requests per load point ({factor:.1f}x the "
                      f"{requests:.0f} now)" if more is not None
                      else f"about {factor:.1f}x the requests per load point")
-        where = ("at every rate of the shared range (the widest: "
-                 f"{rates[0]:.4g} RPS)" if towards == "no change"
-                 else f"near {rates[0]:.4g} RPS")
+        where = (f"at every rate of the shared range (the widest: {rates[0]})"
+                 if towards == "no change" else f"near {rates[0]}")
         text = (f"{per_point}, in both A and B, {where}, would likely settle it as "
                 f"'{towards}' (from the posterior's own width, which narrows as "
                 "1/sqrt(requests))")
     return {"towards": towards, "factor": factor, "more_requests_per_point": more,
-            "requests_per_point": requests, "rates": rates, "per_rate": per_rate,
+            "requests_per_point": requests, "where": rates, "per_rate": per_rate,
             "settleable": not unsettleable, "text": text, "source": "posterior width"}
 
 
