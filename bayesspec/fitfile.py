@@ -280,9 +280,10 @@ class Fit:
         law = self.law(selection)
         if ks is None:
             ks = sorted({int(k) for k in self.groups["k"] if int(k) > 0}) or [1, 2, 4]
-        top = rps_max if rps_max is not None else law.rps_measured_max
+        measured = law.measured(alpha, ks[0])["rps_fitted_max"]
+        top = rps_max if rps_max is not None else fitted_top(law)
         return speedup_bands_plot(law, alpha, ks, rps_max=top, prob=prob,
-                                  rps_measured_max=law.rps_measured_max)
+                                  rps_measured_max=measured)
 
     def plot_kstar(self, alphas=None, rps=None, **selection):
         """The best draft length k* over acceptance and rate (matplotlib Figure; needs
@@ -293,7 +294,7 @@ class Fit:
         law = self.law(selection)
         alphas = np.round(np.arange(0.5, 0.951, 0.05), 2) if alphas is None else alphas
         if rps is None:
-            top = law.rps_measured_max
+            top = fitted_top(law)
             rps = np.linspace(top / 24, top, 24)
         return kstar_map_plot(kstar_table(law, alphas, rps))
 
@@ -307,7 +308,7 @@ class Fit:
         mean_law = self.law(selection)
         laws = {metric: self.law(selection, metric=metric) for metric in targets}
         if rps is None:
-            top = mean_law.rps_measured_max
+            top = fitted_top(mean_law)
             rps = np.linspace(top / 12, top, 12)
         document = slo_decision(laws, mean_law, targets, rps, slo_prob=slo_prob, prob=prob)
         return slo_plot(laws, document, fit=self, prob=prob)
@@ -343,6 +344,14 @@ class Fit:
         shown = "; ".join(groups.loc[mask, _label].tolist()[:6])
         raise BadInput(f"{len(matches)} fitted groups match ({shown}{' ...' if len(matches) > 6 else ''});"
                        f" choose one with " + " ".join(f"--{o}" for o in varying))
+
+
+def fitted_top(law) -> float:
+    """The highest rate a setup's curves were fitted up to (else its dense ceiling)."""
+    tops = [law.measured(None, 0)["rps_fitted_max"]]
+    tops += [c.rps_fitted_max for c in law.measured_configurations]
+    tops = [t for t in tops if np.isfinite(t)]
+    return float(max(tops)) if tops else float(np.median(law.dense.ceiling))
 
 
 def _matches(column: pd.Series, value) -> np.ndarray:

@@ -14,11 +14,10 @@ reproduce it.
 The HTML page carries its figures inline (base64 PNG) and fetches nothing; the Markdown
 writes its figures beside it (``NAME-figures/``).
 
-Measure next: when ``bayesspec.planning`` can be imported and has ``plan(fit, question,
-**options)`` returning the CONTRACT ``plan`` document (``settled``, ``next`` points), the
-page lists its top points for the question the page answers (``kstar`` for a
-speculative fit, ``crossover`` for a fitted configuration, ``slo`` with targets,
-``ceiling`` otherwise). Without it the section is left out.
+Measure next: when the planner (:mod:`bayesspec.planning`) is installed, the page lists
+its top points (``question_from_fit`` then ``plan``) for the question the page answers:
+``slo`` with targets, ``kstar`` for a speculative fit, ``crossover`` for a fitted
+configuration, ``ceiling`` otherwise. Without it the section is left out.
 """
 
 from __future__ import annotations
@@ -139,11 +138,12 @@ def _option_text(selection: dict) -> str:
 
 
 def _rates(law) -> np.ndarray:
-    """Decision rates: a twelfth of the highest measured rate up to it (the dense
-    saturation rate's median when the data do not say)."""
-    top = law.rps_measured_max
-    if not np.isfinite(top):
-        top = float(np.median(1.0 / law.dense.saturation_cost))
+    """Decision rates: a twelfth of the highest fitted rate of the setup up to it (the
+    dense ceiling's median when the data do not say). Answers above what a
+    configuration's own curves were fitted on are marked by the decision documents."""
+    from .fitfile import fitted_top
+
+    top = fitted_top(law)
     return np.round(np.linspace(top / DECISION_RATES, top, DECISION_RATES), 4)
 
 
@@ -197,7 +197,6 @@ def _coefficient_setup(section: _Section, fit, path: str, selection: dict, law,
     rates = _rates(law)
     alphas = _fitted_alphas(fit, selection) or [0.8]
     kstar = kstar_table(law, alphas, rates, prob=prob)
-    ceiling = law.rps_measured_max
     parts, key_rows, cross_rows = [], [], []
     options = _option_text(selection)
     for alpha in alphas:
@@ -207,11 +206,15 @@ def _coefficient_setup(section: _Section, fit, path: str, selection: dict, law,
         for i, (k, first, last, members) in enumerate(segments):
             sure = min(r["p_best"] for r in members)
             if len(segments) == 1:
-                span = f"at every rate up to the highest measured, {number(last)} RPS"
+                span = f"at every rate up to {number(last)} RPS"
             elif i < len(segments) - 1:
                 span = f"up to {number(last)} RPS"
             else:
                 span = f"above that, up to {number(last)} RPS"
+            beyond = [r["rps"] for r in members if r["extrapolated"]]
+            if beyond:
+                span += (f" (from {number(beyond[0])} RPS above the rates its curves were "
+                         "fitted on, or outside the measured alpha and k: extrapolated)")
             words.append(f"{_k_name(k)} {span} (P(best) >= {sure:.2f})")
         sentence = f"at alpha {alpha:g}: run " + ", then ".join(words)
         first_k = rows[0]["k"]
@@ -228,10 +231,13 @@ def _coefficient_setup(section: _Section, fit, path: str, selection: dict, law,
                 if star["extrapolated"]:
                     section.extrapolated.append(
                         f"{law.label}: RPS* of k = {first_k} at alpha {alpha:g} "
-                        f"({interval(star['rps_star'])}) lies above the highest measured "
-                        f"rate {number(ceiling)} RPS (P beyond it "
-                        f"{star['p_beyond_measured']:.2f}): it is read off the fitted law, "
-                        "not seen in the data; measure up to it before relying on it.")
+                        f"({interval(star['rps_star'])}) is read off the fitted law, not seen "
+                        "in the data: "
+                        + ("; ".join(star["measured"]["design_notes"])
+                           or f"above {number(star['rps_measured_max'])} RPS, the highest "
+                              f"rate both curves were fitted on (P beyond it "
+                              f"{star['p_beyond_measured']:.2f})")
+                        + "; measure up to it before relying on it.")
         parts.append(sentence)
         for row in rows[::2]:
             key_rows.append([f"{alpha:g}", f"{number(row['rps'])}"
@@ -270,9 +276,10 @@ def _coefficient_setup(section: _Section, fit, path: str, selection: dict, law,
     ks = sorted({1, 2, 4} | ({middle} if middle else set()) | set(measured_ks) - {0})
     section.figure("speedup", f"{law.label}: speedup over dense decoding at alpha {alpha:g} "
                    f"({prob:.0%} bands)",
-                   lambda: speedup_bands_plot(law, alpha, ks, rps_max=float(rates[-1]),
-                                              prob=prob, recommended_k=middle,
-                                              rps_measured_max=ceiling))
+                   lambda: speedup_bands_plot(
+                       law, alpha, ks, rps_max=float(rates[-1]), prob=prob,
+                       recommended_k=middle,
+                       rps_measured_max=law.measured(alpha, middle or ks[0])["rps_fitted_max"]))
     grid_alphas = np.round(np.arange(0.5, 0.951, 0.05), 2)
     grid_rates = np.round(np.linspace(rates[-1] / 24, rates[-1], 24), 4)
     section.figure("kstar", f"{law.label}: k* map over acceptance and rate",
@@ -286,7 +293,6 @@ def _configuration_setup(section: _Section, fit, path: str, selection: dict, law
     from .decisions import crossover, speedup_curve
 
     rates = _rates(law)
-    ceiling = law.rps_measured_max
     options = _option_text(selection)
     parts, rows = [], []
     configurations = sorted(law.configurations,
@@ -304,8 +310,8 @@ def _configuration_setup(section: _Section, fit, path: str, selection: dict, law
             if star["extrapolated"]:
                 section.extrapolated.append(
                     f"{law.label}: RPS* of {name} ({interval(star['rps_star'])}) lies above "
-                    f"the highest measured rate {number(ceiling)} RPS: read off the fitted "
-                    "law.")
+                    f"{number(star['rps_measured_max'])} RPS, the highest rate both its "
+                    "curves were fitted on: read off the fitted law.")
         else:
             text = (f"{name}: speedup {interval(low['speedup'])} at {number(low['rps'])} RPS,"
                     f" {interval(high['speedup'])} at {number(high['rps'])} RPS, no crossover "
@@ -326,8 +332,9 @@ def _configuration_setup(section: _Section, fit, path: str, selection: dict, law
                                      ["configuration", "RPS", "speedup [interval]",
                                       "P(SD slower)", "RPS*"], rows))
         alpha, k = configurations[0]
-        section.questions.append(("crossover", {"alpha": alpha, "k": k,
-                                                "selection": selection}))
+        if alpha is not None:
+            section.questions.append(("crossover", {"alpha": alpha, "k": k,
+                                                    "selection": selection}))
     if draw and configurations:
         from .plots import speedup_bands_plot
 
@@ -338,9 +345,10 @@ def _configuration_setup(section: _Section, fit, path: str, selection: dict, law
         a = math.nan if alpha is None else alpha
         section.figure("speedup", f"{law.label}: speedup of the fitted configurations"
                        + ("" if alpha is None else f" at alpha {alpha:g}"),
-                       lambda: speedup_bands_plot(law, a, by_alpha[alpha],
-                                                  rps_max=float(rates[-1]), prob=prob,
-                                                  rps_measured_max=ceiling))
+                       lambda: speedup_bands_plot(
+                           law, a, by_alpha[alpha], rps_max=float(rates[-1]), prob=prob,
+                           rps_measured_max=law.measured(a, by_alpha[alpha][0])[
+                               "rps_fitted_max"]))
 
 
 def _slo_setup(section: _Section, fit, path: str, selection: dict, law, targets: dict,
@@ -381,7 +389,8 @@ def _slo_setup(section: _Section, fit, path: str, selection: dict, law, targets:
                 f"{law.label}: {entry['configuration']} meets the SLO up to "
                 f"{number(entry['rps_meeting_slo'])} RPS, above the highest "
                 + ("measured" if entry["extrapolated"] else "unsaturated fitted")
-                + f" rate ({number(entry['rps_fitted_max'] or law.rps_measured_max)} RPS): "
+                + f" rate ({number(entry['rps_fitted_max'] or document['rps_measured_max'])}"
+                " RPS): "
                 "the law's extrapolation, whose interval is too narrow there.")
     section.tables.append(_table(f"{law.label}: goodput under the SLO ({slo})",
                                  ["configuration", "goodput RPS [interval]",
@@ -391,7 +400,7 @@ def _slo_setup(section: _Section, fit, path: str, selection: dict, law, targets:
     flags = " ".join(f"--target {m}={t:g}" for m, t in targets.items())
     section.commands.append(f"bayesspec slo {shlex.quote(path)} {flags} --slo-prob "
                             f"{slo_prob:g} {_option_text(selection)}".strip())
-    section.questions.append(("slo", {"targets": dict(targets), "selection": selection}))
+    section.questions.insert(0, ("slo", {"targets": dict(targets), "selection": selection}))
     if draw:
         from .plots import slo_plot
 
@@ -407,7 +416,8 @@ def _dense_groups(section: _Section, fit, prob: float) -> None:
     parts = []
     for entry in document["groups"][:6]:
         parts.append(f"{entry['label']}: {interval(entry['C1'])} s at batch 1, saturating "
-                     f"at {interval(entry['saturation_rps'])} RPS (highest measured "
+                     f"at {interval(entry['saturation_rps'])} RPS (fitted up to "
+                     f"{number(entry.get('rps_fitted_max'))}, measured up to "
                      f"{number(entry['rps_measured_max'])})")
     more = len(document["groups"]) - 6
     section.decision.append("Mean latency follows L = C1/(1 - RPS*C2): " + "; ".join(parts)
@@ -422,21 +432,26 @@ def _groups_table(fit, prob: float) -> tuple[dict, list[str]]:
     document = summary_document(fit, prob=prob)
     rows, beyond = [], []
     for entry in document["groups"]:
-        ceiling = entry.get("rps_measured_max")
+        fitted = entry.get("rps_fitted_max")
         saturation = entry["saturation_rps"]
         rows.append([entry["label"], interval(entry["C1"]), interval(entry["C2"]),
-                     interval(saturation), number(ceiling)])
-        if (saturation.get("median") is not None and ceiling is not None
-                and np.isfinite(ceiling) and saturation["median"] > ceiling):
+                     interval(saturation), number(fitted),
+                     number(entry.get("rps_measured_max"))])
+        if (saturation.get("median") is not None and fitted is not None
+                and np.isfinite(fitted) and saturation["median"] > fitted):
             beyond.append(entry["label"])
     table = _table("Fitted costs per group", ["group", "C1 (s)", "C2 (s/request)",
-                                              "saturation RPS 1/C2", "highest measured RPS"],
+                                              "ceiling RPS", "highest fitted RPS",
+                                              "highest measured RPS"],
                    rows, "C1: latency on an idle server (batch 1); C2: what each concurrent "
-                         "request adds; 1/C2: the rate at which latency diverges.")
+                         "request adds; ceiling: the rate at which latency diverges (1/C2, "
+                         "or the engine cap's throughput when the cap is known); fitted: "
+                         "the highest rate in the likelihood; measured: the highest the data "
+                         "reached, set-aside points included.")
     notes = []
     if beyond:
-        notes.append(f"The saturation rate 1/C2 lies above the highest measured rate in "
-                     f"{len(beyond)} of {len(rows)} groups ({', '.join(beyond[:3])}"
+        notes.append(f"The ceiling lies above the highest fitted rate in {len(beyond)} of "
+                     f"{len(rows)} groups ({', '.join(beyond[:3])}"
                      f"{' ...' if len(beyond) > 3 else ''}): where latency diverges is read "
                      "off the law, not seen; a throughput run shows the real ceiling.")
     return table, notes
@@ -523,26 +538,39 @@ def _refit_command(fit, path: str) -> str | None:
 
 
 def _measure_next(fit, questions: list[tuple[str, dict]]) -> dict | None:
-    """The planner's top points for the page's first question, when the planner
-    (``bayesspec.planning.plan``) is installed; None without it."""
+    """The planner's top points (:mod:`bayesspec.planning`) for the page's first
+    question; None when the planner is not installed."""
     if importlib.util.find_spec(f"{__package__}.planning") is None:
         return None
-    from importlib import import_module
+    from . import planning
 
-    planner = getattr(import_module(f"{__package__}.planning"), "plan", None)
-    if planner is None:
-        return None
     question, options = questions[0] if questions else ("ceiling", {})
-    options = {k: v for k, v in options.items() if v is not None}
+    options = dict(options)
     try:
-        document = planner(fit, question, **options)
-    except (BadInput, TypeError, ValueError) as error:
+        asked = planning.question_from_fit(fit, question,
+                                           selection=options.pop("selection", None),
+                                           **options)
+        result = planning.plan(asked, top=5)
+    except (BadInput, ValueError) as error:
         return {"question": question, "error": str(error), "next": [], "commands": []}
-    return {"question": document.get("question", question),
-            "settled": document.get("settled"),
-            "expected_loss": document.get("expected_loss"),
-            "next": list(document.get("next", []))[:5],
-            "commands": list(document.get("commands", []))[:4]}
+    entries = [candidate.document() for candidate in result["next"]]
+    data = fit.data
+
+    def tokens(column: str) -> int:
+        values = data[column].dropna() if column in data.columns else []
+        return int(np.median(values)) if len(values) else 512
+
+    model = str(data["verifier"].iloc[0]) if "verifier" in data.columns else "model"
+    commands = []
+    for entry in entries[:1]:
+        lines = planning.command_lines(entry, target="http://localhost:8000", model=model,
+                                       prefill=tokens("prefill_tokens"),
+                                       decode=tokens("decode_tokens"),
+                                       version=planning.guidellm_version())
+        commands += [lines["guidellm"], lines["vllm"], lines["ingest"]]
+    return {"question": question, "settled": result["settled"],
+            "expected_loss": result["expected_loss"], "next": entries,
+            "commands": commands}
 
 
 def fit_section(fit, path: str, *, prob: float = DEFAULT_PROB, slo_targets: dict | None = None,
