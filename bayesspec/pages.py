@@ -211,10 +211,12 @@ def _coefficient_setup(section: _Section, fit, path: str, selection: dict, law,
                 span = f"up to {number(last)} RPS"
             else:
                 span = f"above that, up to {number(last)} RPS"
-            beyond = [r["rps"] for r in members if r["extrapolated"]]
-            if beyond:
-                span += (f" (from {number(beyond[0])} RPS above the rates its curves were "
-                         "fitted on, or outside the measured alpha and k: extrapolated)")
+            beyond = [r for r in members if r["extrapolated"]]
+            if beyond and beyond[0].get("design_notes"):
+                span += f" (extrapolated: {beyond[0]['design_notes'][0]})"
+            elif beyond:
+                span += (f" (extrapolated from {number(beyond[0]['rps'])} RPS: above the "
+                         "rates its curves were fitted on)")
             words.append(f"{_k_name(k)} {span} (P(best) >= {sure:.2f})")
         sentence = f"at alpha {alpha:g}: run " + ", then ".join(words)
         first_k = rows[0]["k"]
@@ -568,9 +570,17 @@ def _measure_next(fit, questions: list[tuple[str, dict]]) -> dict | None:
                                        decode=tokens("decode_tokens"),
                                        version=planning.guidellm_version())
         commands += [lines["guidellm"], lines["vllm"], lines["ingest"]]
+    words = [f"bayesspec plan {{path}} --question {question}"]
+    for key in ("alpha", "k"):
+        if options.get(key) is not None:
+            words.append(f"--{key} {options[key]:g}")
+    if options.get("rps") is not None:
+        words.append("--rps " + ",".join(number(r, 4) for r in options["rps"]))
+    for metric, target in (options.get("targets") or {}).items():
+        words.append(f"--target {metric}={target:g}")
     return {"question": question, "settled": result["settled"],
             "expected_loss": result["expected_loss"], "next": entries,
-            "commands": commands}
+            "commands": commands, "command": " ".join(words)}
 
 
 def fit_section(fit, path: str, *, prob: float = DEFAULT_PROB, slo_targets: dict | None = None,
@@ -615,6 +625,9 @@ def fit_section(fit, path: str, *, prob: float = DEFAULT_PROB, slo_targets: dict
     refit = _refit_command(fit, path)
     commands = ([refit] if refit else []) + [f"bayesspec summary {shlex.quote(path)}"]
     commands += list(dict.fromkeys(section.commands))
+    measure_next = _measure_next(fit, section.questions)
+    if measure_next and measure_next.get("command"):
+        commands.append(measure_next["command"].replace("{path}", shlex.quote(path)))
     return {
         "path": path, "name": Path(path).name, "model": fit.model_name,
         "groups": len(fit.groups), "rows": len(fit.data),
@@ -626,7 +639,7 @@ def fit_section(fit, path: str, *, prob: float = DEFAULT_PROB, slo_targets: dict
         "decision": section.decision, "tables": section.tables,
         "figures": section.figures, "extrapolated": section.extrapolated,
         "misfit": misfit_part, "provenance": _provenance(fit, path),
-        "measure_next": _measure_next(fit, section.questions),
+        "measure_next": measure_next,
         "notes": section.notes, "commands": commands,
     }
 

@@ -518,3 +518,22 @@ def test_ci_script_records_a_baseline_then_gates(tmp_path):
     assert slower.returncode == 4, slower.stderr[-2000:]
     assert "**regressed**" in (tmp_path / "run3" / "compare.md").read_text()
     assert summary.read_text().count("Latency comparison") == 2
+
+
+def test_inconclusive_comparison_carries_the_planners_next_points(capsys, dense_fit_factory,
+                                                                 tmp_path):
+    a = _scaled(dense_fit_factory(seed=0), {}, sd=0.001, seed=1)
+    b = _scaled(a, {"C2": 1.015}, sd=0.02, seed=3)
+    paths = [tmp_path / "a.nc", tmp_path / "b.nc"]
+    a.save(paths[0])
+    b.save(paths[1])
+    assert main(["compare", str(paths[0]), str(paths[1]), "--json", "-o",
+                 str(tmp_path / "c.md")]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["outcome"] == "inconclusive"
+    planner = document["settle"]["planner"]
+    assert {"settled", "expected_loss", "next"} <= set(planner)
+    if planner["next"]:
+        assert {"rps", "requests", "minutes", "configuration"} <= set(planner["next"][0])
+        assert "the planner's next point" in document["outcome_text"]
+        assert "**Next load points**" in (tmp_path / "c.md").read_text()

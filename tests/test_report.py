@@ -13,8 +13,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import types
-from importlib.machinery import ModuleSpec
 from pathlib import Path
 
 import numpy as np
@@ -156,28 +154,30 @@ def test_tails_fit_page_has_the_slo(mock_sampling, tmp_path):
 
 def test_measure_next_shows_the_planner_when_it_is_there(dense_fit_factory, tmp_path,
                                                         monkeypatch):
+    import bayesspec.pages as pages
+
     fit = dense_fit_factory(n_groups=1)
     out = tmp_path / "r.md"
     write_report([fit], ["f.nc"], str(out))
-    assert "Measure next" not in out.read_text()
-    asked = {}
-
-    def plan(fit, question, **options):
-        asked.update(question=question, **options)
-        return {"question": question, "settled": False, "expected_loss": 0.1,
-                "next": [{"k": 0, "alpha": None, "rps": 7.5, "requests": 600,
-                          "minutes": 1.5, "value": 0.04}],
-                "commands": ["guidellm benchmark --rate 7.5"]}
-
-    planning = types.ModuleType("bayesspec.planning")
-    planning.plan = plan
-    planning.__spec__ = ModuleSpec("bayesspec.planning", None)
-    monkeypatch.setitem(sys.modules, "bayesspec.planning", planning)
-    write_report([fit], ["f.nc"], str(out))
     text = out.read_text()
-    assert "### Measure next" in text and "| 0 | None | 7.5 | 600 |" in text
-    assert "guidellm benchmark --rate 7.5" in text
-    assert asked["question"] == "ceiling"
+    assert "### Measure next" in text and "**f.nc: ceiling**" in text
+    assert "bayesspec plan f.nc --question ceiling" in text
+    # the planner's own answer, as `plan` gives it
+    from bayesspec.planning import plan, question_from_fit
+
+    expected = plan(question_from_fit(fit, "ceiling"), top=5)
+    if expected["settled"]:
+        assert "Settled: no more load points" in text
+    else:
+        first = expected["next"][0].document()
+        assert f"| {first['k']} | {first['alpha']} | {pages.number(first['rps'])} |" in text
+        assert "guidellm" in text
+    # without the planner the section is left out
+    real = pages.importlib.util.find_spec
+    monkeypatch.setattr(pages.importlib.util, "find_spec",
+                        lambda name, *a: None if name.endswith("planning") else real(name, *a))
+    write_report([fit], ["f.nc"], str(out))
+    assert "Measure next" not in out.read_text()
 
 
 # --------------------------------------------------------------------------------------

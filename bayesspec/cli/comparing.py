@@ -181,6 +181,8 @@ def run(args) -> int:
         document = compare_fits(*fits, **options)
         label_a, label_b = inputs
         document.update(a=label_a, b=label_b)
+        if document["outcome"] == "inconclusive":
+            _planner_settle(document, fits, args.rope)
     verdicts = [f.diagnostics for f in fits]
     finish(document, verdicts, args, what="a compared fit" if len(fits) > 1 else "posterior")
     if args.plot:
@@ -202,6 +204,32 @@ def run(args) -> int:
         if key in document:
             print(f"{key}: {document[key]}")
     return code
+
+
+def _planner_settle(document: dict, fits, rope: float) -> None:
+    """Add the planner's next load points (its `compare` question: the C1/C2 verdict of
+    the two fits) to an inconclusive comparison's ``settle``."""
+    from ..planning import plan, question_from_fit
+
+    try:
+        result = plan(question_from_fit(fits[0], "compare", other=fits[1], rope=rope), top=3)
+    except (BadInput, ValueError) as error:
+        log(f"note: the planner could not rank next points: {error}")
+        return
+    entries = [candidate.document() for candidate in result["next"]]
+    settle = document["settle"]
+    settle["planner"] = {"question": "compare (the C1/C2 verdict)",
+                         "settled": result["settled"],
+                         "expected_loss": result["expected_loss"], "next": entries}
+    if entries:
+        first = entries[0]
+        text = (f"; the planner's next point for the C1/C2 verdict: {first['requests']} "
+                f"requests at {first['rps']:.4g} RPS on {first['configuration']} "
+                f"({first['minutes']:.1f} min; `bayesspec plan {document['a']} "
+                f"{document['b']} --question compare` for more)")
+        settle["text"] += text
+        document["outcome_text"] = document["outcome_text"].replace(
+            settle["text"][:-len(text)], settle["text"])
 
 
 def _exit_code(args, document: dict, verdicts) -> int:
