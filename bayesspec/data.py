@@ -37,7 +37,7 @@ DESIGN_DEFAULTS: dict[str, object] = {
 }
 
 STRING_COLUMNS = ("verifier", "drafter", "gpu", "engine", "engine_version", "method",
-                  "source", "strategy", "saturation_reason")
+                  "source", "strategy", "run", "saturation_reason")
 # The engine's limits on what shares a batch (vLLM's names): the concurrency cap comes
 # from them (``concurrency_caps``).
 ENGINE_LIMIT_COLUMNS = ("max_num_seqs", "kv_cache_tokens", "max_num_batched_tokens")
@@ -62,7 +62,9 @@ KNOWN_COLUMNS = tuple(dict.fromkeys(
 
 # Columns that, when present, split the data into separately fitted groups.
 GROUP_COLUMNS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens")
-EXTRA_GROUP_COLUMNS = ("gpu", "engine", "engine_version", "method")
+# ``run``: repeated load tests of one configuration (each its own curve; `compare` gives
+# them a run-level effect, so run-to-run drift is not read as a version effect).
+EXTRA_GROUP_COLUMNS = ("gpu", "engine", "engine_version", "method", "run")
 
 # An achieved rate this far below the target rate means the server could not keep up.
 SHORTFALL_FRACTION = 0.90

@@ -55,6 +55,18 @@ def save_figure(figure, path: str | os.PathLike, *, dpi: int = 120) -> str:
     return str(path)
 
 
+def figure_png(figure, *, dpi: int = 100) -> bytes:
+    """A figure as PNG bytes (for pages that carry their figures inline), closed."""
+    import io
+
+    buffer = io.BytesIO()
+    try:
+        figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(figure)
+    return buffer.getvalue()
+
+
 def _quantiles(draws, prob=BAND_PROB):
     tail = (1 - prob) / 2
     with np.errstate(invalid="ignore"), warnings.catch_warnings():

@@ -435,6 +435,13 @@ class LatencyModel:
         raise BadInput("this fit is not a two-version fit; use compare A.nc B.nc or "
                        "compare DATA --by COLUMN")
 
+    def version_curves(self, fit) -> list[dict]:
+        """``compare --by``: per group measured in both versions, (label, curve A,
+        curve B, A's fitted rows, B's fitted rows); only models of two versions in one
+        fit answer."""
+        raise BadInput("this fit is not a two-version fit; use compare A.nc B.nc or "
+                       "compare DATA --by COLUMN")
+
     @classmethod
     def default_sbc_design(cls) -> pd.DataFrame:
         """A small design for ``bayesspec sbc`` without data: Qwen3-8B on H100 at
