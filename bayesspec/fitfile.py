@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
@@ -29,7 +30,8 @@ import xarray as xr
 from . import __version__
 from .data import row_group_labels
 from .errors import BadInput, FitFileError
-from .inference import convergence_verdict, dataset_to_frame, frame_to_dataset
+from .inference import (convergence_verdict, dataset_to_frame, frame_to_dataset,
+                        record_variable_diagnostics)
 from .outputs import atomic_path
 
 FIT_FORMAT = "1"
@@ -58,8 +60,7 @@ def read_tree(path: str | os.PathLike) -> xr.DataTree:
     if not path.exists():
         raise FitFileError("no such fit file", file=str(path))
     try:
-        tree = xr.open_datatree(path, engine="h5netcdf")
-        tree.load()
+        tree = _open_tree(path)
     except Exception as error:
         reason = str(error).splitlines()[0][:80] if str(error) else type(error).__name__
         raise FitFileError(f"not a readable fit file ({reason})", file=str(path)) from None
@@ -71,6 +72,38 @@ def read_tree(path: str | os.PathLike) -> xr.DataTree:
         raise FitFileError(f"fit format {attrs.get('bayesspec_fit_format')} is not "
                            f"supported by this bayesspec (format {FIT_FORMAT}); refit",
                            file=str(path))
+    return tree
+
+
+def _open_tree(path: Path) -> xr.DataTree:
+    """The file's tree, read whole. Reading, xarray asks of every text column whether it
+    is a dask array, and to ask it imports dask when dask is installed (a quarter of a
+    second, for numpy arrays read whole). Unless dask is loaded already, xarray is shown
+    dask as not installed while the file is read (``importlib.util.find_spec`` gives None
+    for a module set to None in sys.modules; xarray's memo of the answer is cleared
+    before and after). Should that ever fail, the file is read again the plain way."""
+    if "dask" not in sys.modules:
+        try:
+            from xarray.namedarray.utils import module_available
+
+            forget = module_available.cache_clear
+        except (ImportError, AttributeError):
+            forget = None
+        if forget is not None:
+            sys.modules["dask"] = None
+            forget()
+            try:
+                tree = xr.open_datatree(path, engine="h5netcdf")
+                tree.load()
+                return tree
+            except Exception:  # noqa: BLE001 - read again below, the plain way
+                pass
+            finally:
+                if sys.modules.get("dask", 0) is None:
+                    del sys.modules["dask"]
+                forget()
+    tree = xr.open_datatree(path, engine="h5netcdf")
+    tree.load()
     return tree
 
 
@@ -119,6 +152,9 @@ class Fit:
         folder = path.parent if str(path.parent) else Path(".")
         if not folder.is_dir():
             raise BadInput("output folder does not exist", file=str(path))
+        # the per-variable diagnostics go with the draws: answering from the file then
+        # reads the verdict instead of importing ArviZ to recompute it
+        record_variable_diagnostics(self.tree)
         with atomic_path(path) as temporary:
             self._writable_tree().to_netcdf(temporary, engine="h5netcdf")
         self.path = str(path)
@@ -185,7 +221,9 @@ class Fit:
     @cached_property
     def diagnostics(self) -> dict:
         """The convergence verdict (:func:`bayesspec.inference.convergence_verdict`):
-        decision quantities judged apart from the rest."""
+        decision quantities judged apart from the rest. The per-variable R-hat and ESS
+        are computed once and kept in the tree's attrs (saved with the fit)."""
+        record_variable_diagnostics(self.tree)
         return convergence_verdict(self.tree, self.model().decision_variables())
 
     # ---------------------------------------------------------------- predictions
