@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from datetime import datetime, timezone
 from functools import cached_property
 from pathlib import Path
@@ -76,32 +75,18 @@ def read_tree(path: str | os.PathLike) -> xr.DataTree:
 
 
 def _open_tree(path: Path) -> xr.DataTree:
-    """The file's tree, read whole. Reading, xarray asks of every text column whether it
-    is a dask array, and to ask it imports dask when dask is installed (a quarter of a
-    second, for numpy arrays read whole). Unless dask is loaded already, xarray is shown
-    dask as not installed while the file is read (``importlib.util.find_spec`` gives None
-    for a module set to None in sys.modules; xarray's memo of the answer is cleared
-    before and after). Should that ever fail, the file is read again the plain way."""
-    if "dask" not in sys.modules:
-        try:
-            from xarray.namedarray.utils import module_available
+    """The file's tree, read whole: with h5py directly (:mod:`bayesspec.netcdf_read`, the
+    same tree several times faster) when the file uses only what bayesspec writes, else
+    with xarray, whose errors then name what is wrong with the file."""
+    from .netcdf_read import read_datatree
 
-            forget = module_available.cache_clear
-        except (ImportError, AttributeError):
-            forget = None
-        if forget is not None:
-            sys.modules["dask"] = None
-            forget()
-            try:
-                tree = xr.open_datatree(path, engine="h5netcdf")
-                tree.load()
-                return tree
-            except Exception:  # noqa: BLE001 - read again below, the plain way
-                pass
-            finally:
-                if sys.modules.get("dask", 0) is None:
-                    del sys.modules["dask"]
-                forget()
+    try:
+        return read_datatree(path)
+    except Exception:  # noqa: BLE001 - xarray reads it, or says why it cannot
+        return _open_tree_with_xarray(path)
+
+
+def _open_tree_with_xarray(path: Path) -> xr.DataTree:
     tree = xr.open_datatree(path, engine="h5netcdf")
     tree.load()
     return tree

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -53,15 +54,19 @@ def load_average() -> str:
         return "n/a"
 
 
-def timed(command: list[str], cwd: Path, pythonpath: Path) -> float:
+def timed(command: list[str], cwd: Path, pythonpath: Path) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one run of ``command``: on a busy
+    machine the CPU time is what the run would take on an idle one, near enough."""
     env = dict(os.environ, PYTHONPATH=str(pythonpath))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 3):
         raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}\n"
                          f"{done.stderr[-2000:]}")
-    return seconds
+    return seconds, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def bayesspec(*arguments: str) -> list[str]:
@@ -87,7 +92,7 @@ def make_fits(folder: Path, with_slo: bool) -> dict:
         if (folder / output).exists():
             continue
         print(f"making {output}: bayesspec {' '.join(arguments)}", file=sys.stderr)
-        seconds[label] = round(timed(bayesspec(*arguments), folder, ROOT), 2)
+        seconds[label] = round(timed(bayesspec(*arguments), folder, ROOT)[0], 2)
     return seconds
 
 
@@ -128,26 +133,33 @@ def main(argv=None) -> int:
         commands.update({f"{name} @ {args.baseline_commit}": (bayesspec(*VERBS[name]), old_root)
                          for name in chosen})
     seconds = {name: [] for name in commands}
+    cpu = {name: [] for name in commands}
     for round_number in range(args.repeat):
         for name, (command, pythonpath) in commands.items():
-            seconds[name].append(timed(command, folder, pythonpath))
+            wall, used = timed(command, folder, pythonpath)
+            seconds[name].append(wall)
+            cpu[name].append(used)
         print(f"round {round_number + 1}/{args.repeat} done", file=sys.stderr)
     median = {name: statistics.median(values) for name, values in seconds.items()}
+    median_cpu = {name: statistics.median(values) for name, values in cpu.items()}
 
     rows = []
     for name in chosen:
         row = {"verb": name, "command": "bayesspec " + " ".join(VERBS[name]),
                "median_s": round(median[name], 3), "min_s": round(min(seconds[name]), 3),
+               "cpu_s": round(median_cpu[name], 3),
                "per_python": round(median[name] / median["python -c pass"], 2),
                "per_numpy_import": round(median[name] / median["import numpy"], 2)}
         old = f"{name} @ {args.baseline_commit}"
         if old in median:
             row["old_median_s"] = round(median[old], 3)
+            row["old_cpu_s"] = round(median_cpu[old], 3)
             row["old_over_new"] = round(median[old] / median[name], 2)
         rows.append(row)
     document = {"repeat": args.repeat, "load_average_before": load_before,
                 "load_average_after": load_average(), "fit_files_made_s": made,
                 "baselines_median_s": {n: round(median[n], 3) for n in BASELINES},
+                "baselines_cpu_s": {n: round(median_cpu[n], 3) for n in BASELINES},
                 "baseline_commit": args.baseline_commit, "verbs": rows, "workdir": str(folder)}
     if args.json:
         print(json.dumps(document, indent=2))
@@ -157,16 +169,18 @@ def main(argv=None) -> int:
     print(f"load average before {load_before}, after {document['load_average_after']}; "
           f"median of {args.repeat} runs each")
     for name in BASELINES:
-        print(f"  baseline {name:<24} {median[name]:6.2f} s")
-    header = f"  {'verb':<14} {'median s':>9} {'min s':>7} {'/python':>8} {'/numpy':>7}"
+        print(f"  baseline {name:<24} {median[name]:6.2f} s wall, {median_cpu[name]:5.2f} s CPU")
+    header = (f"  {'verb':<14} {'median s':>9} {'min s':>7} {'CPU s':>6} {'/python':>8} "
+              f"{'/numpy':>7}")
     if args.baseline_commit:
-        header += f" {'old s':>7} {'old/new':>8}"
+        header += f" {'old s':>7} {'old CPU':>8} {'old/new':>8}"
     print(header)
     for row in rows:
         line = (f"  {row['verb']:<14} {row['median_s']:9.2f} {row['min_s']:7.2f} "
-                f"{row['per_python']:8.1f} {row['per_numpy_import']:7.1f}")
+                f"{row['cpu_s']:6.2f} {row['per_python']:8.1f} {row['per_numpy_import']:7.1f}")
         if "old_median_s" in row:
-            line += f" {row['old_median_s']:7.2f} {row['old_over_new']:8.2f}"
+            line += (f" {row['old_median_s']:7.2f} {row['old_cpu_s']:8.2f} "
+                     f"{row['old_over_new']:8.2f}")
         print(line)
     return 0
 

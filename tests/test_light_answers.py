@@ -1,7 +1,8 @@
 """Answering from a saved fit is light: the answering verbs load none of PyMC, PyTensor,
 ArviZ, numba or matplotlib (checked in a fresh interpreter's ``sys.modules``, not timed:
 ``benchmarks/answer_speed.py`` times them), and the convergence verdict they read from
-the fit file is the one its draws give, in older files too.
+the fit file is the one its draws give, in older files too; fit files read with h5py are the
+trees xarray reads.
 
 Also the compile cache (:mod:`bayesspec.nutpie_cache`): its C callbacks give nutpie's
 log density and gradient, follow ``with_data``, and a second compile loads them from disk.
@@ -22,7 +23,9 @@ from bayesspec.data import prepare
 from bayesspec.synthetic import generate_sweeps, speculative_truth
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("pymc", "pytensor", "arviz", "numba", "matplotlib", "dask")
+# Not dask: xarray imports it for any indexing when it is installed (the test extras
+# install it; a user's `pip install bayesspec` does not).
+HEAVY = ("pymc", "pytensor", "arviz", "numba", "matplotlib")
 
 # Every verb is run in one fresh interpreter; what it imported is printed at the end.
 PROBE = """
@@ -192,3 +195,53 @@ def test_cached_callbacks_give_nutpies_density_follow_new_data_and_reload(truth_
     second = compile_pymc_model(pm_model)
     assert second.compiled_logp_func.cache_hits == 1
     assert np.isclose(density(second, x)[0], value, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------- reading fit files
+
+def assert_same_tree(fast, slow) -> None:
+    import xarray as xr
+
+    assert set(fast.groups) == set(slow.groups)
+    for group in slow.groups:
+        ours, theirs = fast[group].to_dataset(), slow[group].to_dataset()
+        xr.testing.assert_identical(ours, theirs)
+        assert list(ours.data_vars) == list(theirs.data_vars), group
+        for name in theirs.variables:
+            assert ours[name].dtype == theirs[name].dtype, (group, name)
+        for key, value in theirs.attrs.items():
+            assert type(ours.attrs[key]) is type(value), (group, key)
+
+
+def test_fit_files_read_with_h5py_are_the_trees_xarray_reads(speculative_fit_file, tmp_path,
+                                                            dense_fit_factory):
+    import xarray as xr
+
+    from bayesspec.netcdf_read import read_datatree
+
+    dense = tmp_path / "dense.nc"
+    dense_fit_factory(n_groups=3, draws=50).save(dense)
+    for path in (speculative_fit_file, dense):
+        slow = xr.open_datatree(path, engine="h5netcdf")
+        slow.load()
+        assert_same_tree(read_datatree(path), slow)
+
+
+def test_a_file_the_fast_reader_does_not_know_is_read_by_xarray(speculative_fit_file,
+                                                               tmp_path):
+    import shutil
+
+    import h5py
+
+    from bayesspec.fitfile import read_tree
+    from bayesspec.netcdf_read import Unsupported, read_datatree
+
+    path = tmp_path / "scaled.nc"
+    shutil.copy(speculative_fit_file, path)
+    with h5py.File(path, "r+") as handle:
+        handle["fit_data/rps"].attrs["scale_factor"] = 2.0
+    with pytest.raises(Unsupported):
+        read_datatree(path)
+    tree = read_tree(path)   # xarray applies the scale factor
+    original = read_tree(speculative_fit_file)
+    assert np.allclose(tree["fit_data"]["rps"].values, 2 * original["fit_data"]["rps"].values)
