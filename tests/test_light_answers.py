@@ -23,21 +23,22 @@ from bayesspec.data import prepare
 from bayesspec.synthetic import generate_sweeps, speculative_truth
 
 ROOT = Path(__file__).resolve().parents[1]
-# Not dask: xarray imports it for any indexing when it is installed (the test extras
-# install it; a user's `pip install bayesspec` does not).
-HEAVY = ("pymc", "pytensor", "arviz", "numba", "matplotlib")
+HEAVY = ("pymc", "pytensor", "arviz", "numba", "matplotlib", "dask")
 
 # Every verb is run in one fresh interpreter; what it imported is printed at the end.
+# (argv=None, as the console script calls it: the process's own command line)
 PROBE = """
 import contextlib, io, json, sys
 from bayesspec.cli import main
 codes, errors = {}, {}
 for argv in json.loads(sys.argv[1]):
     said = io.StringIO()
+    sys.argv = ["bayesspec", *argv]
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(said):
-        codes[argv[0]] = main(argv)
+        codes[argv[0]] = main()
     errors[argv[0]] = said.getvalue()[-500:]
-print(json.dumps({"codes": codes, "errors": errors, "modules": sorted(sys.modules)}))
+loaded = sorted(name for name, module in sys.modules.items() if module is not None)
+print(json.dumps({"codes": codes, "errors": errors, "modules": loaded}))
 """
 
 
