@@ -30,7 +30,7 @@ from . import __version__
 from .data import row_group_labels
 from .errors import BadInput, FitFileError
 from .inference import (convergence_verdict, dataset_to_frame, frame_to_dataset,
-                        with_design_advice)
+                        record_variable_diagnostics, with_design_advice)
 from .outputs import atomic_path
 
 FIT_FORMAT = "1"
@@ -86,8 +86,7 @@ def read_tree(path: str | os.PathLike) -> xr.DataTree:
     if not is_fit_file(path):
         raise FitFileError(_not_a_fit_file(path), file=str(path))
     try:
-        tree = xr.open_datatree(path, engine="h5netcdf")
-        tree.load()
+        tree = _open_tree(path)
     except Exception as error:
         text = str(error)
         if "truncated file" in text:
@@ -104,6 +103,24 @@ def read_tree(path: str | os.PathLike) -> xr.DataTree:
         raise FitFileError(f"fit format {attrs.get('bayesspec_fit_format')} is not "
                            f"supported by this bayesspec (format {FIT_FORMAT}); refit",
                            file=str(path))
+    return tree
+
+
+def _open_tree(path: Path) -> xr.DataTree:
+    """The file's tree, read whole: with h5py directly (:mod:`bayesspec.netcdf_read`, the
+    same tree several times faster) when the file uses only what bayesspec writes, else
+    with xarray, whose errors then name what is wrong with the file."""
+    from .netcdf_read import read_datatree
+
+    try:
+        return read_datatree(path)
+    except Exception:  # noqa: BLE001 - xarray reads it, or says why it cannot
+        return _open_tree_with_xarray(path)
+
+
+def _open_tree_with_xarray(path: Path) -> xr.DataTree:
+    tree = xr.open_datatree(path, engine="h5netcdf")
+    tree.load()
     return tree
 
 
@@ -152,6 +169,9 @@ class Fit:
         folder = path.parent if str(path.parent) else Path(".")
         if not folder.is_dir():
             raise BadInput("output folder does not exist", file=str(path))
+        # the per-variable diagnostics go with the draws: answering from the file then
+        # reads the verdict instead of importing ArviZ to recompute it
+        record_variable_diagnostics(self.tree)
         with atomic_path(path) as temporary:
             self._writable_tree().to_netcdf(temporary, engine="h5netcdf")
         self.path = str(path)
@@ -218,7 +238,9 @@ class Fit:
     @cached_property
     def diagnostics(self) -> dict:
         """The convergence verdict (:func:`bayesspec.inference.convergence_verdict`):
-        decision quantities judged apart from the rest."""
+        decision quantities judged apart from the rest. The per-variable R-hat and ESS
+        are computed once and kept in the tree's attrs (saved with the fit)."""
+        record_variable_diagnostics(self.tree)
         model = self.model()
         return with_design_advice(convergence_verdict(self.tree, model.decision_variables()),
                                   self.data, getattr(model, "curve_parameters", 2))

@@ -109,13 +109,14 @@ def check_method(settings: SamplerSettings) -> None:
 def compile_model(pm_model, settings: SamplerSettings):
     """Compile once with nutpie; reuse the result with ``sample_compiled`` and new data.
     For an approximate ``settings.method`` the PyMC model is kept with it
-    (:class:`WithPyMCModel`)."""
-    import nutpie
+    (:class:`WithPyMCModel`). Compiled code is cached on disk across runs
+    (:mod:`bayesspec.nutpie_cache`)."""
+    from .nutpie_cache import compile_pymc_model
 
     check_method(settings)
     started = time.perf_counter()
     log("compiling model (numba)...", settings.progress)
-    compiled = nutpie.compile_pymc_model(pm_model)
+    compiled = compile_pymc_model(pm_model)
     log(f"compiled in {time.perf_counter() - started:.1f} s", settings.progress)
     if settings.method != "nuts":
         return WithPyMCModel(compiled, pm_model)
@@ -392,14 +393,74 @@ def stacked_draws(tree: xr.DataTree, name: str) -> np.ndarray:
     return np.asarray(values.values, dtype=float)
 
 
+#: Root attr of a fit file holding every posterior variable's (R-hat max, bulk ESS min),
+#: computed once when the fit is made: answering from a saved fit then needs no ArviZ
+#: (about a second of imports). Stored with a fingerprint of the draws it was computed
+#: from, and recomputed when that does not match (or in an older file without it).
+DIAGNOSTICS_ATTR = "variable_diagnostics"
+
+
+def _posterior_fingerprint(posterior: xr.Dataset) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in sorted(posterior.data_vars):
+        values = np.ascontiguousarray(posterior[name].values)
+        digest.update(f"{name}|{values.dtype.str}|{values.shape}|".encode())
+        digest.update(values.tobytes())
+    return digest.hexdigest()
+
+
+def stored_variable_diagnostics(tree: xr.DataTree) -> dict[str, tuple] | None:
+    """The per-variable diagnostics kept in the tree's attrs, or None when absent or
+    computed from other draws than the tree's posterior."""
+    import json
+
+    text = tree.attrs.get(DIAGNOSTICS_ATTR)
+    if not text or "posterior" not in tree.children:
+        return None
+    try:
+        stored = json.loads(text)
+        variables = {str(n): (float(r), float(e)) for n, (r, e) in stored["variables"].items()}
+        fingerprint = stored["fingerprint"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if fingerprint != _posterior_fingerprint(tree["posterior"].to_dataset()):
+        return None
+    return variables
+
+
+def record_variable_diagnostics(tree: xr.DataTree) -> dict[str, tuple]:
+    """Compute every posterior variable's diagnostics (ArviZ) unless the tree already
+    holds them for its draws, and keep them in its attrs (:data:`DIAGNOSTICS_ATTR`)."""
+    import json
+
+    stored = stored_variable_diagnostics(tree)
+    if stored is not None:
+        return stored
+    posterior = tree["posterior"].to_dataset()
+    computed = _computed_diagnostics(posterior, list(posterior.data_vars))
+    tree.attrs[DIAGNOSTICS_ATTR] = json.dumps(
+        {"fingerprint": _posterior_fingerprint(posterior),
+         "variables": {n: [r, e] for n, (r, e) in computed.items()}})
+    return computed
+
+
 def _variable_diagnostics(tree: xr.DataTree, names: list[str]) -> dict[str, tuple]:
-    """Per posterior variable: (R-hat max, bulk ESS min) over its finite elements.
+    """Per posterior variable: (R-hat max, bulk ESS min) over its finite elements (from
+    the tree's stored diagnostics when they are those of its draws).
 
     Deterministics that are NaN by construction (a setup without a dense baseline) carry
     no information about convergence and are left out."""
+    stored = stored_variable_diagnostics(tree)
+    if stored is not None:
+        return {n: stored[n] for n in names if n in stored}
+    return _computed_diagnostics(tree["posterior"].to_dataset(), names)
+
+
+def _computed_diagnostics(posterior: xr.Dataset, names: list[str]) -> dict[str, tuple]:
     import arviz as az
 
-    posterior = tree["posterior"].to_dataset()
     names = [n for n in names if n in posterior.data_vars
              and not np.isnan(posterior[n].values).all()]
     if not names:

@@ -415,6 +415,7 @@ def _low_load_r2(result, truth) -> float:
     return 1.0 - np.sum((observed - predicted) ** 2) / np.sum((observed - observed.mean()) ** 2)
 
 
+@pytest.mark.slow  # two real fits, 38 s of CPU (measured): a statistical comparison
 def test_moe_law_beats_the_dense_law_at_low_load_on_eq4_data():
     """Issue 16: sweeps from eq. (4) itself (m = 8 of M = 128, T = RPS*L, 4 pairs, 9 rates
     from 3% to 90% of saturation, 2.5% log-normal noise plus recorded standard errors):

@@ -157,6 +157,7 @@ def latent_alpha_fit():
                config={"latent_alpha": "always"}), truth
 
 
+@pytest.mark.slow  # its own real fit, 21 s of CPU (measured): interval coverage
 def test_alpha_from_counters_is_latent_and_covers_the_truth(latent_alpha_fit):
     result, truth = latent_alpha_fit
     assert result.groups["alpha_latent"].sum() == 4

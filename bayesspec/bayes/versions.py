@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pymc as pm
-import pytensor.tensor as pt
+from ..lazymodule import lazy_module
+
+pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from ..data import EXTRA_GROUP_COLUMNS, GROUP_COLUMNS, group_label
 from ..errors import BadInput

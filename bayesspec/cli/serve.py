@@ -9,7 +9,6 @@ times drifted from simulated ones and, with ``--stats``, writes them as JSON (at
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import signal
@@ -128,6 +127,8 @@ def batch1_step_s(s) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``bayesspec serve`` until a signal or ``--max-runtime``; returns 0."""
+    import asyncio  # here, not at the top: every other verb would load it for nothing
+
     _check(args)
     s = build_setup(args)
     from ..serve.app import SimulatedServer

@@ -46,14 +46,23 @@ def acceptance_rates_option(args) -> tuple[float, ...] | None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``bayesspec simulate``."""
-    from ..simulate.grid import BUILTIN_GRIDS
-
     parser.description = (
         "Synthetic GuideLLM-like sweeps from a simulated vLLM-like server (continuous "
         "batching, chunked prefill, KV-cache limits, speculative decoding, MoE experts).")
-    parser.epilog = ("Examples: bayesspec simulate --verifier Qwen3-8B --gpu H100 --k 3 "
-                     "--alpha 0.8 --sweep 9 -o sd.csv;  bayesspec simulate --grid "
-                     f"paper-dense -o dense.csv (built-in grids: {', '.join(BUILTIN_GRIDS)})")
+    help_text = parser.format_help
+
+    def format_help() -> str:
+        # The grids are named only when help is shown: their module imports the
+        # simulator (numba), which every other verb would otherwise load for nothing.
+        from ..simulate.grid import BUILTIN_GRIDS
+
+        parser.epilog = ("Examples: bayesspec simulate --verifier Qwen3-8B --gpu H100 --k 3 "
+                         "--alpha 0.8 --sweep 9 -o sd.csv;  bayesspec simulate --grid "
+                         f"paper-dense -o dense.csv (built-in grids: "
+                         f"{', '.join(BUILTIN_GRIDS)})")
+        return help_text()
+
+    parser.format_help = format_help
     what = parser.add_argument_group("configuration")
     what.add_argument("--verifier", help="verifier name from the catalog (e.g. Qwen3-8B)")
     what.add_argument("--gpu", default=None, help="GPU name from the catalog (default H100)")
