@@ -27,7 +27,9 @@ def register(verbs) -> None:
 
     speedup = verbs.add_parser("speedup", help="speedup curve of SD vs dense with intervals")
     speedup.add_argument("fit", help="fit file")
-    speedup.add_argument("--alpha", type=float, required=True, help="acceptance rate")
+    speedup.add_argument("--alpha", type=float, default=None,
+                         help="acceptance rate (not with a fit whose acceptance comes from "
+                              "its counters: acceptance_law=token)")
     speedup.add_argument("--k", type=int, required=True, help="draft length")
     speedup.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
     speedup.add_argument("--plot", help="write speedup bands for several k to this PNG")
@@ -39,7 +41,9 @@ def register(verbs) -> None:
 
     cross = verbs.add_parser("crossover", help="RPS* above which SD stops paying")
     cross.add_argument("fit", help="fit file")
-    cross.add_argument("--alpha", type=float, required=True, help="acceptance rate")
+    cross.add_argument("--alpha", type=float, default=None,
+                       help="acceptance rate (not with a fit whose acceptance comes from its "
+                            "counters: acceptance_law=token)")
     cross.add_argument("--k", type=int, required=True, help="draft length")
     add_metric_option(cross)
     add_group_options(cross, design=False)
@@ -148,14 +152,33 @@ def _recommended_k(law, alpha: float, rps: np.ndarray) -> int | None:
     return row["k"] if row["k"] > 0 else None
 
 
+def _acceptance_alpha(args, law) -> float:
+    """``--alpha``, or nan for a fit that answers from its own counters (the token
+    process's E(k), drawn jointly with the costs: acceptance_law=token)."""
+    joint = getattr(law, "joint_acceptance", False)
+    if joint and args.alpha is not None:
+        raise BadInput("this fit's acceptance comes from its counters (acceptance_law=token: "
+                       "E(k) per draw); drop --alpha", option="--alpha")
+    if not joint and args.alpha is None:
+        raise BadInput("required (the fit has no acceptance of its own: fit the "
+                       "speculative model with --option acceptance_law=token on rows with "
+                       "per-position counters, or give alpha)", option="--alpha")
+    return float("nan") if joint else float(args.alpha)
+
+
+def _alpha_text(alpha: float) -> str:
+    return "acceptance from the counters" if np.isnan(alpha) else f"alpha {alpha:g}"
+
+
 def run_speedup(args) -> int:
     from ..decisions import speedup_curve
 
     check_prob(args)
-    check_alpha_k(args.alpha, args.k)
+    check_alpha_k(0.5 if args.alpha is None else args.alpha, args.k)
     rps = rates(args.rps)
     fit = load_fit(args.fit)
     law = fit.law(group_criteria(args), metric=args.metric)
+    args.alpha = _acceptance_alpha(args, law)
     document = finish({**speedup_curve(law, args.alpha, args.k, rps, prob=args.prob),
                        "metric": args.metric}, fit.diagnostics, args)
     if args.plot:
@@ -172,7 +195,7 @@ def run_speedup(args) -> int:
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
-    print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}   "
+    print(f"setup: {document['setup']}   {_alpha_text(args.alpha)}, k {args.k}   "
           f"({args.prob:.0%} intervals)")
     if args.metric != "mean":
         print(f"speedup of {metric_description(args.metric)}: dense over SD")
@@ -195,15 +218,16 @@ def run_crossover(args) -> int:
     from ..decisions import crossover
 
     check_prob(args)
-    check_alpha_k(args.alpha, args.k)
+    check_alpha_k(0.5 if args.alpha is None else args.alpha, args.k)
     fit = load_fit(args.fit)
     law = fit.law(group_criteria(args), metric=args.metric)
+    args.alpha = _acceptance_alpha(args, law)
     document = finish({**crossover(law, args.alpha, args.k, prob=args.prob),
                        "metric": args.metric}, fit.diagnostics, args)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
-    print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}")
+    print(f"setup: {document['setup']}   {_alpha_text(args.alpha)}, k {args.k}")
     if args.metric != "mean":
         print(f"crossover of {metric_description(args.metric)}: the rate above which SD "
               "makes it worse")
@@ -231,10 +255,10 @@ def run_kstar(args) -> int:
     from ..decisions import kstar_table
 
     check_prob(args)
-    if (args.alpha is None) == (args.acceptance is None):
+    if args.alpha is not None and args.acceptance is not None:
         raise BadInput("give one of --alpha (acceptance rates) and --acceptance (a file of "
                        "per-position counters)", option="--alpha")
-    if args.acceptance is None:
+    if args.alpha is not None:
         alphas = parse_list(args.alpha, option="--alpha")
         if np.any((alphas < 0) | (alphas > 1)):
             raise BadInput("values must be within [0, 1]", option="--alpha")
@@ -249,21 +273,37 @@ def run_kstar(args) -> int:
     fit = load_fit(args.fit)
     law = fit.law(group_criteria(args))
     verdicts = [fit.diagnostics]
+    joint = getattr(law, "joint_acceptance", False)
+    if args.alpha is None and args.acceptance is None:
+        if not joint:
+            raise BadInput("give one of --alpha (acceptance rates) and --acceptance (a file "
+                           "of per-position counters), or fit with --option "
+                           "acceptance_law=token on rows with per-position counters",
+                           option="--alpha")
+        alphas = np.array([np.nan])   # the fit's own E(k), drawn with its costs
+        if args.plot:
+            raise BadInput("the k* map is over alpha; this fit's acceptance comes from its "
+                           "counters (see `bayesspec acceptance --plot`)", option="--plot")
+    elif joint:
+        raise BadInput("this fit's acceptance comes from its counters (acceptance_law=token: "
+                       "E(k) per draw); drop " + ("--alpha" if args.alpha is not None
+                                                  else "--acceptance"),
+                       option="--alpha" if args.alpha is not None else "--acceptance")
     if args.acceptance is not None:
         from ..bayes.acceptance import acceptance_length_draws
 
         if not law.answers_any_configuration:
             raise BadInput("k* needs the speculative model (six cycle coefficients); fit "
                            "with --model speculative", file=args.fit)
-        from ..data import read_tidy
+        from ..data import read_counters
 
-        counters = read_tidy(args.acceptance)   # every window counts, saturated ones too
+        counters = read_counters(args.acceptance)   # every window counts, saturated too
         from ..inference import SamplerSettings
 
         lengths, setup, verdict = acceptance_length_draws(
             counters, args.kmax, drafter=getattr(args, "drafter", None),
             settings=SamplerSettings(seed=0, progress=False))
-        counted_drafter = setup.split(" + ", 1)[-1]
+        counted_drafter = setup.split(" + ", 1)[-1].split(" (", 1)[0]
         if counted_drafter.lower() not in law.label.lower():
             log(f"warning: the counters are of drafter '{counted_drafter}', the fitted setup "
                 f"is '{law.label}': the acceptance of one drafter is applied to the costs of "
@@ -300,6 +340,9 @@ def run_kstar(args) -> int:
     if args.acceptance is not None:
         print(f"acceptance: E(k) from the per-position counters of {setup} in "
               f"{args.acceptance} (alpha column: measured)")
+    elif joint:
+        print("acceptance: E(k) of the token process fitted to the rows' counters, drawn "
+              "with the costs (alpha column: measured)")
     print(f"setup: {document['setup']}   objective: {args.objective}   k = 0 means "
           f"'do not speculate'")
     print(f"{'alpha':>6} {'RPS':>10} {'k*':>5} {'P(best)':>8} {'speedup [interval]':>28} "
