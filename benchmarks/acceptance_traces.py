@@ -78,7 +78,11 @@ def evaluate(model, setup: int, frame: pd.DataFrame, fit_k: int, k_max: int = 10
             loglik = window_log_likelihood(c, pmf, np.ones_like(c, dtype=bool))
             lpd += float(logsumexp(loglik) - np.log(len(loglik)))
     verdict = model.verdict()
-    return {"rows": rows, "coverage": np.mean([r["inside"] for r in rows]),
+    from bayesspec.bayes.acceptance import predictive_check
+
+    # what `acceptance` checks before answering: does the fit reproduce the window?
+    reproduced = predictive_check(model, 0, np.random.default_rng(0))
+    return {"rows": rows, "predictive_p": reproduced, "coverage": np.mean([r["inside"] for r in rows]),
             "max_error": max(abs(r["error"]) for r in rows), "lpd": lpd,
             "status": verdict["status"], "divergences": verdict.get("divergences", 0),
             "rhat": verdict.get("rhat_max"), "ess": verdict.get("ess_bulk_min"),
@@ -156,9 +160,10 @@ def main() -> None:
               f"{100 * group['max_error'].max():.2f}%, at k = 3 covered "
               f"{sum(r['inside'] for rows in group['rows'] for r in rows if r['k'] == 3)}"
               f"/{len(group)}; fits: "
-              + ", ".join(f"{d} {s} (R-hat {r:.3f}, ESS {e:.0f}, {v} div.)" for d, s, r, e, v in
+              + ", ".join(f"{d} {s} (R-hat {r:.3f}, ESS {e:.0f}, {v} div., predictive p "
+                          f"{pp:.2f})" for d, s, r, e, v, pp in
                           zip(group["dataset"], group["status"], group["rhat"], group["ess"],
-                              group["divergences"])) + "\n")
+                              group["divergences"], group["predictive_p"])) + "\n")
         print("| dataset | " + " | ".join(f"k={k}" for k in range(1, 11)) + " |")
         print("|---|" + "---|" * 10)
         for _, result in group.iterrows():

@@ -358,27 +358,44 @@ class TokenAcceptanceModel:
 
 
 class PositionAcceptanceModel:
-    """The per-position decay of the previous version, for comparison: per setup
-    logit alpha_i = a + b log(i) (b = 0: i.i.d.), a Beta-Binomial chain of conditional
-    counts with a learned concentration. It has no k dependence: a setup's first
-    position is accepted equally often whatever the draft length."""
+    """Acceptance by draft position with no k dependence (every cycle accepts its first
+    i drafts with the same probabilities whatever k), per setup:
+
+    - ``shape="decay"``: the previous version's logit alpha_i = a + b log(i), a
+      Beta-Binomial chain of conditional counts with a learned concentration, kept for
+      comparison;
+    - ``shape="free"``: every measured position its own conditional rate, partially
+      pooled (logit alpha_i ~ Normal(mu, tau)); positions never measured are drawn from
+      that population, so E(k) beyond the measured k is honestly wide. Binomial counts,
+      Beta-Binomial with a learned concentration where a setup has several windows at
+      one k. It reproduces any measured counters of one k: the fallback when the token
+      process cannot (a cycle process that is not a token process, like the simulator's
+      ``--acceptance-rates``).
+    """
 
     name = "position-acceptance"
-    version = "2"
+    version = "3"
     default_tune = 1000
     default_draws = 1000
-    target_accept = 0.9
+    target_accept = 0.95
     retry_target_accept = 0.99
     adaptation = "diag"
     init = "jitter"
-    decision_variables = ["logit_alpha_1", "decay", "log_concentration"]
 
-    def __init__(self, *, decay: bool = True, concentration_prior: tuple = (np.log(200.0), 1.5)):
-        self.decay = decay
+    def __init__(self, *, shape: str = "decay", concentration_prior: tuple = (np.log(200.0), 1.5)):
+        if shape not in ("decay", "free"):
+            raise ValueError(f"shape must be decay or free, got {shape!r}")
+        self.shape = shape
         self.concentration_prior = concentration_prior
         self.windows: dict | None = None
         self.pm_model = None
         self.tree = None
+
+    @property
+    def decision_variables(self) -> list[str]:
+        if self.shape == "decay":
+            return ["logit_alpha_1", "decay", "log_concentration"]
+        return ["logit_alpha_mean", "logit_alpha_sd", "logit_alpha", "log_concentration"]
 
     def build(self, counters) -> object:
         import pymc as pm
@@ -386,7 +403,6 @@ class PositionAcceptanceModel:
 
         windows = self.windows = (counters if isinstance(counters, dict)
                                   else counter_windows(counters))
-        n_setups = len(windows["setups"])
         max_k = windows["max_k"]
         at_least = windows["counts"][:, ::-1].cumsum(axis=1)[:, ::-1]   # (W, max_k + 1)
         trials = np.where(windows["inside"][:, 1:], at_least[:, :-1], 0.0).astype(int)
@@ -394,18 +410,36 @@ class PositionAcceptanceModel:
         coords = {"setup": windows["setups"], "window": np.arange(len(windows["k"])),
                   "position": np.arange(1, max_k + 1)}
         log_position = np.log(np.arange(1, max_k + 1, dtype=float))
+        s = windows["setup"]
         with pm.Model(coords=coords) as model:
-            level = pm.Normal("logit_alpha_1", 1.0, 1.5, dims="setup")
-            slope = (pm.Normal("decay", 0.0, 1.0, dims="setup") if self.decay
-                     else pt.zeros(n_setups))
-            conditional = pm.math.sigmoid(level[:, None] + slope[:, None] * log_position[None, :])
-            kappa = pt.exp(pm.Normal("log_concentration", *self.concentration_prior,
-                                     dims="setup"))
-            s = windows["setup"]
-            rate = conditional[s]
-            pm.BetaBinomial("position_count", n=trials, alpha=rate * kappa[s][:, None],
-                            beta=(1.0 - rate) * kappa[s][:, None], observed=accepted,
-                            dims=("window", "position"))
+            if self.shape == "decay":
+                level = pm.Normal("logit_alpha_1", 1.0, 1.5, dims="setup")
+                slope = pm.Normal("decay", 0.0, 1.0, dims="setup")
+                conditional = pm.math.sigmoid(level[:, None]
+                                              + slope[:, None] * log_position[None, :])
+                kappa = pt.exp(pm.Normal("log_concentration", *self.concentration_prior,
+                                         dims="setup"))
+                rate = conditional[s]
+                pm.BetaBinomial("position_count", n=trials, alpha=rate * kappa[s][:, None],
+                                beta=(1.0 - rate) * kappa[s][:, None], observed=accepted,
+                                dims=("window", "position"))
+            else:
+                mean = pm.Normal("logit_alpha_mean", 1.0, 1.5, dims="setup")
+                spread = pm.HalfNormal("logit_alpha_sd", 1.0, dims="setup")
+                logit = pm.Normal("logit_alpha", mean[:, None], spread[:, None],
+                                  dims=("setup", "position"))
+                rate = pm.math.sigmoid(logit)[s]
+                replicated = replicated_setups(windows)
+                if replicated.any():
+                    kappa = pt.exp(pm.Normal("log_concentration", *self.concentration_prior,
+                                             dims="setup"))
+                    big = pt.where(replicated, kappa, 1e9)[s][:, None]
+                    pm.BetaBinomial("position_count", n=trials, alpha=rate * big,
+                                    beta=(1.0 - rate) * big, observed=accepted,
+                                    dims=("window", "position"))
+                else:
+                    pm.Binomial("position_count", n=trials, p=rate, observed=accepted,
+                                dims=("window", "position"))
         self.pm_model = model
         return model
 
@@ -415,13 +449,27 @@ class PositionAcceptanceModel:
         self.tree = sample_model(self.build(counters), settings_for(self, settings))
         return self.tree
 
-    def conditional_draws(self, setup: int, k_max: int) -> np.ndarray:
-        post = self.tree["posterior"]
-        level = post["logit_alpha_1"].isel(setup=setup).stack(s=("chain", "draw")).values
-        slope = (post["decay"].isel(setup=setup).stack(s=("chain", "draw")).values
-                 if self.decay else np.zeros_like(level))
-        logit = level[:, None] + slope[:, None] * np.log(np.arange(1, k_max + 1))[None, :]
-        return 1.0 / (1.0 + np.exp(-logit))
+    def _stacked(self, name: str, setup: int) -> np.ndarray:
+        values = self.tree["posterior"][name].isel(setup=setup).stack(s=("chain", "draw"))
+        return np.asarray(values.transpose("s", ...).values, dtype=float)
+
+    def conditional_draws(self, setup: int, k_max: int, seed: int = 0) -> np.ndarray:
+        """(S, k_max) draws of alpha_i; beyond the measured positions of a free shape,
+        new positions from the setup's population of positions."""
+        if self.shape == "decay":
+            level, slope = self._stacked("logit_alpha_1", setup), self._stacked("decay", setup)
+            logit = level[:, None] + slope[:, None] * np.log(np.arange(1, k_max + 1))[None, :]
+            return 1.0 / (1.0 + np.exp(-logit))
+        measured = max(self.windows["k_measured"][setup])
+        logit = self._stacked("logit_alpha", setup)[:, :measured]
+        if k_max > measured:
+            rng = np.random.default_rng(seed)
+            mean, spread = (self._stacked("logit_alpha_mean", setup),
+                            self._stacked("logit_alpha_sd", setup))
+            new = mean[:, None] + spread[:, None] * rng.standard_normal(
+                (len(mean), k_max - measured))
+            logit = np.concatenate([logit, new], axis=1)
+        return 1.0 / (1.0 + np.exp(-logit[:, :k_max]))
 
     def pmf_draws(self, setup: int, k: int) -> np.ndarray:
         survival = np.cumprod(self.conditional_draws(setup, max(int(k), 1))[:, :k], axis=1)
@@ -437,6 +485,37 @@ class PositionAcceptanceModel:
 
         names = [n for n in self.decision_variables if n in self.tree["posterior"]]
         return convergence_verdict(self.tree, names)
+
+
+def predictive_check(model, setup: int, rng: np.random.Generator, draws: int = 400) -> float:
+    """Posterior predictive p-value of the setup's counters: the share of draws whose
+    replicated windows (multinomial counts at the window's drafts) are further from the
+    law (deviance G^2) than the measured ones. Small (< 0.01): the structure does not
+    reproduce the measured counters within counting error."""
+    w = model.windows
+    members = np.flatnonzero(w["setup"] == setup)
+    total, pick = None, None
+    for i in members:
+        k, drafts = int(w["k"][i]), int(w["drafts"][i])
+        pmf = np.clip(model.pmf_draws(setup, k), 1e-300, None)
+        pmf = pmf / pmf.sum(axis=1, keepdims=True)
+        if pick is None:     # the same draws for every window of the setup
+            pick = rng.choice(len(pmf), size=min(draws, len(pmf)), replace=False)
+        pmf = pmf[pick]
+        observed = w["counts"][i, :k + 1]
+        replicated = np.array([rng.multinomial(drafts, p) for p in pmf])
+
+        def deviance(counts):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                terms = np.where(counts > 0, counts * np.log(counts / (drafts * pmf)), 0.0)
+            return 2.0 * terms.sum(axis=1)
+
+        gap = deviance(replicated) - deviance(np.broadcast_to(observed, pmf.shape))
+        total = gap if total is None else total + gap
+    return float(np.mean(total >= 0.0))
+
+
+MISFIT_P = 0.01
 
 
 # ----------------------------------------------------------------------------- answers
@@ -506,59 +585,128 @@ def measured_check(model, setup: int, prob: float, rng: np.random.Generator) -> 
     return out
 
 
+class AcceptanceFit:
+    """The fitted acceptance of every setup: which model and structure answers it."""
+
+    def __init__(self, windows: dict):
+        self.windows = windows
+        self.answer: dict[int, tuple] = {}     # setup -> (model, structure)
+        self.scores: dict = {}                 # setup -> held-out k score per structure
+        self.fit_p: dict[int, float] = {}      # setup -> predictive p-value of the token fit
+        self.fallback: dict[int, str] = {}     # setup -> why it fell back
+
+    def model(self, setup: int):
+        return self.answer[setup][0]
+
+    def structure(self, setup: int) -> str:
+        return self.answer[setup][1]
+
+    def verdicts(self) -> list[dict]:
+        seen, out = set(), []
+        for model, _ in self.answer.values():
+            if id(model) not in seen:
+                seen.add(id(model))
+                out.append(model.verdict())
+        return out
+
+
+def fit_acceptance(counters: pd.DataFrame, *, structure: str = "auto", settings=None,
+                   progress=None, seed: int = 0) -> AcceptanceFit:
+    """Fit every setup's acceptance. ``structure`` "auto": the token process, its
+    structure chosen by held-out k where a setup has two or more k, else by the drafter's
+    kind; a setup whose measured counters the chosen structure does not reproduce
+    (posterior predictive p < 0.01) falls back to free per-position rates (``free``).
+    A structure name forces it for every setup; ``position`` / ``free``: the per-position
+    models (decay / free)."""
+    windows = counter_windows(counters)
+    result = AcceptanceFit(windows)
+    n_setups = len(windows["setups"])
+    if structure in ("position", "free"):
+        model = PositionAcceptanceModel(shape="decay" if structure == "position" else "free")
+        model.fit(windows, settings)
+        result.answer = {s: (model, structure) for s in range(n_setups)}
+        return result
+    model = TokenAcceptanceModel()
+    model.windows = windows
+    chosen = model.resolve_structures(None if structure == "auto" else structure)
+    model.fit(windows, chosen, settings)
+    if structure == "auto":
+        result.scores = held_out_k_scores(model, list(STRUCTURES), settings, progress)
+        for s, by_candidate in result.scores.items():
+            chosen[s] = max(by_candidate, key=by_candidate.get)
+        if result.scores:
+            model.refit(chosen, settings=settings)
+    result.answer = {s: (model, chosen[s]) for s in range(n_setups)}
+    if structure != "auto":
+        return result
+    rng = np.random.default_rng(seed)
+    misfits = []
+    for s in range(n_setups):
+        result.fit_p[s] = predictive_check(model, s, rng)
+        if result.fit_p[s] < MISFIT_P:
+            misfits.append(s)
+    if misfits:
+        if progress:
+            progress(f"the token process ({', '.join(chosen[s] for s in misfits)}) does not "
+                     f"reproduce the measured counters of {len(misfits)} setup(s): fitting "
+                     "free per-position rates there")
+        free = PositionAcceptanceModel(shape="free")
+        free.fit(windows, settings)
+        for s in misfits:
+            result.answer[s] = (free, "free")
+            result.fallback[s] = (f"{chosen[s]} does not reproduce the measured counters "
+                                  f"(posterior predictive p = {result.fit_p[s]:.3f} < "
+                                  f"{MISFIT_P}): free per-position rates, no k dependence")
+    return result
+
+
 def acceptance_report(counters: pd.DataFrame, *, k_max: int = 8, prob: float = 0.9,
                       settings=None, structure: str = "auto", progress=None,
                       seed: int = 0) -> dict:
-    """Fit the token process to the counters and answer per setup: the structure (chosen
-    by held-out k where a setup has more than one k; ``structure`` forces one, or
-    ``position`` the per-position decay model), E(k) for k = 1..k_max, the conditional
-    rate alpha_i of every position at each measured k, and how well the measured
-    counters are reproduced."""
-    windows = counter_windows(counters)
-    candidates = list(STRUCTURES)
-    scores: dict = {}
-    if structure == "position":
-        model = PositionAcceptanceModel(decay=True)
-        model.fit(windows, settings)
-        chosen = ["position"] * len(windows["setups"])
-    else:
-        model = TokenAcceptanceModel()
-        model.windows = windows
-        if structure == "auto":
-            chosen = model.resolve_structures(None)
-        else:
-            chosen = model.resolve_structures(structure)
-        model.fit(windows, chosen, settings)
-        if structure == "auto":
-            scores = held_out_k_scores(model, candidates, settings, progress)
-            for s, by_candidate in scores.items():
-                chosen[s] = max(by_candidate, key=by_candidate.get)
-            if scores:
-                model.refit(chosen, settings=settings)
-    verdict = model.verdict()
+    """Fit the acceptance (:func:`fit_acceptance`) and answer per setup: the structure and
+    why, E(k) for k = 1..k_max, the rates P(A >= i) and the conditional alpha_i of every
+    position at each measured k, and how well the measured counters are reproduced."""
+    fitted = fit_acceptance(counters, structure=structure, settings=settings,
+                            progress=progress, seed=seed)
+    windows = fitted.windows
+    verdicts = fitted.verdicts()
+    worst = next((v for v in verdicts if v["status"] == "not converged"), verdicts[0])
     rng = np.random.default_rng(seed)
     setups = []
     for s, label in enumerate(windows["setups"]):
+        model, chosen = fitted.answer[s]
         measured = windows["k_measured"][s]
         lengths = model.acceptance_length_draws(s, k_max)
         by_k = []
-        for k in sorted(set(measured) | {max(measured)}):
+        for k in measured:
             pmf = model.pmf_draws(s, k)
             survival = pmf[:, ::-1].cumsum(axis=1)[:, ::-1][:, 1:]
             conditional = survival / np.concatenate([np.ones((len(pmf), 1)),
                                                      survival[:, :-1]], axis=1)
-            by_k.append({"k": k, "rates": [{"position": i + 1,
-                                            **_interval(survival[:, i], prob)}
-                                           for i in range(k)],
+            at_k = (windows["setup"] == s) & (windows["k"] == k)
+            pooled = windows["counts"][at_k, :k + 1].sum(axis=0)
+            measured_rates = pooled[::-1].cumsum()[::-1][1:] / pooled.sum()
+            by_k.append({"k": k, "measured": [float(r) for r in measured_rates],
+                         "rates": [{"position": i + 1,
+                                    **_interval(survival[:, i], prob)}
+                                   for i in range(k)],
                          "alpha_position": [{"position": i + 1,
                                              **_interval(conditional[:, i], prob)}
                                             for i in range(k)]})
         check = measured_check(model, s, prob, rng)
         inside = sum(c["inside"] for c in check)
         total = sum(c["k"] for c in check)
+        if fitted.fallback.get(s):
+            why = fitted.fallback[s]
+        elif fitted.scores.get(s):
+            why = "held-out k"
+        elif structure == "auto":
+            why = "the drafter's kind (one k measured)"
+        else:
+            why = "--structure"
         entry = {"setup": label, "labels": {c: _plain(v) for c, v in
                                             windows["labels"][s].items()},
-                 "structure": chosen[s], "k_measured": measured,
+                 "structure": chosen, "chosen_by": why, "k_measured": measured,
                  "windows": int((windows["setup"] == s).sum()),
                  "acceptance_length": [{"k": k, **_interval(lengths[:, k], prob),
                                         "measured": k in measured,
@@ -566,16 +714,17 @@ def acceptance_report(counters: pd.DataFrame, *, k_max: int = 8, prob: float = 0
                                        for k in range(1, k_max + 1)],
                  "at_measured_k": by_k, "measured_check": check,
                  "reproduced": {"inside": inside, "positions": total,
-                                "share": inside / total if total else float("nan")},
-                 "held_out_k": scores.get(s)}
-        if chosen[s] != "position":
-            entry["parameters"] = _parameters(model, s, chosen[s], prob)
+                                "share": inside / total if total else float("nan"),
+                                "token_process_p": fitted.fit_p.get(s)},
+                 "held_out_k": fitted.scores.get(s)}
+        if chosen in STRUCTURES:
+            entry["parameters"] = _parameters(model, s, chosen, prob)
         setups.append(entry)
-    return {"prob": prob, "k_max": k_max, "model": model.name, "setups": setups,
-            "convergence": verdict["status"], "convergence_text": verdict["text"],
-            "diagnostics": {"rhat_max": verdict.get("rhat_max"),
-                            "ess_bulk_min": verdict.get("ess_bulk_min"),
-                            "divergences": verdict.get("divergences")}}
+    return {"prob": prob, "k_max": k_max, "setups": setups,
+            "convergence": worst["status"], "convergence_text": worst["text"],
+            "diagnostics": {"rhat_max": worst.get("rhat_max"),
+                            "ess_bulk_min": worst.get("ess_bulk_min"),
+                            "divergences": worst.get("divergences")}}
 
 
 def _plain(value):
@@ -611,9 +760,9 @@ def _parameters(model: TokenAcceptanceModel, setup: int, structure: str, prob: f
 
 def acceptance_length_draws(counters: pd.DataFrame, k_max: int, *, drafter: str | None = None,
                             settings=None) -> tuple[np.ndarray, str, dict]:
-    """Fit the token process (each setup's default structure) to counters and return the
-    E(k) draws (S, k_max + 1) of the setup whose drafter is ``drafter`` (the only one when
-    None), its label and the convergence verdict."""
+    """Fit the acceptance of counters (:func:`fit_acceptance`, structure auto) and return
+    the E(k) draws (S, k_max + 1) of the setup whose drafter is ``drafter`` (the only one
+    when None), its label and the convergence verdict."""
     windows = counter_windows(counters)
     setups = windows["setups"]
     drafters = [str(lab.get("drafter") or "") for lab in windows["labels"]]
@@ -626,9 +775,8 @@ def acceptance_length_draws(counters: pd.DataFrame, k_max: int, *, drafter: str 
                        + ("none" if not chosen else "more than one")
                        + (f" with drafter '{drafter}'" if drafter else "")
                        + ": name the drafter", argument="drafter")
-    model = TokenAcceptanceModel()
-    model.windows = windows
-    model.fit(windows, None, settings)
+    fitted = fit_acceptance(counters, settings=settings)
+    model = fitted.model(chosen[0])
     return model.acceptance_length_draws(chosen[0], k_max), setups[chosen[0]], model.verdict()
 
 

@@ -8,7 +8,7 @@ from .common import (add_common, add_sampler_options, check_output_path, check_p
                      sampler_settings, strict_exit)
 
 STRUCTURE_CHOICES = ("auto", "iid", "chain", "chain+depth", "spread", "spread+depth",
-                     "position")
+                     "free", "position")
 
 
 def register(verbs) -> None:
@@ -21,10 +21,12 @@ def register(verbs) -> None:
     parser.add_argument("--k-max", type=int, default=8,
                         help="answer E(k) for k = 1..K (default 8)")
     parser.add_argument("--structure", choices=STRUCTURE_CHOICES, default="auto",
-                        help="auto (default): chosen by held-out k where a setup has two or "
-                             "more k, else by the drafter's kind (spread for n-gram, "
-                             "spread+depth for a trained drafter); position: the previous "
-                             "per-position decay, for comparison")
+                        help="auto (default): the token process, its structure chosen by "
+                             "held-out k where a setup has two or more k, else by the "
+                             "drafter's kind (spread for n-gram, spread+depth for a trained "
+                             "drafter), free per-position rates where it does not reproduce "
+                             "the measured counters; free: those rates (no k dependence); "
+                             "position: the previous per-position decay, for comparison")
     parser.add_argument("--plot", default=None, metavar="PNG",
                         help="per-position rates at the measured k and E(k) with intervals")
     add_sampler_options(parser)
@@ -64,10 +66,7 @@ def _print(report: dict, args) -> None:
     for setup in report["setups"]:
         measured = ", ".join(map(str, setup["k_measured"]))
         print(f"{setup['setup']}: {setup['windows']} window(s) at k = {measured}")
-        why = ("held-out k" if setup.get("held_out_k") else
-               "the drafter's kind (one k measured)" if args.structure == "auto" else
-               "--structure")
-        print(f"  structure {setup['structure']} (chosen by {why})"
+        print(f"  structure {setup['structure']} (chosen by {setup['chosen_by']})"
               + "".join(f"; {name} {fmt(value, 3)}" for name, value in
                         setup.get("parameters", {}).items()))
         if setup.get("held_out_k"):
@@ -76,12 +75,11 @@ def _print(report: dict, args) -> None:
                 f"{name} {score - best:+.1f}" for name, score in
                 sorted(setup["held_out_k"].items(), key=lambda item: -item[1])))
         for entry in setup["at_measured_k"]:
-            check = next((c for c in setup["measured_check"] if c["k"] == entry["k"]), None)
             print(f"  k = {entry['k']}: position  measured   fitted P(A >= i)"
                   "          alpha_i (conditional)")
             for i, (rate, alpha) in enumerate(zip(entry["rates"], entry["alpha_position"])):
-                seen = f"{check['positions'][i]['measured']:.4f}" if check else "   -  "
-                print(f"           {i + 1:8d}  {seen:>8s}   {fmt(rate, 4):24s}  {fmt(alpha, 4)}")
+                print(f"           {i + 1:8d}  {entry['measured'][i]:8.4f}   "
+                      f"{fmt(rate, 4):24s}  {fmt(alpha, 4)}")
         share = setup["reproduced"]
         print(f"  measured counters reproduced: {share['inside']} of {share['positions']} "
               f"position rates inside their {report['prob']:.0%} predictive intervals")
