@@ -95,7 +95,7 @@ def fit_window(frame: pd.DataFrame, fit_k, structure: str, settings, shared: dic
     window = counters_of(frame.loc[frame["k"].isin(fit_k)].reset_index(drop=True),
                          source="trace")
     if structure == "position":
-        model = PositionAcceptanceModel(decay=True)
+        model = PositionAcceptanceModel(shape="decay")
         model.fit(window, settings)
         return model
     windows = counter_windows(window)
