@@ -280,12 +280,15 @@ def test_verb_answers_per_labelled_setup(verb_document):
 def test_persistences_and_held_out_k_are_covered_over_replicates():
     """20 replicates of counters from the token walk at k = 2 and 5: the 90% intervals of
     p, q and of E(k) at the k not measured (1, 3, 4, 6..8) cover the truth about 90% of
-    the time (chain structure)."""
+    the time (chain structure). Long requests (4 per window): the law is the stationary
+    one and ignores each request's first cycles, which start from the token law, not the
+    cycle-start law; with 40 requests of 500 cycles per window the coverage of E fell to
+    0.75 (measured), with 4 it is 0.90 (p 0.95, q 1.00)."""
     truth = (0.7, 0.85)
     inside = {"p": [], "q": [], "E": []}
     model = TokenAcceptanceModel()
     for seed in range(20):
-        frame = token_process_counters(*truth, [2, 5], seed=100 + seed)
+        frame = token_process_counters(*truth, [2, 5], seed=100 + seed, requests=4)
         windows = counter_windows(counters_of(frame))
         model.windows = windows
         if model.compiled is None:
@@ -301,6 +304,7 @@ def test_persistences_and_held_out_k_are_covered_over_replicates():
         for k in (1, 3, 4, 6, 7, 8):
             lo, hi = np.quantile(lengths[:, k], [0.05, 0.95])
             inside["E"].append(lo <= float(token_chain_expected_accepted(*truth, k)) <= hi)
+    print({name: round(float(np.mean(flags)), 3) for name, flags in inside.items()})
     for name, flags in inside.items():
         assert 0.75 <= np.mean(flags) <= 1.0, (name, np.mean(flags))
 
