@@ -401,3 +401,30 @@ def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: i
             sweep[METRIC_COLUMNS[metric]] = value * np.exp(rng.normal(0, noise, len(sweep)))
         frames.append(sweep)
     return pd.concat(frames, ignore_index=True)
+
+
+def token_process_counters(stay_guessable: float, stay_unguessable: float, ks, *,
+                           drafts_per_window: int = 20000, windows_per_k: int = 1,
+                           requests: int = 40, seed: int | None = 0,
+                           verifier: str = "Llama-3.1-8B", drafter: str = "EAGLE3",
+                           **labels) -> pd.DataFrame:
+    """Counter windows (CONTRACT.md round three: k, num_drafts, accepted_tokens_pos1..k)
+    from the simulator's token process itself (:class:`bayesspec.simulate.spec.TokenProcess`,
+    a token-by-token walk, not the law the acceptance model fits): each window walks
+    ``requests`` requests long enough for ``drafts_per_window`` cycles in all."""
+    from .simulate.spec import TokenProcess
+
+    process = TokenProcess(float(stay_guessable), float(stay_unguessable))
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in ks:
+        for _ in range(windows_per_k):
+            per_request = int(np.ceil(drafts_per_window / requests))
+            accepted = process.cycles(rng, np.full(requests, per_request), int(k))
+            accepted = accepted[:drafts_per_window]
+            row = {"verifier": verifier, "drafter": drafter, **labels, "k": int(k),
+                   "num_drafts": int(len(accepted))}
+            for i in range(1, int(k) + 1):
+                row[f"accepted_tokens_pos{i}"] = int((accepted >= i).sum())
+            rows.append(row)
+    return pd.DataFrame(rows)

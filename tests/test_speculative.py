@@ -476,7 +476,7 @@ def test_acceptance_by_position_nests_eq3_and_changes_kstar(capsys, spec_fit, sp
                  "--kmax", "8", "--json"]) == 0
     measured = json.loads(capsys.readouterr().out)
     assert measured["table"][0]["alpha"] is None
-    assert measured["acceptance"]["setup"] == "Llama-3.1-8B + EAGLE3"
+    assert measured["acceptance"]["setup"].startswith("Llama-3.1-8B + EAGLE3")
     assert main(["kstar", str(spec_fit_path), "--alpha", "0.84", "--rps", "0.5", "--kmax", "8",
                  "--json"]) == 0
     assumed = json.loads(capsys.readouterr().out)

@@ -133,7 +133,9 @@ def _binding(what: str) -> str:
             else "1/C2: the engine's cap unknown")
 
 
-def _alpha_text(alpha: float) -> str:
+def _alpha_text(alpha: float, law=None) -> str:
+    if getattr(law, "joint_acceptance", False):
+        return "acceptance from the counters"
     return "alpha as measured" if np.isnan(alpha) else f"alpha {alpha:g}"
 
 
@@ -198,6 +200,12 @@ def _speculative_law(args, fit, *, any_k: bool = False):
                        "k > 0 and their alpha, or vLLM's acceptance counters), put them in "
                        "one file with these and fit --model speculative", file=args.fit)
     law = fit.law(group_criteria(args), metric=getattr(args, "metric", None))
+    if getattr(law, "joint_acceptance", False) and not any_k:
+        # acceptance_law=token: E(k) comes from the fit's counters, drawn with the costs
+        if args.alpha is not None:
+            raise BadInput("this fit's acceptance comes from its counters (acceptance_law="
+                           "token: E(k) per draw); drop --alpha", option="--alpha")
+        return law, float("nan"), ""
     if any_k:
         if not law.answers_any_configuration:
             raise BadInput("k* compares draft lengths, which needs the six cycle "
@@ -250,7 +258,7 @@ def run_speedup(args) -> int:
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
-    print(f"setup: {document['setup']}   {_alpha_text(args.alpha)}, k {args.k}   "
+    print(f"setup: {document['setup']}   {_alpha_text(args.alpha, law)}, k {args.k}   "
           f"({args.prob:.0%} intervals)")
     if args.metric != "mean":
         print(f"speedup of {metric_description(args.metric)}: dense over SD")
@@ -284,7 +292,7 @@ def run_crossover(args) -> int:
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
-    print(f"setup: {document['setup']}   {_alpha_text(args.alpha)}, k {args.k}")
+    print(f"setup: {document['setup']}   {_alpha_text(args.alpha, law)}, k {args.k}")
     if args.metric != "mean":
         print(f"crossover of {metric_description(args.metric)}: the rate above which SD "
               "makes it worse")
@@ -319,10 +327,10 @@ def run_kstar(args) -> int:
     from ..decisions import kstar_table
 
     check_prob(args)
-    if (args.alpha is None) == (args.acceptance is None):
+    if args.alpha is not None and args.acceptance is not None:
         raise BadInput("give one of --alpha (acceptance rates) and --acceptance (a file of "
                        "per-position counters)", option="--alpha")
-    if args.acceptance is None:
+    if args.alpha is not None:
         alphas = parse_list(args.alpha, option="--alpha")
         if np.any((alphas < 0) | (alphas > 1)):
             raise BadInput("values must be within [0, 1]", option="--alpha")
@@ -337,17 +345,33 @@ def run_kstar(args) -> int:
     fit = load_fit(args.fit)
     law, _, _ = _speculative_law(args, fit, any_k=True)
     verdicts = [fit.diagnostics]
+    joint = getattr(law, "joint_acceptance", False)
+    if args.alpha is None and args.acceptance is None:
+        if not joint:
+            raise BadInput("give one of --alpha (acceptance rates) and --acceptance (a file "
+                           "of per-position counters), or fit with --option "
+                           "acceptance_law=token on rows with per-position counters",
+                           option="--alpha")
+        alphas = np.array([np.nan])   # the fit's own E(k), drawn with its costs
+        if args.plot:
+            raise BadInput("the k* map is over alpha; this fit's acceptance comes from its "
+                           "counters (see `bayesspec acceptance --plot`)", option="--plot")
+    elif joint:
+        raise BadInput("this fit's acceptance comes from its counters (acceptance_law=token: "
+                       "E(k) per draw); drop " + ("--alpha" if args.alpha is not None
+                                                  else "--acceptance"),
+                       option="--alpha" if args.alpha is not None else "--acceptance")
     if args.acceptance is not None:
         from ..bayes.acceptance import acceptance_length_draws
-        from ..data import read_tidy
+        from ..data import read_counters
 
-        counters = read_tidy(args.acceptance)   # every window counts, saturated ones too
+        counters = read_counters(args.acceptance)   # every window counts, saturated too
         from ..inference import SamplerSettings
 
         lengths, setup, verdict = acceptance_length_draws(
             counters, args.kmax, drafter=getattr(args, "drafter", None),
             settings=SamplerSettings(seed=0, progress=False))
-        counted_drafter = setup.split(" + ", 1)[-1]
+        counted_drafter = setup.split(" + ", 1)[-1].split(" (", 1)[0]
         if counted_drafter.lower() not in law.label.lower():
             log(f"warning: the counters are of drafter '{counted_drafter}', the fitted setup "
                 f"is '{law.label}': the acceptance of one drafter is applied to the costs of "
@@ -384,6 +408,9 @@ def run_kstar(args) -> int:
     if args.acceptance is not None:
         print(f"acceptance: E(k) from the per-position counters of {setup} in "
               f"{args.acceptance} (alpha column: measured)")
+    elif joint:
+        print("acceptance: E(k) of the token process fitted to the rows' counters, drawn "
+              "with the costs (alpha column: measured)")
     print(f"setup: {document['setup']}   objective: {args.objective}   k = 0 means "
           f"'do not speculate'")
     print(f"{'alpha':>6} {'RPS':>10} {'k*':>5} {'P(best)':>8} {'speedup [interval]':>28} "

@@ -78,7 +78,7 @@ class Setup:
 
 def setup(verifier: str, gpu: str = "H100", *, drafter: str | None = None, k: int = 0,
           alpha: float | None = None, rates: tuple[float, ...] | None = None,
-          prefill: int = 512, decode: int = 512, length_dist: str = "fixed",
+          persistence: tuple[float, float] | None = None, prefill: int = 512, decode: int = 512, length_dist: str = "fixed",
           length_cv: float = 0.0, catalog=None, step_model: StepModel | None = None,
           roofline_params: RooflineParams = RooflineParams(), max_num_batched_tokens: int = 8192,
           max_num_seqs: int = 1024, kv_capacity: int | None = None,
@@ -93,7 +93,8 @@ def setup(verifier: str, gpu: str = "H100", *, drafter: str | None = None, k: in
         from bayesspec.catalog import default_catalog
 
         catalog = default_catalog()
-    spec = SpecConfig(k=k, alpha=alpha, rates=tuple(rates) if rates is not None else None)
+    spec = SpecConfig(k=k, alpha=alpha, rates=tuple(rates) if rates is not None else None,
+                      persistence=tuple(persistence) if persistence is not None else None)
     v_card = catalog.model(verifier)
     if not v_card.is_verifier:
         raise BadInput(f"{v_card.name} is a drafter, not a verifier", argument="verifier")
