@@ -28,13 +28,14 @@ import numpy as np
 from .errors import BadInput
 from .laws import (costs_for_acceptance_length, crossover_rps, curved_latency,
                    effective_costs, expert_coverage, latency, load_amplification_expr,
-                   moe_latency, percentile_latency, rate_meeting_target,
-                   two_regime_latency, verification_tokens)
+                   moe_latency, percentile_latency, quantile_sampling_moments,
+                   rate_meeting_target, sampled_quantile_error_expr, two_regime_latency,
+                   verification_tokens)
 
 COEFFICIENT_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 
-__all__ = ["Noise", "Curve", "MoECurve", "MetricCurve", "Law", "CoefficientLaw", "ConfigurationLaw",
-           "MoESplit", "COEFFICIENT_NAMES"]
+__all__ = ["Noise", "Curve", "MoECurve", "MetricCurve", "SummarySampling", "Law",
+           "CoefficientLaw", "ConfigurationLaw", "MoESplit", "COEFFICIENT_NAMES"]
 
 
 def _lift(values, rps: np.ndarray):
@@ -213,21 +214,61 @@ class TwoRegimeCurve(Curve):
         return two_regime_latency(rps, *(_lift(p, rps) for p in self.parts), self.sharpness)
 
 
+@dataclass
+class SummarySampling:
+    """How a summary reported by a load test of n requests scatters around the law's
+    value for the whole population (:func:`bayesspec.laws.quantile_sampling_moments`):
+    the summary's quantile level (NaN: a mean), the rule its percentiles were computed
+    by, and ``spread(rps)``: draws (S[, R]) of the per-request log-latency spread at the
+    rates."""
+
+    quantile: float
+    spread: object
+    rule: str = "linear"
+
+    def error(self, rps, n_requests) -> tuple[np.ndarray, np.ndarray]:
+        """(bias, variance) of the reported log summary at ``rps`` with ``n_requests``
+        requests (scalars or arrays like ``rps``)."""
+        shift, variance = quantile_sampling_moments(self.quantile, n_requests, self.rule)
+        return sampled_quantile_error_expr(self.spread(rps), np.asarray(shift),
+                                           np.asarray(variance))
+
+
 class MetricCurve(Curve):
     """Draws of one latency summary under load (a percentile of end-to-end latency, of
     TTFT or of ITL): q = A (1 - RPS*C2)^(-gamma)
-    (:func:`bayesspec.laws.percentile_latency`), C2 shared with the group's mean law.
-    ``c1`` is A, the summary at zero load."""
+    (:func:`bayesspec.laws.percentile_latency`), C2 shared with the group's mean law
+    (near it). ``c1`` is A, the summary at zero load. The curve is the summary of the
+    whole request population; ``sampling`` says how one load test's reported value
+    scatters around it (:meth:`predictive` with ``n_requests``)."""
 
     law_name = "eq. (1) tail"
 
     def __init__(self, scale, c2, exponent, *, metric: str, label: str = "", group: str = "",
-                 noise: Noise | None = None):
+                 noise: Noise | None = None, sampling: SummarySampling | None = None):
         super().__init__(scale, c2, label=label, noise=noise)
         self.exponent = np.asarray(exponent, dtype=float)
         self.metric = metric
         #: The fitted group's label (its rows in ``fit.data`` carry it as ``group``).
         self.group = group
+        self.sampling = sampling
+
+    def predictive(self, rps, rng: np.random.Generator, log_se=0.0,
+                   n_requests=None) -> np.ndarray:
+        """Draws of a new reported summary at ``rps``: of a load test of ``n_requests``
+        requests per rate (its order-statistic bias and scatter), or without one the
+        law's value with the fitted noise alone."""
+        if self.noise is None:
+            raise ValueError(f"curve '{self.label}' has no noise model")
+        rps = np.asarray(rps, dtype=float)
+        curve = self.latency(rps)
+        sigma = self.noise.sigma(rps, self.point_c2(rps, curve), log_se)
+        if n_requests is not None and self.sampling is not None:
+            bias, variance = self.sampling.error(rps, n_requests)
+            with np.errstate(invalid="ignore", over="ignore"):
+                curve = curve * np.exp(bias)
+            sigma = np.sqrt(sigma**2 + variance)
+        return self.noise.draw(curve, sigma, rng)
 
     def latency(self, rps) -> np.ndarray:
         rps = np.asarray(rps, dtype=float)

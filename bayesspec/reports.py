@@ -21,20 +21,27 @@ GROUP_FIELDS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_t
 def summary_document(fit, *, prob: float = 0.9) -> dict:
     groups = fit.groups
     entries = []
+    model = fit.model()
+    # A tails fit of percentiles alone has no mean law: no C1, only the saturation cost.
+    has_mean = model.has_mean(fit)
     for g, row in groups.iterrows():
-        curve = fit.group_curve(g)
         entry = {"label": row["label"]}
         for field in GROUP_FIELDS:
             if field in groups.columns:
                 entry[field] = plain_value(row[field])
-        entry["C1"] = uncertain(curve.zero_load, prob)
-        entry["C2"] = uncertain(curve.saturation_cost, prob)
-        entry["saturation_rps"] = uncertain(1.0 / curve.saturation_cost, prob)
+        if has_mean:
+            curve = fit.group_curve(g)
+            c1, c2 = uncertain(curve.zero_load, prob), curve.saturation_cost
+        else:
+            c1 = {"mean": None, "median": None, "lo": None, "hi": None, "prob": prob}
+            c2 = fit.draws("C2", g)
+        entry["C1"] = c1
+        entry["C2"] = uncertain(c2, prob)
+        entry["saturation_rps"] = uncertain(1.0 / c2, prob)
         entry["rps_measured_max"] = fit.rps_measured_max(g)
         if "n_points" in groups.columns:
             entry["n_points"] = plain_value(row["n_points"])
         entries.append(entry)
-    model = fit.model()
     summaries = []
     for metric in model.metrics(fit):
         for g, row in groups.iterrows():

@@ -89,6 +89,82 @@ def test_summaries_likelihood_is_the_joint_normal_given_the_mean():
     assert per_point.shape == (3,) and per_point.sum() == pytest.approx(value, rel=1e-10)
 
 
+def test_quantile_sampling_moments_match_simulated_order_statistics():
+    """A reported percentile of n requests as numpy computes it (linear interpolation),
+    over standard normal values: the shift and variance of its normal score."""
+    from scipy.special import ndtri
+
+    from bayesspec.laws import quantile_rank, quantile_sampling_moments
+
+    rng = np.random.default_rng(4)
+    for quantile, n in ((0.99, 13), (0.9, 15), (0.5, 20), (0.99, 300)):
+        sample = np.percentile(rng.standard_normal((20000, n)), 100 * quantile, axis=1)
+        shift, variance = quantile_sampling_moments(quantile, n)
+        assert shift == pytest.approx(sample.mean() - ndtri(quantile), abs=0.02)
+        assert variance == pytest.approx(sample.var(), rel=0.1)
+    # A p99 of 13 requests is nearly their maximum: far below the population's p99.
+    assert quantile_sampling_moments(0.99, 13)[0] < -0.6
+    assert quantile_rank(0.99, 13) == pytest.approx(12.88)
+    assert quantile_rank(0.99, 13, "inverted_cdf") == 13.0
+    assert quantile_rank(0.5, 20, "inverted_cdf") == 10.0
+    shift, variance = quantile_sampling_moments([0.99, np.nan, 0.9], [np.nan, 40, 0])
+    assert np.allclose(shift, 0.0) and np.allclose(variance, [0.0, 1 / 40, 0.0])
+    with pytest.raises(ValueError, match="quantile rule"):
+        quantile_rank(0.5, 10, "nearest")
+
+
+def test_spread_pairs_take_the_neighbouring_percentile_of_the_same_quantity():
+    from bayesspec.bayes.tails import spread_pairs
+
+    metrics = ["p50", "p90", "p99", "ttft_p99", "itl_mean", "itl_p50", "itl_p90"]
+    pairs = dict(zip(metrics, spread_pairs(metrics)))
+    assert pairs["p99"] == (2, 1) and pairs["p90"] == (1, 0) and pairs["p50"] == (1, 0)
+    assert pairs["ttft_p99"] is None                       # alone of its quantity
+    assert pairs["itl_mean"] == (6, 5)
+
+
+def test_data_spread_reads_thin_percentiles_at_their_order_statistics():
+    """Per-request latencies log-normal of log-sd 0.3: the spread read off p50 and p99 of
+    15 requests, where the p99 is about their maximum, comes out near 0.3 (read at the
+    nominal levels it would be about 0.2)."""
+    import pandas as pd
+
+    from bayesspec.bayes.tails import data_spread
+
+    rng = np.random.default_rng(1)
+    latencies = np.exp(0.3 * rng.standard_normal((400, 15)))
+    rows = pd.DataFrame({"latency_p50_s": np.percentile(latencies, 50, axis=1),
+                         "latency_p99_s": np.percentile(latencies, 99, axis=1),
+                         "n_requests": 15})
+    spread = data_spread(rows, np.zeros(len(rows), int), "latency")
+    assert spread[0] == pytest.approx(0.3, rel=0.1)
+    naive = np.median(np.log(rows["latency_p99_s"] / rows["latency_p50_s"])) / 2.326
+    assert naive < 0.25
+
+
+def test_a_thin_load_test_reads_a_percentile_low_and_wide():
+    """The predictive of a reported p99 of few requests sits below the population's p99
+    by the order statistic's shift and is wider than that of many requests."""
+    from bayesspec.laws import quantile_sampling_moments
+    from bayesspec.prediction import Noise, SummarySampling
+
+    draws = 4000
+    curve = MetricCurve(np.full(draws, 2.0), np.full(draws, 0.05), np.full(draws, 1.2),
+                        metric="p99", noise=Noise(np.full(draws, 0.01), np.zeros(draws)),
+                        sampling=SummarySampling(0.99, lambda rps: np.full(np.shape(rps), 0.3)))
+    rng = np.random.default_rng(0)
+    thin = curve.predictive(np.array([5.0]), rng, n_requests=15)[:, 0]
+    thick = curve.predictive(np.array([5.0]), rng, n_requests=20000)[:, 0]
+    population = float(curve.latency(np.array([5.0]))[0, 0])
+    shift = quantile_sampling_moments(0.99, 15)[0]
+    assert np.median(thin) == pytest.approx(population * np.exp(0.3 * shift), rel=0.02)
+    assert np.median(thick) == pytest.approx(population, rel=0.02)
+    assert np.std(np.log(thin)) > 4 * np.std(np.log(thick))
+    # Without a request count: the law's value and the fitted noise alone.
+    plain = curve.predictive(np.array([5.0]), rng)[:, 0]
+    assert np.median(plain) == pytest.approx(population, rel=0.01)
+
+
 # ----------------------------------------------------------------------------- SLO decisions
 
 def _known_laws(draws: int = 400):
@@ -255,6 +331,89 @@ def test_metric_on_a_mean_only_fit_exits_2(real_fit_path, capsys):
     assert code == 2 and "--model tails" in err
     code, _, err = run(capsys, "slo", real_fit_path, "--ttft-p99", "0.1")
     assert code == 2 and "--model tails" in err and "--metric" not in err
+
+
+def test_predict_metric_answers_from_a_tails_fit(tails_fit_file, capsys):
+    code, out, _ = run(capsys, "predict", tails_fit_file, "--metric", "ttft_p99", "--rps",
+                       "1,2", "--verifier", "Qwen3-8B", "--k", "0", "--json")
+    assert code == 0
+    document = json.loads(out)
+    assert document["metric"] == "ttft_p99" and len(document["points"]) == 2
+    assert document["n_requests"] == 600        # the fitted points' request count
+    code, out, _ = run(capsys, "predict", tails_fit_file, "--metric", "ttft_p99", "--rps", "2",
+                       "--verifier", "Qwen3-8B", "--k", "0")
+    assert code == 0 and "TTFT p99" in out and "600 requests" in out
+    thin, thick = (json.loads(run(capsys, "predict", tails_fit_file, "--metric", "p99",
+                                  "--rps", "2", "--requests", n, "--verifier", "Qwen3-8B",
+                                  "--k", "0", "--json")[1])["points"][0]
+                   for n in ("15", "100000"))
+    assert thin["latency_s"] == thick["latency_s"]          # the same population law
+    assert thin["predictive_s"]["median"] < thick["predictive_s"]["median"]
+    code, _, err = run(capsys, "predict", tails_fit_file, "--rps", "2", "--requests", "20",
+                       "--verifier", "Qwen3-8B", "--k", "0")
+    assert code == 2 and "--requests" in err and len(err.strip().splitlines()) == 1
+
+
+def test_predict_metric_on_a_mean_only_fit_exits_2(real_fit_path, capsys):
+    code, _, err = run(capsys, "predict", real_fit_path, "--metric", "p99", "--rps", "1",
+                       "--prefill", "256", "--decode", "256")
+    assert code == 2 and "--model tails" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.fixture
+def percentile_file(tmp_path):
+    """p50/p90 of end-to-end latency and TTFT, no mean (llm-d, inference-perf)."""
+    truth = placeholder_truth()
+    truth = truth[truth["verifier"] == "Qwen3-8B"].iloc[[0]].reset_index(drop=True)
+    laws = {"p50": (0.9, 1.0), "p90": (1.4, 1.2), "ttft_p50": (0.01, 0.6),
+            "ttft_p90": (0.02, 0.8)}
+    data = generate_tail_sweeps(tail_truth(truth, laws, seed=2), seed=3)
+    keep = ["verifier", "prefill_tokens", "decode_tokens", "rps", "n_requests",
+            "latency_p50_s", "latency_p90_s", "ttft_p50_s", "ttft_p90_s"]
+    path = tmp_path / "percentiles.csv"
+    data[keep].to_csv(path, index=False)
+    return path
+
+
+def test_a_file_of_percentiles_is_refused_by_mean_models(percentile_file, tmp_path, capsys):
+    from bayesspec.data import has_mean_latency, read_tidy
+
+    data = read_tidy(percentile_file)
+    assert not has_mean_latency(data) and data["latency_mean_s"].isna().all()
+    assert not data["excluded"].all()
+    for model in ("dense", "speculative"):
+        code, _, err = run(capsys, "fit", percentile_file, "--model", model, "-o",
+                           tmp_path / "x.nc", "--quiet")
+        # One line of error (after the warning on the set-aside points, if any).
+        error = [line for line in err.splitlines() if "error" in line.lower()]
+        assert code == 2 and len(error) == 1 and "--model tails" in error[0]
+        assert "no mean latency (latency_mean_s)" in err.strip().splitlines()[-1]
+    assert not (tmp_path / "x.nc").exists()
+
+
+def test_tails_fits_a_file_of_percentiles_alone(percentile_file, tmp_path, capsys,
+                                                mock_sampling):
+    fit = tmp_path / "tails.nc"
+    code, _, err = run(capsys, "fit", percentile_file, "--model", "tails", "-o", fit,
+                       "--draws", "50", "--chains", "2", "--seed", "1", "--quiet")
+    assert code == 0, err
+    from bayesspec.bayes import load_fit
+
+    loaded = load_fit(fit)
+    model = loaded.model()
+    assert model.metrics(loaded) == ["p50", "p90", "ttft_p50", "ttft_p90"]
+    assert not model.has_mean(loaded) and "C1" not in loaded.posterior
+    code, out, _ = run(capsys, "summary", fit, "--json")
+    assert code == 0 and json.loads(out)["groups"][0]["C1"]["median"] is None
+    code, _, err = run(capsys, "predict", fit, "--rps", "1")
+    assert code == 2 and "--metric" in err and "percentiles only" in err
+    code, out, _ = run(capsys, "predict", fit, "--rps", "1,2", "--metric", "p50", "--json")
+    assert code == 0 and json.loads(out)["metric"] == "p50"
+    code, out, _ = run(capsys, "slo", fit, "--target", "ttft_p90=0.5", "--json")
+    document = json.loads(out)
+    assert code == 0 and document["ranked_by"] == "p50"
+    code, out, _ = run(capsys, "slo", fit, "--target", "ttft_p90=0.5")
+    assert "then lowest p50 end-to-end latency" in out
 
 
 # ----------------------------------------------------------------------------- statistics

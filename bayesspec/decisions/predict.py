@@ -7,13 +7,21 @@ import numpy as np
 from ..uncertainty import DEFAULT_PROB, uncertain
 
 
-def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int = 0) -> dict:
+def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int = 0,
+                  metric: str | None = None, n_requests: float | None = None) -> dict:
     """The mean latency curve and a new measurement at each rate, for one group, by the
-    fit's own law (eq. 1, or eq. 4 for an MoE verifier)."""
-    curve = fit.group_curve(group)
+    fit's own law (eq. 1, or eq. 4 for an MoE verifier); with ``metric`` (``p99``,
+    ``ttft_p99``, ... of a tails fit) that summary's curve instead (the summary of every
+    request at that rate), and a new load test's reported summary of ``n_requests``
+    requests per rate (None: the law's value with the fitted noise alone)."""
+    if metric is None or metric == "mean":
+        metric, curve = "mean", fit.group_curve(group)
+        observed = curve.predictive(rps, np.random.default_rng(seed))
+    else:
+        curve = fit.model().metric_curve(fit, group, metric)
+        observed = curve.predictive(rps, np.random.default_rng(seed), n_requests=n_requests)
     rps = np.asarray(rps, dtype=float)
     mean = curve.latency(rps)
-    observed = curve.predictive(rps, np.random.default_rng(seed))
     saturation = curve.saturation_cost
     ceiling = fit.rps_measured_max(group)
     points = []
@@ -25,5 +33,8 @@ def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int
             "p_saturated": float(np.mean(rate * saturation >= 1.0)),
             "extrapolated": bool(rate > ceiling),
         })
-    return {"group": fit.groups["label"].iloc[group], "rps_measured_max": ceiling,
-            "points": points}
+    document = {"group": fit.groups["label"].iloc[group], "metric": metric,
+                "rps_measured_max": ceiling, "points": points}
+    if metric != "mean":
+        document["n_requests"] = None if n_requests is None else float(n_requests)
+    return document
