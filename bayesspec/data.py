@@ -42,8 +42,12 @@ DESIGN_DEFAULTS: dict[str, object] = {
 
 STRING_COLUMNS = ("verifier", "drafter", "gpu", "engine", "engine_version", "method",
                   "source", "strategy")
+# The engine's limits on what shares a batch (vLLM's names): the concurrency cap comes
+# from them (``concurrency_caps``).
+ENGINE_LIMIT_COLUMNS = ("max_num_seqs", "kv_cache_tokens", "max_num_batched_tokens")
 INTEGER_COLUMNS = ("k", "prefill_tokens", "decode_tokens", "n_requests", "num_drafts",
-                   "draft_tokens", "accepted_tokens", "experts_active", "experts_total")
+                   "draft_tokens", "accepted_tokens", "experts_active", "experts_total",
+                   *ENGINE_LIMIT_COLUMNS)
 POSITIVE_FLOAT_COLUMNS = ("rps", "latency_mean_s")
 NONNEGATIVE_FLOAT_COLUMNS = tuple(dict.fromkeys(
     ("rps_target", "latency_std_s") + SUMMARY_COLUMNS
@@ -89,20 +93,25 @@ class SaturationRule:
 
 
 def read_tidy(path: str | os.PathLike, *, catalog=None,
-              saturation: SaturationRule | None = None) -> pd.DataFrame:
+              saturation: SaturationRule | None = None,
+              engine_limits: dict | None = None) -> pd.DataFrame:
     """Read and validate a tidy CSV or Parquet file.
 
     Returns a DataFrame with every CONTRACT column that applies, the defaults filled,
     catalog covariates attached, and two bookkeeping columns: ``excluded`` (bool) and
     ``exclusion_reason`` (str). ``df.attrs['source_file']`` holds the path.
+    ``engine_limits`` ({column of :data:`ENGINE_LIMIT_COLUMNS`: value}, from flags such as
+    ``--max-num-seqs``) fill those columns where the file has no value.
     """
     path = Path(path)
     raw = _read_raw(path)
-    return prepare(raw, source=str(path), catalog=catalog, saturation=saturation)
+    return prepare(raw, source=str(path), catalog=catalog, saturation=saturation,
+                   engine_limits=engine_limits)
 
 
 def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
-            saturation: SaturationRule | None = None) -> pd.DataFrame:
+            saturation: SaturationRule | None = None,
+            engine_limits: dict | None = None) -> pd.DataFrame:
     """Validate an in-memory table the same way as a file (used by tests and readers)."""
     if raw.shape[0] == 0:
         raise BadInput("no data rows", file=source)
@@ -151,6 +160,7 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
     if "latency_mean_s" not in out.columns:
         out["latency_mean_s"] = np.nan
         _check_summaries_given(out, summaries, source)
+    _apply_engine_limits(out, engine_limits or {}, source)
     _check_ranges(out, source)
     for column, default in DESIGN_DEFAULTS.items():
         if column not in out.columns:
@@ -162,6 +172,7 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
     out["alpha"] = out["alpha"].astype(float)
     _check_speculative_rows(out, k_given, "k" in frame.columns, source)
     _check_design(out, source)
+    _check_engine_limits(out, source)
     _attach_catalog(out, catalog)
     _mark_saturated(out, saturation or SaturationRule())
     out.attrs["source_file"] = source
@@ -516,7 +527,7 @@ def _check_ranges(out: pd.DataFrame, source: str) -> None:
         if column not in out.columns:
             continue
         low = 1 if column in {"prefill_tokens", "decode_tokens", "n_requests",
-                              "experts_total"} else 0
+                              "experts_total", *ENGINE_LIMIT_COLUMNS} else 0
         bad = out[column].notna() & (out[column] < low)
         if bad.any():
             row = _first_bad(bad.fillna(False))
@@ -562,6 +573,114 @@ def _check_design(out: pd.DataFrame, source: str) -> None:
                            row=_first_bad(bad), column="accepted_tokens")
 
 
+#: The command-line flag of each engine limit.
+ENGINE_LIMIT_FLAGS = {"max_num_seqs": "--max-num-seqs", "kv_cache_tokens": "--kv-cache-tokens",
+                      "max_num_batched_tokens": "--max-num-batched-tokens"}
+
+
+def _apply_engine_limits(out: pd.DataFrame, limits: dict, source: str) -> None:
+    """Fill engine-limit columns from flags where the file has no value; a flag that
+    contradicts a value the file has is an error (one of the two is wrong)."""
+    for column, value in limits.items():
+        if value is None:
+            continue
+        flag = ENGINE_LIMIT_FLAGS[column]
+        if isinstance(value, bool) or not float(value).is_integer() or value < 1:
+            raise BadInput(f"must be a whole number >= 1, got {value:g}", option=flag)
+        if column not in out.columns:
+            out[column] = pd.array([int(value)] * len(out), dtype="Int64")
+            continue
+        differs = out[column].notna() & out[column].ne(int(value))
+        if differs.fillna(False).any():
+            row = _first_bad(differs.fillna(False))
+            raise BadInput(f"the file says {out[column].iloc[row - 1]}, {flag} says "
+                           f"{int(value)}: drop the flag or fix the file", file=source,
+                           row=row, column=column)
+        out[column] = out[column].fillna(int(value)).astype("Int64")
+
+
+def _check_engine_limits(out: pd.DataFrame, source: str) -> None:
+    """One configuration ran on one engine: its rows must agree on each limit."""
+    present = [c for c in ENGINE_LIMIT_COLUMNS if c in out.columns]
+    if not present:
+        return
+    _, index = assign_groups(out)
+    for column in present:
+        values = out[column].astype("Float64")
+        for group in np.unique(index):
+            members = np.flatnonzero(index == group)
+            seen = values.iloc[members]
+            if seen.nunique(dropna=False) <= 1:
+                continue
+            first = seen.iloc[0]
+            other = (seen.ne(first) if not pd.isna(first) else seen.notna()).fillna(True)
+            row = int(members[np.flatnonzero(other.to_numpy(bool))[0]]) + 1
+            shown = "empty" if pd.isna(values.iloc[row - 1]) else int(values.iloc[row - 1])
+            raise BadInput(f"differs within one configuration ({shown} here, "
+                           f"{'empty' if pd.isna(first) else int(first)} in row "
+                           f"{members[0] + 1}): one configuration runs on one engine "
+                           "setting; label the settings apart (e.g. engine_version) or fix "
+                           "the value", file=source, row=row, column=column)
+
+
+def concurrency_caps(data: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    """Per row, the engine's effective cap on requests in the batch
+    (:func:`bayesspec.laws.concurrency_cap`: ``max_num_seqs``, the KV cache over a
+    request's footprint, the step's token budget over k + 1 verification tokens) and
+    which limit sets it; ``inf`` and "" where the row's limits are unknown."""
+    from .laws import binding_cap_source, concurrency_cap
+
+    def column(name):
+        if name not in data.columns:
+            return np.full(len(data), np.nan)
+        return pd.to_numeric(data[name], errors="coerce").to_numpy(float)
+
+    inputs = [column(c) for c in ENGINE_LIMIT_COLUMNS] + [
+        column("prefill_tokens"), column("decode_tokens"), data["k"].to_numpy(float)]
+    caps = np.asarray(concurrency_cap(*inputs), dtype=float)
+    if not np.isfinite(caps).any():
+        return caps, [""] * len(data)
+    sources = [binding_cap_source(*values) if np.isfinite(cap) else ""
+               for cap, values in zip(caps, zip(*inputs))]
+    return caps, sources
+
+
+def _in_system(data: pd.DataFrame) -> np.ndarray:
+    """Requests in the system per row: the measured time-average where the file has it,
+    otherwise RPS x mean latency (Little's law; a file without a mean: its reference
+    latency, :func:`reference_latency`)."""
+    little = data["rps"].to_numpy(float) * reference_latency(data)
+    if "mean_concurrency" not in data.columns:
+        return little
+    measured = pd.to_numeric(data["mean_concurrency"], errors="coerce").to_numpy(float)
+    return np.where(np.isfinite(measured), measured, little)
+
+
+def _past_the_cap(out: pd.DataFrame, reason: pd.Series) -> pd.Series:
+    """Points with more requests in the system than the engine can batch: past the
+    ceiling, in a queue that grows with the run, where no steady-state law applies."""
+    caps, sources = concurrency_caps(out)
+    if not np.isfinite(caps).any():
+        return reason
+    in_system = _in_system(out)
+    past = np.isfinite(caps) & (in_system > caps) & reason.eq("").to_numpy()
+    if not past.any():
+        return reason
+    reason = reason.copy()
+    _, index = assign_groups(out)
+    rps = out["rps"].to_numpy(float)
+    for i in np.flatnonzero(past):
+        below = np.flatnonzero((index == index[i]) & ~past & reason.eq("").to_numpy())
+        hint = (f"the highest rate below it here is {rps[below].max():.4g} RPS; measure "
+                "between that and this rate to place the ceiling" if len(below)
+                else "measure at lower rates")
+        reason.iloc[i] = (f"past the engine's ceiling: {in_system[i]:.0f} requests in the "
+                          f"system against a cap of {caps[i]:.0f} ({sources[i]}), so the "
+                          f"queue grows with the run and no steady-state law applies; "
+                          f"{hint}")
+    return reason
+
+
 def _attach_catalog(out: pd.DataFrame, catalog) -> None:
     """Fill parameter counts and expert counts from the catalog where the data lack them."""
     if catalog is None:
@@ -605,6 +724,7 @@ def _mark_saturated(out: pd.DataFrame, rule: SaturationRule) -> None:
     if rule.max_rps is not None:
         above = (out["rps"] > rule.max_rps) & reason.eq("")
         reason = reason.where(~above, f"rps above --max-rps {rule.max_rps:g}")
+    reason = _past_the_cap(out, reason)
     if rule.detect:
         reason = detect_saturation(out, reason)
     out["exclusion_reason"] = reason.astype(str)

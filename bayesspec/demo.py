@@ -126,7 +126,7 @@ def deployment_summary(spec) -> dict:
     decisions = []
     for _, setup in spec.setups.iterrows():
         costs = spec.law(_setup_options(setup))
-        saturation = float(np.median(1.0 / costs.c2_dense))
+        saturation = float(np.median(costs.dense.ceiling))
         lines.append(f"{setup['setup']} (dense saturates at {saturation:.3g} RPS):")
         for alpha in DEMO_ALPHAS:
             for fraction in DEMO_LOAD_FRACTIONS:
@@ -169,14 +169,15 @@ def speculative_figures(spec, spec_data, out_dir: Path, settings, *, joint_check
     figures = []
     setup = spec.setups.iloc[0]
     costs = spec.law(_setup_options(setup))
-    saturation = float(np.median(1.0 / costs.c2_dense))
+    saturation = float(np.median(costs.dense.ceiling))
     table = kstar_table(costs, np.round(np.arange(0.5, 1.0001, 0.05), 2),
                         np.linspace(0, 0.95 * saturation, 40))
     middle = kstar_table(costs, [0.8], [0.5 * saturation])["table"][0]["k"]
     ks = sorted({1, 2, 4, 6, 8} | ({middle} if middle > 0 else set()))
     figures.append(save_figure(speedup_bands_plot(costs, 0.8, ks, rps_max=saturation,
                                                   recommended_k=middle or None,
-                                                  rps_measured_max=costs.rps_measured_max),
+                                                  rps_measured_max=costs.measured(
+                                                      0.8, middle or 3)["rps_fitted_max"]),
                                out_dir / "speedup_alpha0.8.png"))
     figures.append(save_figure(cost_ratio_plot(costs, (0.5, 0.6, 0.7, 0.8, 0.9), range(1, 11)),
                                out_dir / "cost_ratios.png"))

@@ -74,7 +74,9 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
         # length (a cap at 4000 broke every fit of 4 chains x 2000 draws).
         draws = curve.predictive(rps, rng, measurement_log_se(members))
         mean_curve = curve.latency(rps)
-        point_c2 = curve.point_c2(rps, mean_curve)
+        # how far up its ceiling each point sits (RPS*C2 for eq. (1))
+        utilisation = (rps * np.median(curve.point_c2(rps, mean_curve), axis=0)
+                       if curve.cap is None else rps / np.median(curve.ceiling))
         lo, median, hi = draw_quantiles(draws, [tail, 0.5, 1.0 - tail])
         held = members["held_out"].to_numpy(bool)
         if reference and held.any():
@@ -83,10 +85,10 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
             "group": label, "rps": rps, "observed": observed, "predicted": median,
             "lo": lo, "hi": hi, "inside": (lo <= observed) & (observed <= hi),
             "held_out": members["held_out"].to_numpy(bool),
-            "utilisation": rps * np.median(point_c2, axis=0),
+            "utilisation": utilisation,
             "log_residual": np.log(observed) - np.log(median),
             "pit": np.mean(draws < observed[None, :], axis=0),
-            **_left_out_pit(curve, rps, observed, members, mean_curve, point_c2, draws)}))
+            **_left_out_pit(curve, rps, observed, members, mean_curve, draws)}))
     points = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
     return (points, inside_by_draw) if reference else points
 
@@ -144,7 +146,7 @@ def coverage_reference(points: pd.DataFrame, inside_by_draw: dict, *, prob: floa
                 for i, label in enumerate(labels)}}
 
 
-def _left_out_pit(curve, rps, observed, members, mean_curve, point_c2, draws) -> dict:
+def _left_out_pit(curve, rps, observed, members, mean_curve, draws) -> dict:
     """``pit_loo`` and ``pareto_k`` of the fitted rows of one group (NaN on held-out rows,
     which the fit never saw: their plain ``pit`` is already out of sample)."""
     from .bayes.base import measurement_log_se
@@ -153,7 +155,7 @@ def _left_out_pit(curve, rps, observed, members, mean_curve, point_c2, draws) ->
     pit = np.full(len(rps), np.nan)
     k = np.full(len(rps), np.nan)
     if fitted.any():
-        sigma = curve.noise.sigma(rps, point_c2, measurement_log_se(members))
+        sigma = curve.noise_sigma(rps, mean_curve, measurement_log_se(members))
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             log_likelihood = curve.noise.log_density(
                 np.log(observed)[None, :] - np.log(mean_curve), sigma)
@@ -225,6 +227,7 @@ def group_calibration(points: pd.DataFrame, *, prob: float = 0.9,
             outside = int((~subset["inside"]).sum())
             own = name == "held_out" and label in tails
             entry[name] = {"points": n, "coverage": float(subset["inside"].mean()),
+                           "median_relative_width": median_relative_width(subset),
                            "r2": r_squared(subset["observed"], subset["predicted"]),
                            "p_too_many_outside": (tails[label] if own else
                                                   _binomial_tail(outside, n, 1.0 - prob)),
@@ -252,6 +255,18 @@ def _left_out_coverage(subset: pd.DataFrame, prob: float) -> dict:
             "pareto_k_high": int(np.sum(subset["pareto_k"].to_numpy(float) > 0.7))}
 
 
+def median_relative_width(points: pd.DataFrame) -> float | None:
+    """Median over points of (hi - lo)/median of their predictive intervals: how wide the
+    answers are, next to how often they cover (an interval open upwards counts as
+    infinitely wide). None without points."""
+    if points.empty:
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        width = ((points["hi"] - points["lo"]) / points["predicted"]).to_numpy(float)
+    width = np.where(np.isnan(width), np.inf, width)
+    return float(np.median(width))
+
+
 def pooled_coverage(points: pd.DataFrame, prob: float = 0.9) -> dict:
     """Coverage of held-in and held-out points pooled over groups (held in: in sample
     and left out one at a time, ``coverage_loo``)."""
@@ -259,7 +274,8 @@ def pooled_coverage(points: pd.DataFrame, prob: float = 0.9) -> dict:
     for name, subset in (("held_in", points.loc[~points["held_out"]]),
                          ("held_out", points.loc[points["held_out"]])):
         if len(subset):
-            out[name] = {"points": int(len(subset)), "coverage": float(subset["inside"].mean())}
+            out[name] = {"points": int(len(subset)), "coverage": float(subset["inside"].mean()),
+                         "median_relative_width": median_relative_width(subset)}
             if name == "held_in" and "pit_loo" in subset:
                 out[name].update(_left_out_coverage(subset, prob))
     return out

@@ -313,7 +313,7 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
             points = data.loc[row_labels == label]
             used = points.loc[~points["excluded"]]
             dropped = points.loc[points["excluded"]]
-            saturation = 1.0 / law.saturation_cost[:max_draws]
+            saturation = np.ravel(law.ceiling)[:max_draws]
             top = max(float(points["rps"].max()) if len(points) else 0.0,
                       float(np.median(saturation)))
             grid = np.linspace(0.0, top * 1.02, 200)
@@ -411,6 +411,13 @@ def _speedup_curve(costs, alpha: float, k: int, grid: np.ndarray, prob: float) -
     return {"lo": lo, "median": median, "hi": hi, "end": end, "band_end": min(band_end, end)}
 
 
+def _design_extrapolated(costs, alpha, k) -> bool:
+    """Whether (alpha, k) lies outside what the law's data measured (laws that do not
+    say are taken as measured)."""
+    measured = getattr(costs, "measured", None)
+    return bool(measured(alpha, k)["design_extrapolated"]) if callable(measured) else False
+
+
 def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
                        prob: float = BAND_PROB, points: int = 160,
                        recommended_k: int | None = None,
@@ -437,7 +444,7 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
     if recommended_k is not None and int(recommended_k) > 0:
         ks = sorted(set(ks) | {int(recommended_k)})
     recommended = None if recommended_k is None else int(recommended_k)
-    dense_saturation = float(np.median(1.0 / np.asarray(costs.c2_dense, dtype=float)))
+    dense_saturation = float(np.median(costs.dense.ceiling))
     top = min(rps_max * 1.05, dense_saturation) if rps_max else dense_saturation
     measured = (float(rps_measured_max) if rps_measured_max is not None
                 and np.isfinite(rps_measured_max) else None)
@@ -476,10 +483,15 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
                               color=colour, alpha=0.3 if is_recommended else 0.16, lw=0,
                               zorder=1)
         if end > 0:
-            label = f"k = {k}" + (" (recommended)" if is_recommended else "")
+            # A k (or alpha) the data did not measure is the law's extrapolation: dashed.
+            unmeasured = _design_extrapolated(costs, alpha, k)
+            label = (f"k = {k}" + (" (recommended)" if is_recommended else "")
+                     + (": not measured (extrapolated)" if unmeasured else ""))
             style = ({"lw": 3.2, "zorder": 4, "path_effects": [
                 patheffects.withStroke(linewidth=5, foreground="black")]}
                 if is_recommended else {"lw": 1.7, "zorder": 3})
+            if unmeasured:
+                style["ls"] = (0, (4, 2))
             axis.plot(grid[:end], curve["median"][:end], color=colour, label=label, **style)
             # The y range follows the curves up to 90% of the dense saturation rate:
             # beyond, a speedup can grow without bound as the dense baseline saturates.
@@ -702,6 +714,18 @@ def kstar_map_plot(document: dict, *, uncertain_below: float = 0.5):
             [Rectangle((x_edges[j], y_edges[i]), x_edges[j + 1] - x_edges[j],
                        y_edges[i + 1] - y_edges[i]) for i, j in unsure],
             facecolor="none", edgecolor=(0, 0, 0, 0.45), hatch="///", lw=0))
+    # Cells whose answer is the law's extrapolation (a k or alpha outside the measured
+    # design, or a rate above the fitted ones): dotted, so they never read as measured.
+    extrapolated = np.zeros(best.shape, bool)
+    for row in table:
+        extrapolated[a_index[row["alpha"]], r_index[row["rps"]]] = bool(
+            row.get("extrapolated"))
+    beyond = np.argwhere(extrapolated)
+    if len(beyond):
+        axis.add_collection(PatchCollection(
+            [Rectangle((x_edges[j], y_edges[i]), x_edges[j + 1] - x_edges[j],
+                       y_edges[i + 1] - y_edges[i]) for i, j in beyond],
+            facecolor="none", edgecolor=(1, 1, 1, 0.7), hatch="..", lw=0))
     segments = _boundary_segments(best, x_edges, y_edges)
     for target in (axis, p_axis):
         target.add_collection(LineCollection(segments, colors="black", linewidths=1.3))
@@ -717,6 +741,9 @@ def kstar_map_plot(document: dict, *, uncertain_below: float = 0.5):
                for k in present]
     handles.append(Patch(facecolor="white", edgecolor=(0, 0, 0, 0.6), hatch="///",
                          label=f"P(best) < {uncertain_below:g}"))
+    if len(beyond):
+        handles.append(Patch(facecolor="0.55", edgecolor=(1, 1, 1, 0.9), hatch="..",
+                             label="extrapolated: k, alpha or rate\nbeyond the data"))
     axis.legend(handles=handles, title="k*", fontsize=8, title_fontsize=8,
                 loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False,
                 ncol=1 if len(handles) <= 14 else 2)

@@ -26,16 +26,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import BadInput
-from .laws import (costs_for_acceptance_length, crossover_rps, curved_latency,
-                   effective_costs, expert_coverage, latency, load_amplification_expr,
-                   moe_latency, percentile_latency, quantile_sampling_moments,
-                   rate_meeting_target, sampled_quantile_error_expr, two_regime_latency,
-                   verification_tokens)
+from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
+                   concurrency_cap, costs_for_acceptance_length, crossover_rps,
+                   curved_latency, effective_costs, expert_coverage, latency,
+                   load_amplification_expr, moe_latency, percentile_latency,
+                   percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
+                   sampled_quantile_error_expr, two_regime_latency, verification_tokens)
 
 COEFFICIENT_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 
 __all__ = ["Noise", "Curve", "MoECurve", "MetricCurve", "SummarySampling", "Law",
-           "CoefficientLaw", "ConfigurationLaw", "MoESplit", "COEFFICIENT_NAMES"]
+           "CoefficientLaw", "ConfigurationLaw", "MoESplit", "MeasuredConfiguration",
+           "COEFFICIENT_NAMES"]
 
 
 def _lift(values, rps: np.ndarray):
@@ -65,14 +67,20 @@ class Noise:
     def _nu(self, ndim: int) -> np.ndarray:
         return np.asarray(self.nu, dtype=float).reshape((-1,) + (1,) * (ndim - 1))
 
-    def sigma(self, rps, point_c2, log_se=0.0) -> np.ndarray:
+    def sigma(self, rps, point_c2=None, log_se=0.0, *, amplification=None) -> np.ndarray:
+        """The noise sd at each point. The load term is the law's elasticity
+        d log L / d log RPS: x/(1 - x) from ``point_c2`` for eq. (1), or given as
+        ``amplification`` (the capped law, :meth:`Curve.amplification`)."""
         rps = np.asarray(rps, dtype=float)
-        point_c2 = np.asarray(point_c2, dtype=float)
-        shape = (-1,) + (1,) * (point_c2.ndim - 1)
+        if amplification is None:
+            point_c2 = np.asarray(point_c2, dtype=float)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                utilisation = rps * point_c2
+                amplification = np.where(utilisation < 1,
+                                         load_amplification_expr(rps, point_c2), np.inf)
+        amplification = np.asarray(amplification, dtype=float)
+        shape = (-1,) + (1,) * (amplification.ndim - 1)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            utilisation = rps * point_c2
-            amplification = np.where(utilisation < 1, load_amplification_expr(rps, point_c2),
-                                     np.inf)
             return np.sqrt(self.base.reshape(shape) ** 2
                            + (self.load.reshape(shape) * amplification) ** 2
                            + np.asarray(log_se, dtype=float) ** 2)
@@ -101,18 +109,29 @@ class Noise:
 # --------------------------------------------------------------------------- curves
 
 class Curve:
-    """Draws of one mean-latency law L(RPS) = C1/(1 - RPS*C2) (eq. 1)."""
+    """Draws of one mean-latency law L(RPS) = C1/(1 - RPS*C2) (eq. 1), or, with the
+    engine's concurrency ``cap`` (requests in the batch), the slot queue of
+    :func:`bayesspec.laws.capped_latency`: eq. (1) well below the cap, a kink near it,
+    and a ceiling at the cap's throughput (:attr:`ceiling`)."""
 
     law_name = "eq. (1)"
     #: The highest unsaturated rate the curve was fitted on (nan when unknown): answers
     #: above it are the law's extrapolation.
     rps_fitted_max = float("nan")
 
-    def __init__(self, c1, c2, *, label: str = "", noise: Noise | None = None):
+    def __init__(self, c1, c2, *, label: str = "", noise: Noise | None = None, cap=None,
+                 wait_scale: float = 1.0):
         self.c1 = np.asarray(c1, dtype=float)
         self.c2 = np.asarray(c2, dtype=float)
         self.label = label
         self.noise = noise
+        #: The engine's concurrency cap, broadcast to the cost arrays' shape; None: the
+        #: cap is unknown and the curve is eq. (1) alone.
+        self.cap = None if cap is None else np.broadcast_to(
+            np.asarray(cap, dtype=float), self.c2.shape)
+        #: How long the wait for a batch slot is against the Markov queue's
+        #: (:func:`bayesspec.laws.queue_wait_scale`).
+        self.wait_scale = float(wait_scale)
 
     @property
     def draws(self) -> int:
@@ -125,21 +144,56 @@ class Curve:
 
     @property
     def saturation_cost(self) -> np.ndarray:
-        """C2 at full load: 1/C2 is the saturation rate (what C2R compares)."""
+        """C2 at full load: 1/C2 is eq. (1)'s pole (what C2R compares)."""
         return self.c2
+
+    @property
+    def ceiling(self) -> np.ndarray:
+        """Per draw, the highest rate the server sustains: eq. (1)'s pole 1/C2, or the
+        cap's throughput when the engine's cap binds first (always, when known)."""
+        if self.cap is None:
+            with np.errstate(divide="ignore"):
+                return 1.0 / self.saturation_cost
+        return ceiling_rps(self.c1, self.c2, self.cap)
+
+    @property
+    def ceiling_binding(self) -> str:
+        """What sets :attr:`ceiling`: "cap" or "1/C2"."""
+        return "1/C2" if self.cap is None else "cap"
 
     def latency(self, rps) -> np.ndarray:
         rps = np.asarray(rps, dtype=float)
-        return latency(rps, _lift(self.c1, rps), _lift(self.c2, rps))
+        if self.cap is None:
+            return latency(rps, _lift(self.c1, rps), _lift(self.c2, rps))
+        return capped_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
+                              _lift(self.cap, rps), wait_scale=self.wait_scale)
+
+    def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
+        """d log L / d log RPS at ``rps`` for every draw (the shape of ``curve``): how a
+        relative error in the measured rate moves the measured latency."""
+        rps = np.asarray(rps, dtype=float)
+        if self.cap is None:
+            point_c2 = self.point_c2(rps, curve)
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                return np.where(rps * point_c2 < 1, load_amplification_expr(rps, point_c2),
+                                np.inf)
+        return np.broadcast_to(capped_load_elasticity(
+            rps, _lift(self.c1, rps), _lift(self.c2, rps), _lift(self.cap, rps),
+            wait_scale=self.wait_scale), np.shape(curve))
+
+    def noise_sigma(self, rps, curve: np.ndarray, log_se=0.0) -> np.ndarray:
+        """The measurement noise sd of a mean latency at ``rps`` (shape of ``curve``)."""
+        return self.noise.sigma(rps, log_se=log_se,
+                                amplification=self.amplification(rps, curve))
 
     def rate_meeting(self, target: float, *, steps: int = 48) -> np.ndarray:
         """Per draw (S,), the highest rate at which this curve stays within ``target``
-        seconds (0 when zero load already misses it). Latency rises with load up to
-        saturation, so the rate is found by bisection below 1/C2, all draws at once;
+        seconds (0 when zero load already misses it). Latency rises with load up to the
+        ceiling, so the rate is found by bisection below it, all draws at once;
         eq. (1) and :class:`MetricCurve` answer in closed form."""
-        if type(self) is Curve:
+        if type(self) is Curve and self.cap is None:
             return rate_meeting_target(target, self.c1, self.c2, 1.0)
-        ceiling = 1.0 / self.saturation_cost
+        ceiling = self.ceiling
         lo, hi = np.zeros_like(ceiling), ceiling * (1.0 - 1e-9)
         for _ in range(steps):
             mid = 0.5 * (lo + hi)
@@ -158,8 +212,7 @@ class Curve:
         if self.noise is None:
             raise ValueError(f"curve '{self.label}' has no noise model")
         curve = self.latency(rps)
-        sigma = self.noise.sigma(rps, self.point_c2(rps, curve), log_se)
-        return self.noise.draw(curve, sigma, rng)
+        return self.noise.draw(curve, self.noise_sigma(rps, curve, log_se), rng)
 
     def log_predictive_density(self, rps, observed, log_se=0.0) -> np.ndarray:
         """Log pointwise predictive density of observed mean latencies (R,) at rates
@@ -167,7 +220,7 @@ class Curve:
         (saturated draws count as 0)."""
         rps = np.asarray(rps, dtype=float)
         curve = self.latency(rps)
-        sigma = self.noise.sigma(rps, self.point_c2(rps, curve), log_se)
+        sigma = self.noise_sigma(rps, curve, log_se)
         with np.errstate(invalid="ignore", divide="ignore"):
             logp = self.noise.log_density(
                 np.log(np.asarray(observed, dtype=float)) - np.log(curve), sigma)
@@ -236,22 +289,66 @@ class SummarySampling:
 
 class MetricCurve(Curve):
     """Draws of one latency summary under load (a percentile of end-to-end latency, of
-    TTFT or of ITL): q = A (1 - RPS*C2)^(-gamma)
-    (:func:`bayesspec.laws.percentile_latency`), C2 shared with the group's mean law
-    (near it). ``c1`` is A, the summary at zero load. The curve is the summary of the
-    whole request population; ``sampling`` says how one load test's reported value
-    scatters around it (:meth:`predictive` with ``n_requests``)."""
+    TTFT or of ITL): q = A F^gamma, F the mean law's load factor L/C1 at the summary's own
+    saturation cost C2 (near the mean's): 1/(1 - RPS*C2) for eq. (1)
+    (:func:`bayesspec.laws.percentile_latency`), or, with the engine's concurrency
+    ``cap``, the slot queue's (:func:`bayesspec.laws.capped_latency` over the mean's
+    zero-load latency ``mean_c1``). ``c1`` is A, the summary at zero load. The curve is
+    the summary of the whole request population; ``sampling`` says how one load test's
+    reported value scatters around it (:meth:`predictive` with ``n_requests``)."""
 
     law_name = "eq. (1) tail"
 
     def __init__(self, scale, c2, exponent, *, metric: str, label: str = "", group: str = "",
-                 noise: Noise | None = None, sampling: SummarySampling | None = None):
-        super().__init__(scale, c2, label=label, noise=noise)
+                 noise: Noise | None = None, sampling: SummarySampling | None = None,
+                 mean_c1=None, cap=None, wait_scale: float = 1.0):
+        if cap is not None and mean_c1 is None:
+            raise ValueError("a capped summary law needs the mean's zero-load latency")
+        super().__init__(scale, c2, label=label, noise=noise, cap=cap, wait_scale=wait_scale)
         self.exponent = np.asarray(exponent, dtype=float)
         self.metric = metric
         #: The fitted group's label (its rows in ``fit.data`` carry it as ``group``).
         self.group = group
         self.sampling = sampling
+        #: The mean law's C1 (draws), which the capped load factor needs.
+        self.mean_c1 = None if mean_c1 is None else np.asarray(mean_c1, dtype=float)
+
+    @property
+    def ceiling(self) -> np.ndarray:
+        if self.cap is None:
+            return super().ceiling
+        return ceiling_rps(self.mean_c1, self.c2, self.cap)
+
+    def load_factor(self, rps) -> np.ndarray:
+        """The mean law's L/C1 at this summary's saturation cost (``inf`` at or past
+        the ceiling)."""
+        rps = np.asarray(rps, dtype=float)
+        if self.cap is None:
+            return latency(rps, 1.0, _lift(self.c2, rps))
+        c1 = _lift(self.mean_c1, rps)
+        return capped_latency(rps, c1, _lift(self.c2, rps), _lift(self.cap, rps),
+                              wait_scale=self.wait_scale) / c1
+
+    def latency(self, rps) -> np.ndarray:
+        rps = np.asarray(rps, dtype=float)
+        if self.cap is None:
+            return percentile_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
+                                      _lift(self.exponent, rps))
+        factor = self.load_factor(rps)
+        with np.errstate(invalid="ignore", over="ignore"):
+            value = percentile_latency_expr(factor, _lift(self.c1, rps),
+                                            _lift(self.exponent, rps))
+        return np.where(np.isfinite(factor), value, np.inf)
+
+    def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
+        """d log L / d log RPS of the mean law at this summary's C2 (the fitted noise's
+        load term carries gamma)."""
+        if self.cap is None:
+            return super().amplification(rps, curve)
+        rps = np.asarray(rps, dtype=float)
+        return np.broadcast_to(capped_load_elasticity(
+            rps, _lift(self.mean_c1, rps), _lift(self.c2, rps), _lift(self.cap, rps),
+            wait_scale=self.wait_scale), np.shape(curve))
 
     def predictive(self, rps, rng: np.random.Generator, log_se=0.0,
                    n_requests=None) -> np.ndarray:
@@ -262,7 +359,7 @@ class MetricCurve(Curve):
             raise ValueError(f"curve '{self.label}' has no noise model")
         rps = np.asarray(rps, dtype=float)
         curve = self.latency(rps)
-        sigma = self.noise.sigma(rps, self.point_c2(rps, curve), log_se)
+        sigma = self.noise_sigma(rps, curve, log_se)
         if n_requests is not None and self.sampling is not None:
             bias, variance = self.sampling.error(rps, n_requests)
             with np.errstate(invalid="ignore", over="ignore"):
@@ -270,15 +367,13 @@ class MetricCurve(Curve):
             sigma = np.sqrt(sigma**2 + variance)
         return self.noise.draw(curve, sigma, rng)
 
-    def latency(self, rps) -> np.ndarray:
-        rps = np.asarray(rps, dtype=float)
-        return percentile_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
-                                  _lift(self.exponent, rps))
-
     def rate_meeting(self, target: float) -> np.ndarray:
         """Per draw (S,), the highest rate at which this summary stays within ``target``
-        (0 when zero load already misses it)."""
-        return rate_meeting_target(target, self.c1, self.c2, self.exponent)
+        (0 when zero load already misses it): in closed form for eq. (1), by bisection
+        below the ceiling with a cap."""
+        if self.cap is None:
+            return rate_meeting_target(target, self.c1, self.c2, self.exponent)
+        return super().rate_meeting(target)
 
 
 class MoECurve(Curve):
@@ -356,24 +451,105 @@ def first_crossing(sd_latency, dense_latency, ceiling: np.ndarray, *, grid: int 
     return np.where(has, 0.5 * (lo + hi), np.nan)
 
 
+@dataclass(frozen=True)
+class MeasuredConfiguration:
+    """An SD configuration the fit saw: its acceptance (None when it was latent, from
+    counters), draft length and highest fitted (unsaturated) rate."""
+
+    alpha: float | None
+    k: int
+    rps_fitted_max: float
+
+
 class Law:
     """One setup's latency laws: the dense baseline and SD at the (alpha, k) it answers.
 
-    Subclasses say how SD curves come about (:meth:`sd`). ``rps_measured_max`` is the
-    highest rate the data reached for this setup (saturated points included), so answers
-    beyond it can be marked as extrapolations.
+    Subclasses say how SD curves come about (:meth:`sd`). What the data measured is per
+    configuration (:meth:`measured`): an answer about SD at (alpha, k) against the dense
+    baseline rests on both curves, so it is measured up to the lower of their highest
+    fitted rates, and only inside the measured alphas and draft lengths; anything else
+    is the law's extrapolation and is marked so.
     """
 
     #: True when any (alpha, k) can be answered (six coefficients), False when only the
     #: fitted configurations can.
     answers_any_configuration = False
 
-    def __init__(self, label: str, dense: Curve | None, *, rps_measured_max: float = np.nan,
-                 dense_hint: str = ""):
+    def __init__(self, label: str, dense: Curve | None, *,
+                 measured_configurations=(), dense_hint: str = "", unmeasured_setup: str = ""):
         self.label = label
         self._dense = dense
-        self.rps_measured_max = float(rps_measured_max)
+        self.measured_configurations = tuple(measured_configurations)
         self.dense_hint = dense_hint
+        #: Why the setup itself (its lengths) was never measured, "" when it was: the
+        #: hierarchical model predicts such setups from its trends.
+        self.unmeasured_setup = unmeasured_setup
+
+    # ---------------------------------------------------------------- what was measured
+    def _sd_fitted_max(self, alpha, k: int) -> float:
+        configurations = self.measured_configurations
+        exact = [c.rps_fitted_max for c in configurations if c.k == k and (
+            c.alpha is None or alpha is None or np.isnan(alpha)
+            or abs(c.alpha - float(alpha)) < 1e-9)]
+        if exact:
+            return float(max(exact))
+        # Between measured configurations: measured only as far as all its neighbours were.
+        same_k = [c.rps_fitted_max for c in configurations if c.k == k]
+        pool = same_k or [c.rps_fitted_max for c in configurations]
+        return float(min(pool)) if pool else float("nan")
+
+    def design_notes(self, alpha, k) -> list[str]:
+        """Why (alpha, k) lies outside what the data measured ([] when inside)."""
+        notes = []
+        if self.unmeasured_setup:
+            notes.append(self.unmeasured_setup)
+        if int(k) == 0 or not self.measured_configurations:
+            return notes
+        ks = sorted({c.k for c in self.measured_configurations})
+        alphas = sorted({c.alpha for c in self.measured_configurations if c.alpha is not None})
+        k = int(k)
+        if k < ks[0] or k > ks[-1]:
+            notes.append(f"k {k} is outside the measured draft lengths "
+                         f"({ks[0]}" + (f"-{ks[-1]})" if ks[-1] != ks[0] else ")"))
+        elif k not in ks:
+            notes.append(f"k {k} was not measured (measured: {', '.join(map(str, ks))})")
+        if alpha is not None and not np.isnan(alpha) and alphas:
+            if alpha < alphas[0] - 1e-9 or alpha > alphas[-1] + 1e-9:
+                span = (f"{alphas[0]:g}-{alphas[-1]:g}" if alphas[-1] != alphas[0]
+                        else f"{alphas[0]:g}")
+                notes.append(f"alpha {float(alpha):g} is outside the measured acceptance "
+                             f"({span})")
+        return notes
+
+    def measured(self, alpha=None, k=0) -> dict:
+        """What the data measured for an answer about SD at (alpha, k) (k = 0: the dense
+        baseline alone): ``rps_fitted_max``, the highest rate both curves were fitted up
+        to (rates above it are extrapolated); the two curves' own; and ``design_notes``,
+        why the configuration itself lies outside the measured alphas and draft lengths
+        (``design_extrapolated`` when there are any)."""
+        dense_max = (float(self._dense.rps_fitted_max) if self._dense is not None
+                     else float("nan"))
+        sd_max = float("nan") if int(k) == 0 else self._sd_fitted_max(alpha, int(k))
+        both = [v for v in (dense_max, sd_max if int(k) else np.nan) if np.isfinite(v)]
+        notes = self.design_notes(alpha, k)
+        ks = sorted({c.k for c in self.measured_configurations})
+        alphas = sorted({c.alpha for c in self.measured_configurations if c.alpha is not None})
+        return {"rps_fitted_max": float(min(both)) if both else float("nan"),
+                "dense_rps_fitted_max": dense_max,
+                "sd_rps_fitted_max": sd_max,
+                "k_measured": ks,
+                "alpha_measured": [alphas[0], alphas[-1]] if alphas else None,
+                "design_extrapolated": bool(notes), "design_notes": notes}
+
+    def extrapolated(self, rps, alpha=None, k=0) -> np.ndarray:
+        """Per rate, whether an answer about (alpha, k) there is the law's extrapolation:
+        above the highest fitted rate of the curves it compares, or outside the measured
+        design."""
+        measured = self.measured(alpha, k)
+        rps = np.asarray(rps, dtype=float)
+        top = measured["rps_fitted_max"]
+        beyond = rps > top if np.isfinite(top) else np.zeros(rps.shape, bool)
+        return beyond | measured["design_extrapolated"]
 
     # ---------------------------------------------------------------- curves
     @property
@@ -438,12 +614,12 @@ class Law:
         return _ratio_of_latencies(l_dense, l_sd)
 
     def crossover_draws(self, alpha: float, k: int) -> np.ndarray:
-        """RPS* per draw (nan without a crossover below both saturation rates)."""
+        """RPS* per draw (nan without a crossover below both ceilings)."""
         sd, dense = self.sd(alpha, int(k)), self.dense
-        if type(sd) is Curve and type(dense) is Curve:
+        if type(sd) is Curve and type(dense) is Curve and sd.cap is None and dense.cap is None:
             return crossover_rps(dense.c1, dense.c2, sd.c1, sd.c2)
         return first_crossing(sd.latency, dense.latency,
-                              np.minimum(1.0 / dense.saturation_cost, 1.0 / sd.saturation_cost))
+                              np.minimum(dense.ceiling, sd.ceiling))
 
 
 @dataclass
@@ -466,8 +642,12 @@ class CoefficientLaw(Law):
 
     def __init__(self, label: str, dense: Curve | None, coefficients: dict[str, np.ndarray],
                  decode_tokens: float, *, moe: MoESplit | None = None, noise: Noise | None = None,
-                 **options):
+                 engine_limits: dict | None = None, **options):
         super().__init__(label, dense, **options)
+        #: The engine's limits SD runs under (``max_num_seqs``, ``kv_cache_tokens``,
+        #: ``max_num_batched_tokens`` and the lengths ``prefill``, ``decode``: the
+        #: arguments of :func:`bayesspec.laws.concurrency_cap`); the cap of any k follows.
+        self.engine_limits = dict(engine_limits or {})
         self.coefficients = {n: np.asarray(coefficients[n], dtype=float)
                              for n in COEFFICIENT_NAMES}
         self.decode_tokens = float(decode_tokens)
@@ -491,6 +671,22 @@ class CoefficientLaw(Law):
         law.label = f"{self.label} (acceptance by position)"
         return law
 
+    def cap_at(self, k) -> np.ndarray | None:
+        """The engine's concurrency cap at draft length(s) ``k`` (None when unknown): the
+        step's token budget binds harder the more tokens each verification carries."""
+        if not self.engine_limits:
+            return None
+        limits = self.engine_limits
+        cap = concurrency_cap(limits.get("max_num_seqs", np.nan),
+                              limits.get("kv_cache_tokens", np.nan),
+                              limits.get("max_num_batched_tokens", np.nan),
+                              limits.get("prefill", np.nan), limits.get("decode", np.nan),
+                              np.asarray(k, dtype=float))
+        cap = np.asarray(cap, dtype=float)
+        if not np.isfinite(cap).all():
+            return None
+        return cap.reshape((1,) + cap.shape)
+
     def sd(self, alpha: float, k) -> Curve:
         alpha = np.asarray(alpha, dtype=float)
         k = np.asarray(k, dtype=float)
@@ -511,7 +707,8 @@ class CoefficientLaw(Law):
                                                      *coefficients)
             label = f"{self.label} k {k.tolist()}"
         if self.moe is None:
-            return Curve(c1, c2, label=label, noise=self.noise)
+            return Curve(c1, c2, label=label, noise=self.noise, cap=self.cap_at(k),
+                         wait_scale=self.engine_limits.get("wait_scale", 1.0))
         s1, s2 = (share.reshape(shape) for share in self.moe.sd_shares)
         return MoECurve(c1 * (1 - s1), c1 * s1, c2 * (1 - s2), c2 * s2, m=self.moe.m,
                         M=self.moe.M, tokens=verification_tokens(k, self.moe.verify_tokens),
@@ -523,6 +720,9 @@ class ConfigurationLaw(Law):
 
     def __init__(self, label: str, dense: Curve | None,
                  configurations: dict[tuple[float, int], Curve], **options):
+        options.setdefault("measured_configurations", [
+            MeasuredConfiguration(alpha, k, float(curve.rps_fitted_max))
+            for (alpha, k), curve in configurations.items()])
         super().__init__(label, dense, **options)
         self.configurations = configurations
 

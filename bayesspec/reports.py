@@ -29,16 +29,26 @@ def summary_document(fit, *, prob: float = 0.9) -> dict:
         for field in GROUP_FIELDS:
             if field in groups.columns:
                 entry[field] = plain_value(row[field])
-        if has_mean:
-            curve = fit.group_curve(g)
-            c1, c2 = uncertain(curve.zero_load, prob), curve.saturation_cost
-        else:
-            c1 = {"mean": None, "median": None, "lo": None, "hi": None, "prob": prob}
+        if not has_mean:
             c2 = fit.draws("C2", g)
-        entry["C1"] = c1
-        entry["C2"] = uncertain(c2, prob)
-        entry["saturation_rps"] = uncertain(1.0 / c2, prob)
+            entry["C1"] = {"mean": None, "median": None, "lo": None, "hi": None, "prob": prob}
+            entry["C2"] = uncertain(c2, prob)
+            entry["saturation_rps"] = uncertain(1.0 / c2, prob)
+        else:
+            curve = fit.group_curve(g)
+            entry["C1"] = uncertain(curve.zero_load, prob)
+            entry["C2"] = uncertain(curve.saturation_cost, prob)
+            # The ceiling: eq. (1)'s pole 1/C2, or the cap's throughput when the engine's
+            # concurrency cap is known (it binds first).
+            entry["saturation_rps"] = uncertain(curve.ceiling, prob)
+            entry["ceiling_binding"] = curve.ceiling_binding
+            if curve.cap is not None:
+                entry["pole_rps"] = uncertain(1.0 / curve.saturation_cost, prob)
+                entry["cap"] = float(np.max(curve.cap))
+                entry["cap_source"] = str(row.get("cap_source", ""))
         entry["rps_measured_max"] = fit.rps_measured_max(g)
+        fitted = float(row["rps_max"]) if "rps_max" in groups.columns else float("nan")
+        entry["rps_fitted_max"] = fitted if np.isfinite(fitted) else None
         if "n_points" in groups.columns:
             entry["n_points"] = plain_value(row["n_points"])
         entries.append(entry)
@@ -96,15 +106,25 @@ def summary_text(document: dict) -> str:
              f"{document['n_rows']} ({document['n_excluded']} excluded as saturated)   "
              f"intervals: {prob:.0%} equal-tailed (posterior median [lo, hi])",
              "C1: batch-1 latency; C2: marginal cost of one more concurrent request; "
-             "1/C2: saturation rate; measured max: the highest rate the data reached"]
+             "ceiling: the highest sustainable rate (1/C2, or the cap's throughput where "
+             "the engine's concurrency cap is known, marked c); fitted max: the highest "
+             "rate fitted (measured max: reached, set-aside points included)"]
     width = max([len(e["label"]) for e in document["groups"]] + [5])
     lines.append(f"{'group':<{width}}  {'C1 (s)':>28}  {'C2 (s/request)':>30}  "
-                 f"{'saturation RPS 1/C2':>28}  {'measured max':>12}")
+                 f"{'ceiling RPS':>29}  {'fitted max':>10}  {'measured max':>12}")
     for entry in document["groups"]:
         ceiling = entry.get("rps_measured_max")
+        fitted = entry.get("rps_fitted_max")
+        mark = "c" if entry.get("ceiling_binding") == "cap" else " "
         lines.append(f"{entry['label']:<{width}}  {_cell(entry['C1']):>28}  "
-                     f"{_cell(entry['C2']):>30}  {_cell(entry['saturation_rps']):>28}  "
+                     f"{_cell(entry['C2']):>30}  {_cell(entry['saturation_rps']):>28}{mark}  "
+                     f"{fitted if fitted is None else f'{fitted:.4g}':>10}  "
                      f"{ceiling if ceiling is None else f'{ceiling:.4g}':>12}")
+    capped = [e for e in document["groups"] if e.get("cap") is not None]
+    if capped:
+        caps = sorted({(e["cap"], e["cap_source"]) for e in capped})
+        lines.append("c: the engine's concurrency cap binds first ("
+                     + ", ".join(f"{c:.0f} requests from {src}" for c, src in caps) + ")")
     if document.get("summaries"):
         lines += ["", "latency summaries: q = A (1 - RPS*C2)^-gamma (A: the summary at zero "
                   "load; gamma: 1 grows like the mean, > 1 faster)"]

@@ -10,7 +10,23 @@ import numpy as np
 
 DEFAULT_PROB = 0.9
 
-__all__ = ["DEFAULT_PROB", "uncertain", "ratio_entry", "ratio_verdict"]
+__all__ = ["DEFAULT_PROB", "uncertain", "identified", "ratio_entry", "ratio_verdict",
+           "NOT_IDENTIFIED_WIDTH"]
+
+#: An interval wider than this many times its median says the data do not pin the
+#: number down: it is shown as "not identified", never as a number.
+NOT_IDENTIFIED_WIDTH = 10.0
+
+
+def identified(u: dict | None, width: float = NOT_IDENTIFIED_WIDTH) -> bool:
+    """Whether an uncertain number is pinned down: a finite interval no wider than
+    ``width`` times its median."""
+    if not u or u.get("median") is None or u.get("lo") is None or u.get("hi") is None:
+        return False
+    median, lo, hi = (float(u[key]) for key in ("median", "lo", "hi"))
+    if not (np.isfinite(lo) and np.isfinite(hi) and np.isfinite(median)):
+        return False
+    return hi - lo <= width * abs(median)
 
 
 def uncertain(draws, prob: float = DEFAULT_PROB) -> dict:
@@ -27,8 +43,14 @@ def uncertain(draws, prob: float = DEFAULT_PROB) -> dict:
     with np.errstate(invalid="ignore"):  # quantiles between two infinities
         lo, median, hi = np.quantile(values, [tail, 0.5, 1.0 - tail])
         mean = float(np.mean(values))
-    return {"mean": _number(mean), "median": _number(median), "lo": _number(lo),
-            "hi": _number(hi), "prob": prob}
+    summary = {"mean": _number(mean), "median": _number(median), "lo": _number(lo),
+               "hi": _number(hi), "prob": prob}
+    infinite = float(np.mean(np.isinf(values)))
+    if infinite > 0:
+        # Draws past a ceiling make the mean infinite (JSON null): say how many there are,
+        # so a reader never takes the median for the whole story.
+        summary["p_infinite"] = infinite
+    return summary
 
 
 def _number(value: float):

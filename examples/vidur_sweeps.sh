@@ -7,16 +7,22 @@
 # Usage: examples/vidur_sweeps.sh
 # Knobs (environment):
 #   VIDUR_CACHE          cache dir: venv, staged profiles, trained predictors, raw runs (default .vidur)
-#   VIDUR_SETUPS         comma list of model@gpu@tp (default: five setups, see run_sweep.py)
+#   VIDUR_SETUPS         comma list of model@gpu@tp[@cap] (default: five setups, see run_sweep.py)
+#   VIDUR_BATCH_CAP      vLLM scheduler batch_size_cap (max_num_seqs) of setups without @cap (default 128)
+#   VIDUR_MAX_TOKENS_IN_BATCH  tokens per iteration (max_num_batched_tokens) (default 4096)
 #   VIDUR_PAIRS          comma list of PREFILLxDECODE (default 256x256,512x128,512x512,1024x256,2048x512)
 #   VIDUR_REQUESTS       requests per load point (default 1000)
 #   VIDUR_CEIL_REQUESTS  requests in the burst run that measures the ceiling (default 1000)
 #   VIDUR_N_RATES        arrival rates per (setup, pair) (default 11)
 #   VIDUR_FRAC_LO/HI     rates span this fraction of the ceiling (default 0.05 .. 0.95)
+#   VIDUR_EXTRA_FRACS    further fractions of the ceiling, comma list (default none), e.g. 1.05,1.2
+#   VIDUR_CONCURRENCY    mean_concurrency column: little (rps x latency, default) | measured
+#                        (time-average in the system over the arrival window)
 #   VIDUR_SEED           seed of arrivals (default 0)
 #   VIDUR_PREDICTOR      random_forest (default) | linear_regression
 #   VIDUR_RF_TREES, VIDUR_RF_DEPTH, VIDUR_CV_SPLITS   reduced RF grid (default 100, 32, 3)
 #   VIDUR_THREADS        sklearn training threads (default 2)
+#   VIDUR_PREDICTOR_CACHE  trained-predictor cache dir (default $VIDUR_CACHE/cache)
 #   VIDUR_BUDGET_S       stop starting new points after this many seconds (default 3000)
 #   VIDUR_TIMEOUT_S      hard wall-clock limit for the whole sweep (default 3600)
 #   VIDUR_OUT, VIDUR_CEIL_OUT   output CSV paths
@@ -56,7 +62,7 @@ STAGE_ARGS=()
 if [ -n "$SETUPS" ]; then
     IFS=',' read -ra ITEMS <<< "$SETUPS"
     for it in "${ITEMS[@]}"; do
-        m=${it%@*}; STAGE_ARGS+=(--setup "$m")   # model@gpu
+        IFS=@ read -r m dev _ <<< "$it"; STAGE_ARGS+=(--setup "$m@$dev")   # model@gpu
     done
 else
     for m in meta-llama/Llama-2-70b-hf@a100 codellama/CodeLlama-34b-Instruct-hf@a100 \

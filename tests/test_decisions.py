@@ -15,7 +15,8 @@ import pytest
 from bayesspec.decisions import crossover, kstar_table, predict_group, speedup_curve
 from bayesspec.errors import BadInput
 from bayesspec.laws import effective_costs, latency
-from bayesspec.prediction import COEFFICIENT_NAMES, CoefficientLaw, ConfigurationLaw, Curve
+from bayesspec.prediction import (COEFFICIENT_NAMES, CoefficientLaw, ConfigurationLaw, Curve,
+                                  MeasuredConfiguration)
 from bayesspec.synthetic import DENSE_TRUTH_8B, SPECULATIVE_TRUTH_8B
 
 DRAWS = 2000
@@ -23,14 +24,18 @@ DECODE = 512.0
 
 
 def coefficient_law(*, spread: float = 0.03, seed: int = 0, dense: bool = True,
-                    rps_measured_max: float = np.nan) -> CoefficientLaw:
+                    dense_fitted_max: float = np.nan, measured=(), cap=None,
+                    engine_limits=None) -> CoefficientLaw:
     rng = np.random.default_rng(seed)
     coefficients = {n: SPECULATIVE_TRUTH_8B[n] * np.exp(rng.normal(0, spread, DRAWS))
                     for n in COEFFICIENT_NAMES}
     baseline = Curve(DENSE_TRUTH_8B["C1"] * np.exp(rng.normal(0, spread / 2, DRAWS)),
-                     DENSE_TRUTH_8B["C2"] * np.exp(rng.normal(0, spread / 2, DRAWS)))
+                     DENSE_TRUTH_8B["C2"] * np.exp(rng.normal(0, spread / 2, DRAWS)),
+                     cap=cap)
+    baseline.rps_fitted_max = dense_fitted_max
     return CoefficientLaw("8B + EAGLE3 512/512", baseline if dense else None, coefficients,
-                          DECODE, rps_measured_max=rps_measured_max)
+                          DECODE, measured_configurations=measured,
+                          engine_limits=engine_limits)
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +73,9 @@ def test_crossover_is_where_the_two_laws_meet(law):
     assert document["p_crossover"] > 0.9
 
 
-def test_answers_beyond_the_highest_measured_rate_are_marked_extrapolated():
-    law = coefficient_law(rps_measured_max=3.0)
+def test_answers_beyond_the_highest_fitted_rate_are_marked_extrapolated():
+    law = coefficient_law(dense_fitted_max=3.0,
+                          measured=[MeasuredConfiguration(0.8, 3, 5.0)])
     points = speedup_curve(law, 0.8, 3, [1.0, 3.0, 4.0])["points"]
     assert [p["extrapolated"] for p in points] == [False, False, True]
     document = crossover(law, 0.8, 3)
@@ -78,9 +84,70 @@ def test_answers_beyond_the_highest_measured_rate_are_marked_extrapolated():
     assert 0.0 <= document["p_beyond_measured"] <= 1.0
     table = kstar_table(law, [0.8], [2.0, 5.0], ks=range(0, 5))["table"]
     assert [row["extrapolated"] for row in table] == [False, True]
-    # no measured ceiling known: nothing is called an extrapolation
+    # no fitted ceiling known: no rate is called an extrapolation
     assert not any(p["extrapolated"] for p in
                    speedup_curve(coefficient_law(), 0.8, 3, [50.0])["points"])
+
+
+def test_the_ceiling_is_the_lower_fitted_rate_of_the_two_curves_compared():
+    """Issue 38: a set-aside point of another configuration (k = 2 up to 22 RPS) must not
+    lift the ceiling of an answer about dense vs k = 3 (fitted to 7.2 and 10.5 RPS)."""
+    law = coefficient_law(dense_fitted_max=7.2, measured=[
+        MeasuredConfiguration(0.8, 3, 10.5), MeasuredConfiguration(0.8, 2, 21.98),
+        MeasuredConfiguration(0.7, 3, 9.0)])
+    measured = law.measured(0.8, 3)
+    assert measured["rps_fitted_max"] == 7.2
+    assert (measured["dense_rps_fitted_max"], measured["sd_rps_fitted_max"]) == (7.2, 10.5)
+    document = crossover(law, 0.8, 3)
+    assert document["rps_measured_max"] == 7.2
+    # RPS* of these laws lies far above 7.2: it is an extrapolation, and says so
+    assert document["rps_star"]["median"] > 7.2 and document["extrapolated"]
+    # between two measured alphas at a measured k: measured as far as both were
+    assert law.measured(0.75, 3)["sd_rps_fitted_max"] == 9.0
+    assert not law.measured(0.75, 3)["design_extrapolated"]
+
+
+def test_configurations_outside_the_measured_design_are_marked():
+    law = coefficient_law(dense_fitted_max=12.0, measured=[
+        MeasuredConfiguration(alpha, k, 12.0) for alpha in (0.7, 0.8) for k in (2, 3, 4)])
+    inside = speedup_curve(law, 0.8, 3, [1.0, 2.0])
+    assert not inside["measured"]["design_extrapolated"]
+    assert not any(p["extrapolated"] for p in inside["points"])
+    for alpha, k, words in ((0.95, 3, "alpha 0.95 is outside"), (0.8, 5, "k 5 is outside"),
+                            (0.8, 1, "k 1 is outside")):
+        document = speedup_curve(law, alpha, k, [1.0])
+        assert document["measured"]["design_extrapolated"]
+        assert any(words in note for note in document["measured"]["design_notes"])
+        assert all(p["extrapolated"] for p in document["points"])
+    # k* that lands on an unmeasured k is marked on its row, a measured one is not
+    table = kstar_table(law, [0.8], [1.0], ks=range(0, 11))["table"]
+    row = table[0]
+    assert row["extrapolated"] == (row["k"] not in (0, 2, 3, 4))
+    if row["extrapolated"]:
+        assert any(f"k {row['k']}" in note for note in row["design_notes"])
+
+
+def test_the_engine_cap_sets_the_ceiling_and_crossover_respects_it():
+    """With the engine's concurrency cap the ceiling is the cap's throughput (below
+    1/C2), SD saturates there, and a crossover above it does not exist."""
+    from bayesspec.laws import ceiling_rps
+
+    limits = {"max_num_seqs": 64, "prefill": 512, "decode": 512}
+    capped = coefficient_law(cap=64, engine_limits=limits)
+    free = coefficient_law()
+    sd_capped, sd_free = capped.sd(0.8, 3), free.sd(0.8, 3)
+    assert np.all(sd_capped.ceiling < sd_free.ceiling)
+    np.testing.assert_allclose(sd_capped.ceiling,
+                               ceiling_rps(sd_capped.c1, sd_capped.c2, 64))
+    document = crossover(capped, 0.8, 3)
+    assert document["ceiling_binding"] == {"sd": "cap", "dense": "cap"}
+    star = capped.crossover_draws(0.8, 3)
+    ceiling = np.minimum(capped.dense.ceiling, sd_capped.ceiling)
+    assert np.all(~np.isfinite(star) | (star < ceiling))
+    # above the SD ceiling SD is saturated in every draw
+    above = float(np.max(sd_capped.ceiling)) * 1.01
+    point = speedup_curve(capped, 0.8, 3, [above])["points"][0]
+    assert point["p_sd_saturated"] == 1.0
 
 
 def test_kstar_picks_the_k_with_the_highest_expected_speedup(law):
@@ -128,7 +195,7 @@ def test_kstar_needs_coefficients_not_only_fitted_configurations():
 
 def test_predict_marks_rates_beyond_the_data(dense_fit_factory):
     fit = dense_fit_factory(n_groups=1, draws=200)
-    ceiling = fit.rps_measured_max(0)
+    ceiling = float(fit.groups["rps_max"].iloc[0])
     document = predict_group(fit, 0, [0.5 * ceiling, 1.2 * ceiling])
     assert document["rps_measured_max"] == ceiling
     inside, beyond = document["points"]

@@ -173,15 +173,16 @@ def _known_laws(draws: int = 400):
     jitter = lambda value: value * np.exp(rng.normal(0, 0.002, draws))  # noqa: E731
     c2 = {0: jitter(0.05), 3: jitter(0.07)}
     mean = ConfigurationLaw("setup", Curve(jitter(4.0), c2[0]),
-                            {(0.8, 3): Curve(jitter(2.5), c2[3])}, rps_measured_max=12.0)
+                            {(0.8, 3): Curve(jitter(2.5), c2[3])})
     parameters = {"p99": {0: (8.0, 1.2), 3: (5.0, 1.3)},
                   "ttft_p99": {0: (0.04, 0.8), 3: (0.06, 0.9)}}
     laws = {}
     for metric, by_k in parameters.items():
         curves = {k: MetricCurve(jitter(a), c2[k], jitter(g), metric=metric)
                   for k, (a, g) in by_k.items()}
-        laws[metric] = ConfigurationLaw("setup", curves[0], {(0.8, 3): curves[3]},
-                                        rps_measured_max=12.0)
+        for curve in curves.values():
+            curve.rps_fitted_max = 12.0        # fitted up to 12 RPS
+        laws[metric] = ConfigurationLaw("setup", curves[0], {(0.8, 3): curves[3]})
     return laws, mean, parameters
 
 

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..data import assign_groups, group_label, has_mean_latency, included
+from ..data import (ENGINE_LIMIT_COLUMNS, assign_groups, concurrency_caps, group_label,
+                    has_mean_latency, included)
 from ..errors import BadInput, FitFileError
+from ..laws import queue_wait_scale
 from ..fitfile import Fit, read_tree
 from ..prediction import ConfigurationLaw, Curve, Noise
 
@@ -39,6 +41,53 @@ def measurement_log_se(rows: pd.DataFrame) -> np.ndarray:
     count = pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
     se = std / np.sqrt(count) / rows["latency_mean_s"].to_numpy(float)
     return np.where(np.isfinite(se), se, 0.0)
+
+
+def group_caps(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
+    """Per group, the engine's concurrency cap (``inf`` when unknown), which limit sets it
+    (:func:`bayesspec.data.concurrency_caps`; one value per group, checked on read), and
+    the slot queue's wait scale (:func:`bayesspec.laws.queue_wait_scale`) from the spread
+    of request times at the group's lightest load, where a request's latency is its time
+    in the batch (1 when the file has no spread)."""
+    caps, sources = concurrency_caps(rows)
+    rps = rows["rps"].to_numpy(float)
+    spread = (pd.to_numeric(rows["latency_std_s"], errors="coerce").to_numpy(float)
+              / rows["latency_mean_s"].to_numpy(float)
+              if "latency_std_s" in rows.columns else np.full(len(rows), np.nan))
+    cap = np.full(n_groups, np.inf)
+    source = [""] * n_groups
+    wait = np.ones(n_groups)
+    for g in range(n_groups):
+        members = np.flatnonzero(group_index == g)
+        if len(members):
+            cap[g], source[g] = caps[members[0]], sources[members[0]]
+            lightest = members[np.argmin(rps[members])]
+            wait[g] = queue_wait_scale(spread[lightest])
+    return cap, source, wait
+
+
+def engine_limits(groups: pd.DataFrame, group: int, prefill=np.nan, decode=np.nan) -> dict:
+    """The engine limits a fitted group ran under, as :func:`bayesspec.laws.concurrency_cap`
+    takes them ({} when the fit knew none)."""
+    row = groups.iloc[group]
+    limits = {c: float(row[c]) for c in ENGINE_LIMIT_COLUMNS
+              if c in groups.columns and np.isfinite(float(row[c]))}
+    if not limits:
+        return {}
+    def number(value):
+        value = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
+        return float(value) if pd.notna(value) else float("nan")
+
+    return {**limits, "prefill": number(prefill), "decode": number(decode)}
+
+
+def fitted_cap(groups: pd.DataFrame, group: int) -> dict:
+    """A fitted group's concurrency cap as :class:`~bayesspec.prediction.Curve` takes it
+    (``cap``, ``wait_scale``); {} when the fit knew none (eq. (1) alone)."""
+    if "cap" not in groups.columns or not np.isfinite(float(groups["cap"].iloc[group])):
+        return {}
+    wait = float(groups["wait_scale"].iloc[group]) if "wait_scale" in groups.columns else 1.0
+    return {"cap": float(groups["cap"].iloc[group]), "wait_scale": wait}
 
 
 def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
@@ -78,8 +127,10 @@ class LatencyModel:
     # sweep otherwise give a rare divergence; models with more curvature raise it.
     target_accept: float = 0.9
     # A higher target to sample again at when the model's own gives divergent transitions
-    # (inference.sample_compiled); None: no second try.
-    retry_target_accept: float | None = None
+    # (inference.sample_compiled); None: no second try. A smaller step reaches the steep
+    # top of a sweep (near eq. (1)'s pole or the engine's ceiling) that the first did not;
+    # most fits never need it, and a retried fit says so in its verdict.
+    retry_target_accept: float | None = 0.99
     # nutpie mass-matrix adaptation ("diag" or "low_rank"), chosen by measurement.
     adaptation: str = "diag"
     # Chain starts ("jitter" or "optimised", see inference.optimised_starts).
@@ -143,6 +194,13 @@ class LatencyModel:
         groups["rps_max"] = rps_max
         groups["latency_low"] = latency_low
         groups["n_points"] = np.bincount(group_index, minlength=len(groups))
+        groups["cap"], groups["cap_source"], groups["wait_scale"] = group_caps(
+            rows, group_index, len(groups))
+        for column in ENGINE_LIMIT_COLUMNS:
+            if column in rows.columns:
+                values = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
+                groups[column] = [values[np.flatnonzero(group_index == g)[0]]
+                                  for g in range(len(groups))]
         self.inputs = ModelInputs(rows=rows, groups=groups, group_index=group_index,
                                   extras={"log_se": measurement_log_se(rows)})
         return self.inputs
@@ -159,7 +217,7 @@ class LatencyModel:
 
     def data_arrays(self, inputs: ModelInputs) -> dict[str, tuple[np.ndarray, str | None]]:
         """Every ``pm.Data`` of the model: name -> (values, dim)."""
-        return {
+        arrays = {
             "group_index": (inputs.group_index, "point"),
             "rps": (inputs.rows["rps"].to_numpy(float), "point"),
             "log_se": (inputs.extras["log_se"], "point"),
@@ -167,6 +225,14 @@ class LatencyModel:
             "observed_log_latency": (np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
                                      "point"),
         }
+        caps = inputs.groups["cap"].to_numpy(float) if "cap" in inputs.groups else None
+        if caps is not None and np.isfinite(caps).any():
+            # Without any cap the graph stays eq. (1)'s (no special functions to compile).
+            has_cap = np.isfinite(caps)
+            arrays["cap"] = (np.where(has_cap, caps, 1.0), "group")
+            arrays["has_cap"] = (has_cap.astype(float), "group")
+            arrays["wait_scale"] = (inputs.groups["wait_scale"].to_numpy(float), "group")
+        return arrays
 
     def add_data(self, inputs: ModelInputs) -> dict:
         """Register :meth:`data_arrays` in the current ``pm.Model`` and return them."""
@@ -288,7 +354,8 @@ class LatencyModel:
     def group_curve(self, fit, group: int) -> Curve:
         """One fitted group's mean-latency curve (eq. 1 from its C1, C2)."""
         curve = Curve(fit.draws("C1", group), fit.draws("C2", group),
-                      label=str(fit.groups["label"].iloc[group]), noise=self.noise(fit))
+                      label=str(fit.groups["label"].iloc[group]), noise=self.noise(fit),
+                      **fitted_cap(fit.groups, group))
         curve.rps_fitted_max = float(fit.groups["rps_max"].iloc[group])
         return curve
 
@@ -364,9 +431,7 @@ class LatencyModel:
         label = (str(groups["label"].iloc[dense[0]]) if len(dense)
                  else str(table["label"].iloc[chosen]))
         return ConfigurationLaw(label, curve_of(fit, int(dense[0])) if len(dense) else None,
-                                configurations,
-                                rps_measured_max=fit.rps_measured_max(np.flatnonzero(same)),
-                                dense_hint=dense_hint(table.iloc[chosen]))
+                                configurations, dense_hint=dense_hint(table.iloc[chosen]))
 
     def comparable_parameters(self, fit) -> dict[str, dict[str, np.ndarray]]:
         """What two fits of this model can be compared on: family -> {entry: draws}

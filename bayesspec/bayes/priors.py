@@ -6,7 +6,12 @@ import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
 
-from ..laws import latency_expr, load_amplification_expr
+from ..laws import (latency_expr, load_amplification_expr, load_elasticity_expr,
+                    slot_queue_latency_expr)
+
+#: How far below 1 the slot queue's rho is softly capped in a model (as x is by
+#: :func:`soft_utilisation_cap`).
+CAP_MARGIN = 1e-3
 
 
 def pooled_normal(name: str, mean: float, scale: float, dim: str, size: int, *,
@@ -76,6 +81,11 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     ``c2_log_shift(mu, sigma, amplification, observed, weight)``: the same for a log
     factor of ``c2``, given everything at the unshifted ``c2`` (``amplification`` is
     d log L / d log C2 there); it is applied before ``c1_log_shift``.
+    When ``data`` holds ``cap`` and ``has_cap`` (per group: the engine's concurrency cap,
+    :func:`bayesspec.laws.concurrency_cap`), eq. (1)'s mean latency becomes the slot
+    queue's (:func:`bayesspec.laws.slot_queue_latency_expr`) in the groups that have one,
+    and the load term of the noise its elasticity; the hooks below still see eq. (1) (they
+    only centre a reparameterisation, which stays exact).
     ``shift_points``: None (the hooks see every point) or ``(index, multiplier)``, numpy
     arrays: the hooks see only the points ``index``, with their weights times
     ``multiplier``; the hierarchical model passes a fixed subsample of each cell so its
@@ -160,6 +170,23 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
             pt.log(latency_expr(select(rps), c1[select(group_index)], at_c2)), at_sigma,
             select(data["observed_log_latency"]), shift_weight))
     c1 = pm.Deterministic("C1", c1, dims="group")
+    if mean_latency is None and "cap" in data:
+        # The engine's concurrency cap (groups without one get eq. (1) exactly): the
+        # latency and its sensitivity to the rate follow the slot queue.
+        point_c1, point_cap = c1[group_index], data["cap"][group_index]
+        has_cap = data["has_cap"][group_index] > 0
+        point_wait = data["wait_scale"][group_index]
+
+        def capped(at):
+            return pt.where(has_cap,
+                            slot_queue_latency_expr(at, point_c1, c2_point, point_cap, xp=pt,
+                                                    wait_scale=point_wait,
+                                                    soft_margin=CAP_MARGIN),
+                            latency_expr(at, point_c1, c2_point))
+
+        mean_latency = capped(rps)
+        sigma = noise_sd(pt.where(has_cap, load_elasticity_expr(capped, rps, xp=pt),
+                                  amplification))
     if mean_latency is None:
         mean_latency = latency_expr(rps, c1[group_index], c2_point)
     student_t = cfg.get("likelihood", "normal") == "student_t"

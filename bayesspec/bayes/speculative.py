@@ -58,9 +58,10 @@ import pytensor.tensor as pt
 from ..data import EXTRA_GROUP_COLUMNS, group_label, row_group_labels
 from ..errors import BadInput
 from ..laws import effective_costs_expr, expected_accepted, expected_accepted_expr
-from ..prediction import CoefficientLaw, Curve, MoECurve, MoESplit
+from ..prediction import CoefficientLaw, Curve, MeasuredConfiguration, MoECurve, MoESplit
 from . import moe_split
-from .base import COMMON_CONFIG, LatencyModel, ModelInputs, dense_hint
+from .base import (COMMON_CONFIG, LatencyModel, ModelInputs, dense_hint, engine_limits,
+                   fitted_cap)
 from .priors import latency_likelihood, pooled_normal
 
 SETUP_COLUMNS = ("verifier", "drafter", "prefill_tokens", "decode_tokens")
@@ -623,21 +624,33 @@ class SpeculativeLatencyModel(LatencyModel):
                              sd_shares=(fit.draws("share_C1s", setup=s),
                                         fit.draws("share_C2s", setup=s)))
         dense = None
+        groups = fit.groups
+        dense_group = int(setup["dense_group"])
         if not np.isnan(c1_dense).all():
             if split is None:
-                dense = Curve(c1_dense, c2_dense, label=f"{label} dense", noise=noise)
+                dense = Curve(c1_dense, c2_dense, label=f"{label} dense", noise=noise,
+                              **(fitted_cap(groups, dense_group) if dense_group >= 0 else {}))
             else:
                 s1 = fit.draws("share_C1s_dense", setup=s)
                 s2 = fit.draws("share_C2s_dense", setup=s)
                 dense = MoECurve(c1_dense * (1 - s1), c1_dense * s1, c2_dense * (1 - s2),
                                  c2_dense * s2, m=split.m, M=split.M, tokens=1.0,
                                  offset=split.offset, label=f"{label} dense", noise=noise)
-        groups = fit.groups
-        members = np.flatnonzero((groups["setup_index"].to_numpy(int) == s)
-                                 | (np.arange(len(groups)) == int(setup["dense_group"])))
+            if dense_group >= 0:
+                dense.rps_fitted_max = float(groups["rps_max"].iloc[dense_group])
+        sd_groups = np.flatnonzero(groups["setup_index"].to_numpy(int) == s)
+        alphas = pd.to_numeric(groups["alpha"], errors="coerce").to_numpy(float)
+        measured = [MeasuredConfiguration(None if np.isnan(alphas[g]) else float(alphas[g]),
+                                          int(groups["k"].iloc[g]),
+                                          float(groups["rps_max"].iloc[g]))
+                    for g in sd_groups]
+        limits = (engine_limits(groups, int(sd_groups[0]), setup.get("prefill_tokens"),
+                                setup.get("decode_tokens")) if len(sd_groups) else {})
+        if limits and "wait_scale" in groups.columns:
+            limits["wait_scale"] = float(groups["wait_scale"].iloc[int(sd_groups[0])])
         return CoefficientLaw(label, dense, {n: fit.draws(n, setup=s) for n in COEFFICIENTS},
                               float(setup["decode_tokens"]), moe=split, noise=noise,
-                              rps_measured_max=fit.rps_measured_max(members),
+                              engine_limits=limits, measured_configurations=measured,
                               dense_hint=dense_hint(setup))
 
     def comparable_parameters(self, fit) -> dict:

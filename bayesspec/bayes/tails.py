@@ -48,13 +48,15 @@ import xarray as xr
 
 from ..data import has_mean_latency, reference_latency
 from ..errors import BadInput
-from ..laws import (QUANTILE_RULES, latency_expr, load_amplification_expr, load_factor_expr,
-                    percentile_latency_expr, quantile_sampling_moments,
-                    sampled_quantile_error_expr)
+from ..laws import (QUANTILE_RULES, latency_expr, load_amplification_expr,
+                    load_elasticity_expr, load_factor_expr, percentile_latency_expr,
+                    quantile_sampling_moments, sampled_quantile_error_expr,
+                    slot_queue_latency_expr)
 from ..prediction import MetricCurve, Noise, SummarySampling
 from ..schema import METRIC_COLUMNS, metric_description, metric_family, metric_quantile
 from .dense import DenseLatencyModel
-from .priors import latency_likelihood, soft_utilisation_cap
+from .base import fitted_cap
+from .priors import CAP_MARGIN, latency_likelihood, soft_utilisation_cap
 
 #: Where a metric's zero-load value sits relative to C1 before the data speak: TTFT and
 #: ITL are about one step, C1 is about decode_tokens steps.
@@ -387,7 +389,6 @@ class TailLatencyModel(DenseLatencyModel):
                                            cfg["noise_log_sd"])
             point, metric = data["tail_point"], data["tail_metric"]
             group = data["group_index"][point]
-            rps = data["rps"][point]
             if cfg["saturation_spread"] > 0:
                 # Each summary's own saturation cost, near the mean's: within the data A
                 # and gamma absorb a small shift, beyond them it widens the prediction.
@@ -399,19 +400,32 @@ class TailLatencyModel(DenseLatencyModel):
                 c2_tail = pt.broadcast_to(c2[None, :], (len(inputs.extras["metrics"]),
                                                         n_groups))
 
-            def log_summary(which):
-                """log q of metric ``which`` (per observation) at each observation's
-                point."""
-                c2_summary = soft_utilisation_cap(rps, c2_tail[which, group])
-                return pt.log(percentile_latency_expr(
-                    load_factor_expr(rps, c2_summary), scale[which, group],
-                    exponent[which, group], xp=pt))
+            # Every fitted summary's law at every point (metric, point): the observations
+            # read their own, the spread reads two of the same quantity.
+            every_rps = data["rps"][None, :]
+            every_group = data["group_index"]
+            c2_summary = soft_utilisation_cap(every_rps, c2_tail[:, every_group])
+            capped = has_mean and "cap" in data
+            if capped:
+                # The mean law's load factor L/C1 with the engine's cap (the slot
+                # queue) in the groups that have one, at each summary's own C2.
+                at_cap = data["has_cap"][every_group][None, :] > 0
+                c1_every = c1[every_group][None, :]
+                load_factor = pt.where(at_cap, slot_queue_latency_expr(
+                    every_rps, c1_every, c2_summary, data["cap"][every_group][None, :],
+                    xp=pt, wait_scale=data["wait_scale"][every_group][None, :],
+                    soft_margin=CAP_MARGIN) / c1_every,
+                    load_factor_expr(every_rps, c2_summary))
+            else:
+                load_factor = load_factor_expr(every_rps, c2_summary)
+            log_q_all = pt.log(percentile_latency_expr(
+                load_factor, scale[:, every_group], exponent[:, every_group], xp=pt))
 
             gamma = exponent[metric, group]
-            log_q = log_summary(metric)
+            log_q = log_q_all[metric, point]
             bias, sampling_variance = sampled_quantile_error_expr(
-                self._spread(inputs.extras, data, metric, log_summary), data["sampling_shift"],
-                data["sampling_variance"])
+                self._spread(inputs.extras, data, metric, point, log_q_all),
+                data["sampling_shift"], data["sampling_variance"])
             # A load point is one run: its mean and all its summaries share the run's
             # errors, the rate it actually felt (the mean's noise_load * x/(1-x)) and a
             # run effect (the mean's noise_base: a slow stretch moves every summary).
@@ -427,9 +441,24 @@ class TailLatencyModel(DenseLatencyModel):
             g_mean = data["group_index"]
             slope_mean = load_amplification_expr(data["rps"], c2[g_mean])
             n_points = len(inputs.rows)
+            if capped:
+                with_cap = data["has_cap"][g_mean] > 0
+
+                def mean_latency(at):
+                    return pt.where(with_cap, slot_queue_latency_expr(
+                        at, c1[g_mean], c2[g_mean], data["cap"][g_mean], xp=pt,
+                        wait_scale=data["wait_scale"][g_mean], soft_margin=CAP_MARGIN),
+                        latency_expr(at, c1[g_mean], c2[g_mean]))
+
+                # How a rate error moves the mean (and, times gamma, a summary).
+                slope_mean = pt.where(with_cap, load_elasticity_expr(
+                    mean_latency, data["rps"], xp=pt), slope_mean)
+            elif has_mean:
+                def mean_latency(at):
+                    return latency_expr(at, c1[g_mean], c2[g_mean])
             if has_mean:
                 residual_mean = data["observed_log_latency"] - pt.log(
-                    latency_expr(data["rps"], c1[g_mean], c2[g_mean]))
+                    mean_latency(data["rps"]))
                 run_sd = model["noise_base"] if cfg["shared_run_effect"] else 0.0
                 (shift_rate, shift_run), covariance = shared_run_errors(
                     residual_mean, slope_mean, run_sd, model["noise_load"],
@@ -455,7 +484,7 @@ class TailLatencyModel(DenseLatencyModel):
         return model
 
     @staticmethod
-    def _spread(extras: dict, data, metric, log_summary):
+    def _spread(extras: dict, data, metric, point, log_q_all):
         """Per tail observation, the per-request log-latency spread s around its
         summary: from the fitted curves of two percentiles of the same quantity at the
         point's rate where the metric has such a pair (``spread_pairs``), from the data
@@ -471,8 +500,8 @@ class TailLatencyModel(DenseLatencyModel):
         levels = np.array([metric_quantile(m) for m in metrics])
         distance = np.where(upper != lower, ndtri(levels[upper]) - ndtri(levels[lower]), 1.0)
         paired = np.array([p is not None for p in pairs])
-        from_curves = ((log_summary(pt.as_tensor(upper)[metric])
-                        - log_summary(pt.as_tensor(lower)[metric]))
+        from_curves = ((log_q_all[pt.as_tensor(upper)[metric], point]
+                        - log_q_all[pt.as_tensor(lower)[metric], point])
                        / pt.as_tensor(distance)[metric])
         return pt.where(pt.as_tensor(paired)[metric], pt.clip(from_curves, *SPREAD_BOUNDS),
                         data["data_spread"])
@@ -553,9 +582,13 @@ class TailLatencyModel(DenseLatencyModel):
         noise = Noise(np.asarray(noise_scale.stack(sample=("chain", "draw")).values, float),
                       exponent * rate_error)
         c2 = pick("tail_C2") if "tail_C2" in fit.posterior else fit.draws("C2", group)
+        # With the engine's cap the summaries follow the slot queue's load factor, which
+        # needs the mean's C1 (a fit of percentiles alone has none: eq. (1)'s).
+        cap = fitted_cap(fit.groups, group) if self.has_mean(fit) else {}
         curve = MetricCurve(pick("tail_scale"), c2, exponent,
                             metric=metric, label=f"{label} {metric}", group=label,
-                            noise=noise)
+                            noise=noise, mean_c1=fit.draws("C1", group) if cap else None,
+                            **cap)
         curve.rps_fitted_max = float(row["rps_max"])
         return curve
 

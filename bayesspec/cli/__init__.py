@@ -23,11 +23,11 @@ from .common import parse_list  # noqa: F401  (part of the package's interface)
 PROG = "bayesspec"
 # The verb modules, in the order of `bayesspec --help`.
 VERB_MODULES = ("demo", "fitting", "checking", "deciding", "acceptance", "comparing", "sbc",
-                "simulate", "ingest", "serve")
+                "simulate", "ingest", "serve", "planning", "tuning")
 
 # Library arguments whose flag is not "--" + the name with dashes.
 ARGUMENT_FLAGS = {"verifiers": "--leave-out-model", "fits": "FIT", "rates": "--acceptance-rates",
-                  "targets": "--target", "n_requests": "--requests",
+                  "targets": "--target", "warmup_s": "--warmup-s", "n_requests": "--requests",
                   "prefill_tokens": "--prefill", "decode_tokens": "--decode"}
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from ..errors import BadInput
 from ..outputs import emit_json, log
-from .common import (add_catalog, add_common, add_parallel_options, add_sampler_options,
-                     add_saturation_options, check_output_path, check_prob, parallel_options,
-                     read_data, sampler_settings)
+from .common import (add_catalog, add_common, add_engine_limit_options, add_parallel_options,
+                     add_sampler_options, add_saturation_options, check_output_path,
+                     check_prob, parallel_options, read_data, sampler_settings)
 
 
 def register(verbs) -> None:
@@ -42,6 +42,7 @@ def register(verbs) -> None:
                             "--ppc: one panel per group; PNG_2.png ... past 16 groups)")
     add_parallel_options(check)
     add_saturation_options(check)
+    add_engine_limit_options(check)
     add_catalog(check)
     add_sampler_options(check)
     add_common(check)

@@ -206,6 +206,28 @@ def add_saturation_options(parser) -> None:
                              "law)")
 
 
+def add_engine_limit_options(parser) -> None:
+    """The engine's limits on what shares a batch, for files that do not record them
+    (read by :func:`read_data`; vLLM's own names)."""
+    limits = parser.add_argument_group(
+        "engine limits (the concurrency cap: points past it are set aside and the law "
+        "kinks at it; a file's own columns of these names take precedence)")
+    limits.add_argument("--max-num-seqs", type=int, default=None, metavar="N",
+                        help="vLLM's max_num_seqs: requests the batch holds")
+    limits.add_argument("--kv-cache-tokens", type=int, default=None, metavar="N",
+                        help="KV cache size in tokens (vLLM prints 'GPU KV cache size: N "
+                             "tokens' at start-up)")
+    limits.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
+                        help="vLLM's max_num_batched_tokens: tokens a step processes (with "
+                             "speculation each request's verification carries k + 1)")
+
+
+def engine_limits_of(args) -> dict:
+    return {column: getattr(args, column, None)
+            for column in ("max_num_seqs", "kv_cache_tokens", "max_num_batched_tokens")
+            if getattr(args, column, None) is not None}
+
+
 def read_data(path: str, args):
     """A tidy table through :func:`bayesspec.data.read_tidy`, saying on stderr which rows
     were set aside as saturated and why."""
@@ -213,7 +235,8 @@ def read_data(path: str, args):
 
     rule = SaturationRule(max_rps=getattr(args, "max_rps", None),
                           detect=not getattr(args, "no_saturation_detection", False))
-    data = read_tidy(path, catalog=catalog_of(args), saturation=rule)
+    data = read_tidy(path, catalog=catalog_of(args), saturation=rule,
+                     engine_limits=engine_limits_of(args))
     lines = describe_exclusions(data)
     if lines:
         log(f"warning: {len(lines)} of {len(data)} points set aside as saturated (not in the "
@@ -233,10 +256,19 @@ def load_fit(path: str):
 
 # --------------------------------------------------------------------------- output
 
-def fmt(u: dict, digits: int = 4) -> str:
-    """'median [lo, hi]' of an uncertain number."""
+def fmt(u: dict, digits: int = 4, *, between=None) -> str:
+    """'median [lo, hi]' of an uncertain number; 'not identified ...' when its interval
+    is wider than ten times its median (or open), with ``between`` = (lo, hi) rates
+    that would pin it down."""
+    from ..uncertainty import identified
+
     if u is None or u.get("median") is None:
         return "n/a"
+    if between is not None and not identified(u):
+        lo, hi = between
+        where = (f": measure between {g(lo, 3)} and {g(hi, 3)} RPS"
+                 if lo is not None and hi is not None and hi > lo else "")
+        return f"not identified{where}"
     return f"{g(u['median'], digits)} [{g(u['lo'], digits)}, {g(u['hi'], digits)}]"
 
 

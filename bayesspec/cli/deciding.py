@@ -111,11 +111,30 @@ def add_metric_option(parser, *, compared: bool = True) -> None:
                              "(summaries need a `--model tails` fit)")
 
 
-def _ceiling_note(ceiling: float) -> str:
-    if not np.isfinite(ceiling):
-        return ""
-    return (f"highest rate measured: {ceiling:.4g} RPS ({EXTRAPOLATED}: above it, read off "
-            "the fitted law)")
+def _ceiling_note(document: dict) -> str:
+    """What ``*`` means in a document: rates above the highest fitted rate of the curves
+    an answer compares, and configurations outside the measured design."""
+    top = document.get("rps_measured_max")
+    measured = document.get("measured") or {}
+    lines = []
+    if top is not None and np.isfinite(top):
+        dense, sd = measured.get("dense_rps_fitted_max"), measured.get("sd_rps_fitted_max")
+        if dense is not None and sd is not None:
+            fitted = (f"highest rate fitted: {top:.4g} RPS (dense baseline up to "
+                      f"{dense:.4g}, this SD configuration up to {sd:.4g})")
+        else:
+            fitted = f"highest rate fitted: {top:.4g} RPS"
+        lines.append(f"{fitted}; {EXTRAPOLATED}: above it, read off the fitted law")
+    notes = measured.get("design_notes") or []
+    if notes:
+        lines.append(f"{EXTRAPOLATED} everywhere: " + "; ".join(notes)
+                     + ": the configuration itself is the law's extrapolation")
+    return "\n".join(lines)
+
+
+def _binding(what: str) -> str:
+    return ("the engine's concurrency cap" if what == "cap"
+            else "1/C2: the engine's cap unknown")
 
 
 def _mark(point: dict) -> str:
@@ -165,10 +184,18 @@ def run_predict(args) -> int:
                  else "the law's value with the fitted noise (no request count)"))
     print(f"{'RPS':>11}  {what + ' [interval]':>34}  {'new measurement s':>34}  "
           f"{'P(saturated)':>12}")
+    top = document["rps_measured_max"]
     for point in document["points"]:
-        print(f"{point['rps']:>10.4g}{_mark(point)}  {fmt(point['latency_s']):>34}  "
-              f"{fmt(point['predictive_s']):>34}  {point['p_saturated']:>12.3f}")
-    note = _ceiling_note(document["rps_measured_max"])
+        between = (top, point["rps"])
+        print(f"{point['rps']:>10.4g}{_mark(point)}  "
+              f"{fmt(point['latency_s'], between=between):>34}  "
+              f"{fmt(point['predictive_s'], between=between):>34}  "
+              f"{point['p_saturated']:>12.3f}")
+    binding = ("the engine's concurrency cap" if document["ceiling_binding"] == "cap"
+               else "eq. (1)'s pole 1/C2; the engine's cap is unknown")
+    print(f"ceiling (highest sustainable rate): {fmt(document['ceiling_rps'])} RPS, set by "
+          f"{binding}")
+    note = _ceiling_note(document)
     if note:
         print(note)
     return strict_exit(args, fit.diagnostics)
@@ -204,7 +231,8 @@ def run_speedup(args) -> int:
               if law.answers_any_configuration else [args.k])
         document["plot"] = save_figure(speedup_bands_plot(
             law, args.alpha, ks, rps_max=float(rps.max()), prob=args.prob,
-            recommended_k=recommended, rps_measured_max=law.rps_measured_max,
+            recommended_k=recommended,
+            rps_measured_max=document["rps_measured_max"],
             metric=args.metric), args.plot)
     if args.json:
         emit_json(document)
@@ -216,11 +244,13 @@ def run_speedup(args) -> int:
     print(f"C1R (zero-load cost ratio) {fmt(document['C1R'])}   C2R (load cost ratio) "
           f"{fmt(document['C2R'])}")
     print(f"{'RPS':>11}  {'speedup [interval]':>30}  {'P(SD slower)':>12}")
+    top = document["rps_measured_max"]
     for point in document["points"]:
         saturated = ("  SD saturated" if point["p_sd_saturated"] > 0.5 else "")
-        print(f"{point['rps']:>10.4g}{_mark(point)}  {fmt(point['speedup']):>30}  "
+        print(f"{point['rps']:>10.4g}{_mark(point)}  "
+              f"{fmt(point['speedup'], between=(top, point['rps'])):>30}  "
               f"{point['p_slower']:>12.3f}{saturated}")
-    note = _ceiling_note(document["rps_measured_max"])
+    note = _ceiling_note(document)
     if note:
         print(note)
     if args.plot:
@@ -251,15 +281,22 @@ def run_crossover(args) -> int:
         direction = ("SD is faster below RPS* and slower above it"
                      if document["p_sd_faster_below"] >= 0.5 else
                      "SD is slower below RPS* and faster above it")
-        print(f"RPS* = {fmt(document['rps_star'])} in {document['p_crossover']:.1%} of "
-              f"draws; {direction}")
+        top = document["rps_measured_max"]
+        star = fmt(document["rps_star"], between=(top, document["rps_star"]["hi"]))
+        print(f"RPS* = {star} in {document['p_crossover']:.1%} of draws; {direction}")
         if document["extrapolated"]:
-            print(f"note: RPS* lies above the highest rate measured "
-                  f"({document['rps_measured_max']:.4g} RPS): an extrapolation of the "
-                  f"fitted law (P beyond it {document['p_beyond_measured']:.2f})")
-    print(f"SD saturation RPS {fmt(document['saturation_rps'])}; dense saturation RPS "
-          f"{fmt(document['dense_saturation_rps'])}; highest rate measured "
-          f"{document['rps_measured_max']:.4g}")
+            above = (f"RPS* lies above the highest rate fitted ({top:.4g} RPS; P beyond it "
+                     f"{document['p_beyond_measured']:.2f})"
+                     if top is not None and document["p_beyond_measured"] is not None
+                     and document["rps_star"]["median"] > top else
+                     "the configuration lies outside the measured design")
+            print(f"note: {above}: an extrapolation of the fitted law")
+    binding = document["ceiling_binding"]
+    print(f"ceilings: SD {fmt(document['saturation_rps'])} RPS ({_binding(binding['sd'])}); "
+          f"dense {fmt(document['dense_saturation_rps'])} RPS ({_binding(binding['dense'])})")
+    note = _ceiling_note(document)
+    if note:
+        print(note)
     print(f"C1R {fmt(document['C1R'])}   C2R {fmt(document['C2R'])}")
     return strict_exit(args, fit.diagnostics)
 
@@ -349,7 +386,11 @@ def run_kstar(args) -> int:
               f"{row['loss_vs_batch1']:>35.3f}")
     if any(row["at_max_k"] for row in document["table"]):
         print(f">={args.kmax}: the best k is the largest searched; raise --kmax to look further")
-    note = _ceiling_note(document["rps_measured_max"])
+    notes = sorted({note for row in document["table"] for note in row["design_notes"]})
+    if notes:
+        print(f"{EXTRAPOLATED} also marks rows whose best k lies outside the measured design: "
+              + "; ".join(notes))
+    note = _ceiling_note({**document, "measured": None})
     if note:
         print(note)
     if args.plot:
@@ -434,9 +475,9 @@ def run_slo(args) -> int:
     if args.rps is not None:
         rps = rates(args.rps, positive=True)
     else:
-        top = mean_law.rps_measured_max
+        top = mean_law.measured(None, 0)["rps_fitted_max"]
         if not np.isfinite(top):
-            top = float(np.median(1.0 / mean_law.dense.saturation_cost))
+            top = float(np.median(mean_law.dense.ceiling))
         rps = np.round(np.linspace(top / 12, top, 12), 4)
     document = finish(slo_decision(laws, mean_law, targets, rps, slo_prob=args.slo_prob,
                                    prob=args.prob, ranked_by=ranked_by), fit.diagnostics, args)
@@ -497,7 +538,7 @@ def slo_text(document: dict, prob: float) -> str:
         p_best = f"{row['p_best']:.2f}" if row["p_best"] is not None else "-"
         mark = EXTRAPOLATED if row["extrapolated"] else " "
         lines.append(f"{row['rps']:>10.4g}{mark}  {best:<22} {p_best:>8}  {meets}")
-    note = _ceiling_note(document["rps_measured_max"])
+    note = _ceiling_note(document)
     if note:
         lines.append(note)
     return "\n".join(lines)

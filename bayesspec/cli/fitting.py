@@ -8,9 +8,10 @@ import os
 
 from ..errors import BadInput
 from ..outputs import emit_json, log
-from .common import (add_catalog, add_common, add_model_options, add_sampler_options,
-                     add_saturation_options, check_output_path, check_prob, finish, g,
-                     load_fit, model_options, read_data, sampler_settings, strict_exit)
+from .common import (add_catalog, add_common, add_engine_limit_options, add_model_options,
+                     add_sampler_options, add_saturation_options, check_output_path,
+                     check_prob, finish, g, load_fit, model_options, read_data,
+                     sampler_settings, strict_exit)
 
 MODEL_HELP = ("dense (one C1, C2 per group), dense-discrepancy (dense with a pooled "
               "second-order term and per-group noise: admits misfit), dense-spline (dense "
@@ -30,6 +31,7 @@ def register(verbs) -> None:
     fit.add_argument("--model", default="dense", help=MODEL_HELP)
     add_model_options(fit, "cell_c2_deviations=non_centred (hierarchical)")
     add_saturation_options(fit)
+    add_engine_limit_options(fit)
     add_catalog(fit)
     fit.add_argument("--no-loo", action="store_true",
                      help="skip PSIS-LOO after sampling (saves a few seconds)")
@@ -92,10 +94,33 @@ def set_aside(data) -> list[dict]:
              "reason": str(data["exclusion_reason"].iloc[i])} for i in rows]
 
 
+def concurrency_cap_note(data) -> str:
+    """Where the engine's concurrency cap came from, or that it is unknown (said once)."""
+    import numpy as np
+
+    from ..data import concurrency_caps, included
+
+    rows = included(data)
+    caps, sources = concurrency_caps(rows)
+    known = np.isfinite(caps)
+    if not known.any():
+        return ("concurrency cap: unknown (no max_num_seqs / kv_cache_tokens column or "
+                "flag): eq. (1) is fitted alone and its pole 1/C2 is read as the ceiling, "
+                "which the engine's batch cap usually undercuts; give --max-num-seqs N "
+                "(vLLM's setting) or --kv-cache-tokens N (its start-up log) when you know "
+                "it")
+    values = sorted({(float(c), src) for c, src in zip(caps[known], np.asarray(sources)[known])})
+    text = ", ".join(f"{c:.0f} requests ({src})" for c, src in values)
+    missing = "" if known.all() else f"; unknown for {int((~known).sum())} of {len(rows)} rows"
+    return f"concurrency cap: {text}{missing}: the law kinks at it and its ceiling binds"
+
+
 def run_fit(args) -> int:
     check_output_path(args.output)
     settings = sampler_settings(args)
     data = read_data(args.data, args)
+    cap_note = concurrency_cap_note(data)
+    log(cap_note)
     # Imported after the data are read: loading PyMC takes seconds, a bad file should not.
     from ..workflow import fit
     from .common import catalog_of
@@ -110,7 +135,7 @@ def run_fit(args) -> int:
     document = {"fit": args.output, "model": args.model, "options": options,
                 "groups": len(result.groups),
                 "rows": len(data), "excluded": int(data["excluded"].sum()),
-                "set_aside": set_aside(data),
+                "set_aside": set_aside(data), "concurrency_cap": cap_note,
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),
                 "diagnostics": diagnostics_json(verdict),
                 "method": approximation_json(result.tree.attrs, settings.method)}

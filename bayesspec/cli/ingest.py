@@ -18,7 +18,10 @@ from ..outputs import write_table
 __all__ = ["register", "add_arguments", "run"]
 
 _NUMERIC_FLAGS = {"k": ("--k", int), "alpha": ("--alpha", float),
-                  "prefill": ("--prefill", int), "decode": ("--decode", int)}
+                  "prefill": ("--prefill", int), "decode": ("--decode", int),
+                  "max_num_seqs": ("--max-num-seqs", int),
+                  "kv_cache_tokens": ("--kv-cache-tokens", int),
+                  "max_num_batched_tokens": ("--max-num-batched-tokens", int)}
 
 
 def register(verbs) -> None:
@@ -37,7 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Design values the files do not record come from the flags below or a sidecar "
         "(FILE.meta.toml / FILE.meta.json next to FILE, or --sidecar): keys verifier, "
         "drafter, k, alpha, prefill_tokens, decode_tokens, gpu, engine, engine_version, "
-        "method, and [[metrics]] entries {before, after[, point][, file]} pairing "
+        "method, max_num_seqs, kv_cache_tokens, max_num_batched_tokens, and [[metrics]] "
+        "entries {before, after[, point][, file]} pairing "
         "Prometheus scrapes with load points. A value that contradicts the file is an error.")
     parser.add_argument("files", nargs="+", metavar="FILE", help="load-test result files")
     parser.add_argument("-o", "--output", required=True, metavar="DATA.csv",
@@ -53,6 +57,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     design.add_argument("--engine", help="serving engine (e.g. vllm)")
     design.add_argument("--engine-version", help="serving engine version")
     design.add_argument("--method", help="drafting method (eagle3, draft_model, ngram, ...)")
+    design.add_argument("--max-num-seqs", metavar="N",
+                        help="the engine's max_num_seqs (requests its batch holds)")
+    design.add_argument("--kv-cache-tokens", metavar="N",
+                        help="the engine's KV cache in tokens (vLLM's start-up log: 'GPU KV "
+                             "cache size: N tokens')")
+    design.add_argument("--max-num-batched-tokens", metavar="N",
+                        help="the engine's max_num_batched_tokens (tokens per step)")
+    design.add_argument("--server-log", metavar="LOG",
+                        help="the vLLM server's start-up log: its KV cache size ('GPU KV "
+                             "cache size: N tokens'), max_num_seqs and "
+                             "max_num_batched_tokens, for every FILE")
     design.add_argument("--sidecar", metavar="PATH",
                         help="a sidecar (TOML or JSON) for every FILE")
     design.add_argument("--metrics", nargs=2, action="append", metavar=("BEFORE", "AFTER"),
@@ -96,6 +111,15 @@ def run(args: argparse.Namespace) -> int:
 
     _check_output(args.output, args.files)
     flags = _flags(args)
+    if getattr(args, "server_log", None):
+        from ..ingest.server_log import engine_limits_from_log
+
+        for name, value in engine_limits_from_log(args.server_log).items():
+            given = flags.get(name)
+            if given is not None and int(given) != value:
+                raise BadInput(f"{args.server_log} says {name} {value}, the flag says "
+                               f"{given}", option="--" + name.replace("_", "-"))
+            flags[name] = value
     result = ingest_files(args.files, flags=flags, sidecar=args.sidecar,
                           metrics=[tuple(pair) for pair in args.metrics or []])
     rows = result.rows

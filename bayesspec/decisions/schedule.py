@@ -37,13 +37,21 @@ def _speedups(law, alpha: float, ks: np.ndarray, rps: np.ndarray) -> np.ndarray:
     return np.stack(columns, axis=1)
 
 
+def _batch_cap(law, alpha: float, k: int) -> float:
+    """The most requests the engine batches running k (inf when its cap is unknown)."""
+    curve = law.dense if k == 0 else law.curve(alpha, k)
+    return float(np.max(curve.cap)) if curve.cap is not None else float("inf")
+
+
 def _concurrency(law, alpha: float, k: int, rps: np.ndarray) -> np.ndarray:
-    """Median mean number of requests in the system at each rate, running k (Little)."""
+    """Median batch size at each rate, running k: the mean number of requests in the
+    system (Little), of which at most the engine's cap run in the batch (the rest wait
+    for a slot)."""
     curve = law.dense if k == 0 else law.curve(alpha, k)
     latency = curve.latency(rps)
     with np.errstate(invalid="ignore"):
         median = np.median(np.where(np.isfinite(latency), latency, np.inf), axis=0)
-    return rps * median
+    return np.minimum(rps * median, _batch_cap(law, alpha, k))
 
 
 def vllm_schedule(law, alpha: float, rps, *, ks=range(0, 11), min_gain: float = 0.02,
@@ -85,7 +93,6 @@ def vllm_schedule(law, alpha: float, rps, *, ks=range(0, 11), min_gain: float = 
                    for i in np.unique(chosen)}
     starts = [0] + [j for j in range(1, len(rps)) if chosen[j] != chosen[j - 1]]
     ends = starts[1:] + [len(rps)]
-    ceiling = law.rps_measured_max
     ranges, switches = [], []
     for n, (a, b) in enumerate(zip(starts, ends)):
         index = chosen[a]
@@ -95,15 +102,20 @@ def vllm_schedule(law, alpha: float, rps, *, ks=range(0, 11), min_gain: float = 
             "k": k, "rps_min": float(rps[a]), "rps_max": float(rps[b - 1]),
             "p_best": float(np.mean(per_draw_best[:, a:b] == index)),
             "speedup": uncertain(draws[:, index, middle], prob),
-            "extrapolated": bool(np.isfinite(ceiling) and rps[b - 1] > ceiling)})
+            "extrapolated": bool(law.extrapolated(rps[a:b], alpha, k).any())})
         if n:
             switches.append(_switch(draws, ks, chosen[a - 1], index, rps, a,
                                     concurrency[int(ks[chosen[a - 1]])], min_gain, prob))
     # Batch sizes: the running k's concurrency at the switch (the engine reaches the
     # boundary while still running the old k).
+    # The engine never batches more than its cap: the schedule stops there.
+    cap = max(_batch_cap(law, alpha, int(ks[i])) for i in np.unique(chosen))
+    engine_max = int(cap) if np.isfinite(cap) else None
     for n, row in enumerate(ranges):
         row["batch_min"] = 1 if n == 0 else switches[n - 1]["batch"]
-        row["batch_max"] = (switches[n]["batch"] - 1) if n < len(switches) else None
+        row["batch_max"] = (switches[n]["batch"] - 1) if n < len(switches) else engine_max
+        if engine_max is not None and row["batch_max"] is not None:
+            row["batch_max"] = min(row["batch_max"], engine_max)
     ranges = [r for r in ranges if r["batch_max"] is None or r["batch_max"] >= r["batch_min"]]
     schedule = {(f"{r['batch_min']}-{r['batch_max']}" if r["batch_max"] is not None
                  else f"{r['batch_min']}+"): r["k"] for r in ranges}
@@ -116,7 +128,8 @@ def vllm_schedule(law, alpha: float, rps, *, ks=range(0, 11), min_gain: float = 
             "ks": ks.tolist(), "ranges": ranges, "switches": switches,
             "num_speculative_tokens_per_batch_size": schedule,
             "speculative_config": config if low_k > 0 else {"speculation": "off"},
-            "rps_measured_max": ceiling,
+            "rps_measured_max": law.measured(alpha, low_k)["rps_fitted_max"],
+            "max_num_seqs": engine_max,
             "unpinned_switches": sum(not s["pinned"] for s in switches)}
 
 

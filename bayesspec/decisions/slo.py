@@ -65,9 +65,8 @@ def slo_decision(laws: dict, mean_law, targets: dict[str, float], rps, *,
     configurations = _configurations(mean_law)
     if not configurations:
         raise BadInput(f"the fit has no configuration of '{mean_law.label}' to judge")
-    ceiling = mean_law.rps_measured_max
     metrics = list(targets)
-    entries, goodputs, means = [], [], []
+    entries, goodputs, means, fitted_max = [], [], [], []
     for alpha, k in configurations:
         curves = [laws[m].curve(alpha, k) for m in metrics]
         allowed = np.stack([curve.rate_meeting(targets[m]) for curve, m in zip(curves, metrics)])
@@ -82,14 +81,15 @@ def slo_decision(laws: dict, mean_law, targets: dict[str, float], rps, *,
             "rps_meeting_slo": provisioned,
             "p_meets_at_zero_load": float(np.mean(goodput > 0)),
             "binding": {m: float(share) for m, share in zip(metrics, binding)},
-            "extrapolated": bool(np.isfinite(ceiling) and provisioned > ceiling),
             # Beyond the highest unsaturated rate the configuration was fitted on, the
             # answer is the law's extrapolation: its interval is too narrow there
             # (benchmarks/README.md, simulator truth).
+            "extrapolated": bool(np.isfinite(fitted) and provisioned > fitted),
             "rps_fitted_max": None if np.isnan(fitted) else float(fitted),
             "beyond_fitted": bool(np.isfinite(fitted) and provisioned > fitted),
         })
         goodputs.append(goodput)
+        fitted_max.append(fitted)
         means.append(mean_law.curve(alpha, k).latency(rps))            # (S, R)
     goodputs = np.stack(goodputs)                                      # (C, S)
     means = np.stack(means)                                            # (C, S, R)
@@ -97,7 +97,9 @@ def slo_decision(laws: dict, mean_law, targets: dict[str, float], rps, *,
     for j, rate in enumerate(rps):
         meets = np.mean(goodputs >= rate, axis=1)                      # (C,)
         feasible = np.flatnonzero(meets >= slo_prob)
-        row = {"rps": float(rate), "extrapolated": bool(np.isfinite(ceiling) and rate > ceiling),
+        # measured as far as the configuration chosen (the baseline when none is) was
+        chosen = 0
+        row = {"rps": float(rate), "extrapolated": False,
                "p_meets": {_name(*configurations[c]): float(meets[c])
                            for c in range(len(configurations))},
                "k": None, "alpha": None, "configuration": None, "p_best": None}
@@ -111,7 +113,12 @@ def slo_decision(laws: dict, mean_law, targets: dict[str, float], rps, *,
             row.update(k=int(k), alpha=None if alpha is None else float(alpha),
                        configuration=_name(alpha, k),
                        p_best=float(np.mean(feasible[winner] == best)))
+            chosen = best
+        top = fitted_max[chosen]
+        row["extrapolated"] = bool(np.isfinite(top) and rate > top)
         by_rate.append(row)
+    baseline = fitted_max[0] if fitted_max else float("nan")
     return {"setup": mean_law.label, "slo": {m: float(t) for m, t in targets.items()},
             "slo_prob": float(slo_prob), "configurations": entries, "best_by_rps": by_rate,
-            "rps_measured_max": ceiling, "ranked_by": ranked_by}
+            "rps_measured_max": float(baseline) if np.isfinite(baseline) else None,
+            "ranked_by": ranked_by}

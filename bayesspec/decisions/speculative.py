@@ -2,8 +2,11 @@
 
 Every function takes a :class:`bayesspec.prediction.Law` (``fit.law(selection)``) and
 works on all posterior draws at once; its latencies follow the law the model fitted
-(eq. 1, or eq. 4 for an MoE verifier). Rates above the highest rate the data reached
-(``law.rps_measured_max``) are answered, and marked ``extrapolated``.
+(eq. 1, its slot queue when the engine's concurrency cap is known, or eq. 4 for an MoE
+verifier). What was measured is per configuration (``law.measured(alpha, k)``): rates
+above the highest fitted rate of the dense baseline and of the SD configuration
+compared, and configurations outside the measured alphas and draft lengths, are
+answered and marked ``extrapolated`` (the document says why: ``measured``).
 """
 
 from __future__ import annotations
@@ -18,24 +21,32 @@ from ..uncertainty import DEFAULT_PROB, uncertain
 SPEEDUP_CAP = 1e3
 
 
-def _beyond(rate, law) -> bool:
-    return bool(np.isfinite(law.rps_measured_max) and rate > law.rps_measured_max)
+def measured_section(law, alpha, k) -> dict:
+    """The ``measured`` entry of a document: what the data measured for (alpha, k)
+    (:meth:`bayesspec.prediction.Law.measured`), JSON-ready."""
+    measured = law.measured(alpha, k)
+    return {key: (None if isinstance(value, float) and not np.isfinite(value) else value)
+            for key, value in measured.items()}
 
 
 def speedup_curve(law, alpha: float, k: int, rps, *, prob: float = DEFAULT_PROB) -> dict:
     """CONTRACT ``speedup``: speedup vs RPS with intervals, p_slower, C1R and C2R."""
     rps = np.asarray(rps, dtype=float)
     draws = law.speedup_draws(alpha, k, rps)
-    c1_sd, c2_sd = (np.ravel(v) for v in law.costs(alpha, k))
+    sd = law.sd(alpha, k)
+    c1_sd, c2_sd = np.ravel(sd.zero_load), np.ravel(sd.saturation_cost)
+    ceiling = np.ravel(sd.ceiling)
+    extrapolated = law.extrapolated(rps, alpha, k)
     points = [{"rps": float(r), "speedup": uncertain(draws[:, j], prob),
                "p_slower": float(np.mean(draws[:, j] < 1.0)),
-               "p_sd_saturated": float(np.mean(r * c2_sd >= 1.0)),
-               "extrapolated": _beyond(r, law)}
+               "p_sd_saturated": float(np.mean(r >= ceiling)),
+               "extrapolated": bool(extrapolated[j])}
               for j, r in enumerate(rps)]
+    measured = measured_section(law, alpha, k)
     return {"setup": law.label, "alpha": float(alpha), "k": int(k), "points": points,
             "C1R": uncertain(c1_sd / law.dense.zero_load, prob),
             "C2R": uncertain(c2_sd / law.dense.saturation_cost, prob),
-            "rps_measured_max": law.rps_measured_max}
+            "rps_measured_max": measured["rps_fitted_max"], "measured": measured}
 
 
 def crossover(law, alpha: float, k: int, *, prob: float = DEFAULT_PROB) -> dict:
@@ -43,28 +54,36 @@ def crossover(law, alpha: float, k: int, *, prob: float = DEFAULT_PROB) -> dict:
 
     For an MoE verifier RPS* is the lowest rate where the two eq. (4) latencies meet
     below both saturation rates (found numerically, all draws at once)."""
-    c1_sd, c2_sd = (np.ravel(v) for v in law.costs(alpha, k))
+    sd = law.sd(alpha, int(k))
+    c1_sd, c2_sd = np.ravel(sd.zero_load), np.ravel(sd.saturation_cost)
     star = law.crossover_draws(alpha, k)
     has = np.isfinite(star)
     # Which way it crosses: SD faster below RPS* (the common case) or only above it.
     faster_below = c1_sd < law.dense.zero_load
     summary = uncertain(star[has], prob) if has.any() else None
-    ceiling = law.rps_measured_max
+    measured = measured_section(law, alpha, k)
+    top = measured["rps_fitted_max"]
+    top = float("nan") if top is None else top
     return {
         "setup": law.label, "alpha": float(alpha), "k": int(k),
         "rps_star": summary,
         "p_crossover": float(has.mean()),
         "p_sd_faster_below": float(np.mean(faster_below[has])) if has.any() else None,
-        "saturation_rps": uncertain(1.0 / c2_sd, prob),
-        "dense_saturation_rps": uncertain(1.0 / law.dense.saturation_cost, prob),
+        # The ceilings: eq. (1)'s pole 1/C2, or the cap's throughput when the engine's
+        # concurrency cap is known (it binds first).
+        "saturation_rps": uncertain(np.ravel(sd.ceiling), prob),
+        "dense_saturation_rps": uncertain(law.dense.ceiling, prob),
+        "ceiling_binding": {"sd": sd.ceiling_binding, "dense": law.dense.ceiling_binding},
         "C1R": uncertain(c1_sd / law.dense.zero_load, prob),
         "C2R": uncertain(c2_sd / law.dense.saturation_cost, prob),
-        "rps_measured_max": ceiling,
-        # The crossover is read off the fitted law beyond the measured rates.
-        "extrapolated": bool(summary is not None and np.isfinite(ceiling)
-                             and summary["median"] > ceiling),
-        "p_beyond_measured": (float(np.mean(star[has] > ceiling)) if has.any()
-                              and np.isfinite(ceiling) else None),
+        "rps_measured_max": measured["rps_fitted_max"], "measured": measured,
+        # The crossover is read off the fitted law beyond the fitted rates of the two
+        # curves, or for a configuration the data did not measure.
+        "extrapolated": bool(summary is not None and (
+            measured["design_extrapolated"]
+            or (np.isfinite(top) and summary["median"] > top))),
+        "p_beyond_measured": (float(np.mean(star[has] > top)) if has.any()
+                              and np.isfinite(top) else None),
     }
 
 
@@ -111,6 +130,8 @@ def kstar_table(law, alphas, rps, *, ks=range(0, 11), objective: str = "mean",
         batch1 = int(np.argmax(np.minimum(zero_load, SPEEDUP_CAP).mean(axis=0)))
         for j, rate in enumerate(rps):
             b = best[j]
+            measured = law.measured(alpha, int(ks[b]))
+            top = measured["rps_fitted_max"]
             table.append({
                 "alpha": float(alpha), "rps": float(rate), "k": int(ks[b]),
                 "p_best": float(np.mean(per_draw_best[:, j] == b)),
@@ -118,10 +139,17 @@ def kstar_table(law, alphas, rps, *, ks=range(0, 11), objective: str = "mean",
                 "k_batch1": int(ks[batch1]),
                 "loss_vs_batch1": float(expected[b, j] - expected[batch1, j]),
                 "at_max_k": bool(ks[b] == ks.max() and ks[b] > 0),
-                "extrapolated": _beyond(rate, law),
+                # beyond the fitted rates of the chosen k and the baseline, or a k or
+                # alpha the data did not measure
+                "extrapolated": bool(measured["design_extrapolated"]
+                                     or (np.isfinite(top) and rate > top)),
+                "design_notes": measured["design_notes"],
             })
+    dense_top = law.measured(None, 0)["rps_fitted_max"]
     return {"setup": law.label, "objective": objective, "ks": ks.tolist(), "table": table,
-            "rps_measured_max": law.rps_measured_max}
+            "rps_measured_max": dense_top if np.isfinite(dense_top) else None,
+            "measured": measured_section(law, alphas[0] if len(alphas) else None,
+                                         int(sd_ks.max()) if len(sd_ks) else 0)}
 
 
 def _c1_candidates(law, alpha: float, ks: np.ndarray) -> np.ndarray:

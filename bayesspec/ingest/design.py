@@ -13,6 +13,8 @@ values and, optionally, the Prometheus scrapes that go with the load points::
     decode_tokens = 256    # also: decode
     gpu = "H100"
     engine_version = "0.11.0"
+    max_num_seqs = 256     # the engine's limits (vLLM's names), when the report lacks them
+    kv_cache_tokens = 421504
 
     [[metrics]]            # one per load point, in the file's order...
     before = "scrapes/p0.before.prom"     # paths relative to the sidecar
@@ -44,7 +46,9 @@ SIDECAR_SUFFIXES = (".meta.toml", ".meta.json")
 #: The command-line flag of each design field.
 FLAGS = {"verifier": "--verifier", "drafter": "--drafter", "k": "--k", "alpha": "--alpha",
          "prefill_tokens": "--prefill", "decode_tokens": "--decode", "gpu": "--gpu",
-         "engine": "--engine", "engine_version": "--engine-version", "method": "--method"}
+         "engine": "--engine", "engine_version": "--engine-version", "method": "--method",
+         "max_num_seqs": "--max-num-seqs", "kv_cache_tokens": "--kv-cache-tokens",
+         "max_num_batched_tokens": "--max-num-batched-tokens"}
 
 
 @dataclass
@@ -75,7 +79,8 @@ class Sidecar:
 
 def check_value(name: str, node: Field):
     """A design value, validated (``node`` says where it came from)."""
-    if name in ("k", "prefill_tokens", "decode_tokens"):
+    if name in ("k", "prefill_tokens", "decode_tokens", "max_num_seqs", "kv_cache_tokens",
+                "max_num_batched_tokens"):
         return node.number(required=True, integer=True, minimum=0 if name == "k" else 1)
     if name == "alpha":
         return node.number(required=True, minimum=0.0, maximum=1.0)

@@ -8,9 +8,12 @@ from dataclasses import dataclass, field
 from ..errors import BadInput
 
 #: Design columns that may come from the file, a sidecar or a flag.
+#: The engine's limits on what shares a batch (vLLM's names): reports rarely hold them,
+#: so they come from flags or a sidecar like the design values.
+ENGINE_LIMIT_FIELDS = ("max_num_seqs", "kv_cache_tokens", "max_num_batched_tokens")
 DESIGN_FIELDS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens",
-                 "gpu", "engine", "engine_version", "method")
-INT_FIELDS = ("k", "prefill_tokens", "decode_tokens")
+                 "gpu", "engine", "engine_version", "method", *ENGINE_LIMIT_FIELDS)
+INT_FIELDS = ("k", "prefill_tokens", "decode_tokens", *ENGINE_LIMIT_FIELDS)
 FLOAT_FIELDS = ("alpha",)
 COUNTER_COLUMNS = ("num_drafts", "draft_tokens", "accepted_tokens")
 

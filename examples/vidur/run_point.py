@@ -108,6 +108,16 @@ def _reset_entity_ids() -> None:
 POISSON_TRUNC = 1.0 - math.exp(-3.0)  # vidur caps inter-arrival gaps at 3/qps
 
 
+def predictor_cache_dir(root: str) -> str:
+    """Where Vidur keeps trained predictors.  Its random forests have no random_state, so a
+    trained model depends on the global RNG at training time (set_seeds, the training
+    order, and the thread count: with more than one thread the cross-validation fits run in
+    worker processes and do not draw from it); the cache, keyed by dataset and TP only,
+    keeps the first one trained.  A set that gets its own cache (VIDUR_PREDICTOR_CACHE)
+    does not depend on what other sets trained before it."""
+    return os.environ.get("VIDUR_PREDICTOR_CACHE") or os.path.join(root, "cache")
+
+
 def predictor_config(model: str, device: str, kind: str, cache_dir: str, threads: int):
     common = dict(
         model_profiling_dataset=stage_profiles.dataset_id("compute", device, model),
@@ -134,10 +144,13 @@ def predictor_config(model: str, device: str, kind: str, cache_dir: str, threads
 def run_point(model: str, device: str, tp: int, prefill: int, decode: int,
               num_requests: int, qps: float | None = None, rps_target: float | None = None,
               seed: int = 0, root: str = DEFAULT_ROOT, predictor: str = "random_forest",
-              threads: int = 2, time_limit_s: float = 0, max_tokens: int = 4096) -> dict:
+              threads: int = 2, time_limit_s: float = 0, max_tokens: int = 4096,
+              batch_cap: int = 128, max_tokens_in_batch: int = 4096) -> dict:
     """Simulate one point.  Give either vidur's ``qps`` parameter or ``rps_target``
     (desired mean arrival rate; converted to qps = rps_target*(1-e^-3) to undo vidur's
-    truncation of exponential gaps at 3/qps)."""
+    truncation of exponential gaps at 3/qps).  ``batch_cap`` and ``max_tokens_in_batch``
+    are the vLLM scheduler's ``batch_size_cap`` (vLLM's max_num_seqs) and its per-iteration
+    token budget (vLLM's max_num_batched_tokens)."""
     if not _MANIFEST:
         install_offline_hub(root)
     if qps is None:
@@ -159,7 +172,7 @@ def run_point(model: str, device: str, tp: int, prefill: int, decode: int,
             cache_config=CacheConfig(block_size=16),
             global_scheduler_config=RoundRobinGlobalSchedulerConfig(),
             replica_scheduler_config=VllmSchedulerConfig(
-                batch_size_cap=128, max_tokens_in_batch=4096),
+                batch_size_cap=batch_cap, max_tokens_in_batch=max_tokens_in_batch),
         ),
         request_generator_config=SyntheticRequestGeneratorConfig(
             seed=seed,
@@ -169,7 +182,7 @@ def run_point(model: str, device: str, tp: int, prefill: int, decode: int,
             num_requests=num_requests,
         ),
         execution_time_predictor_config=predictor_config(
-            model, device, predictor, os.path.join(root, "cache"), threads),
+            model, device, predictor, predictor_cache_dir(root), threads),
         metrics_config=MetricsConfig(
             write_metrics=False, enable_chrome_trace=False, store_plots=False,
             output_dir=out_dir),
@@ -182,7 +195,29 @@ def run_point(model: str, device: str, tp: int, prefill: int, decode: int,
     requests = [ev._request for _, ev in sim._event_queue]
     sim.run()
     wall = time.time() - t0
-    return summarize(requests, num_requests, qps, rps_target, wall, t_init)
+    res = summarize(requests, num_requests, qps, rps_target, wall, t_init)
+    # the KV capacity the scheduler allocates from (vLLM's "GPU KV cache size: N tokens")
+    cache = cfg.cluster_config.cache_config
+    res.update(kv_cache_tokens=int(cache.num_blocks * cache.block_size),
+               batch_size_cap=batch_cap, max_tokens_in_batch=max_tokens_in_batch)
+    assert res["kv_cache_tokens"] == kv_cache_tokens(model, device, tp, max_tokens=max_tokens)
+    return res
+
+
+def kv_cache_tokens(model: str, device: str, tp: int, block_size: int = 16,
+                    max_tokens: int = 4096) -> int:
+    """KV-cache capacity in tokens of one replica, as vidur 0.0.26's vLLM scheduler sizes
+    it: its MemoryPlanner gives the tokens that fit in total_memory_gb x (1 - 0.1 margin)
+    minus the fp16 weights per GPU; the scheduler keeps whole requests of ``max_tokens``
+    (the request generator's maximum), i.e. num_blocks = (max_tokens // block_size) x
+    (planner tokens // max_tokens), and allocates from num_blocks x block_size tokens."""
+    from vidur.utils.memory_planner import MemoryPlanner
+    replica = ReplicaConfig(model_name=model, num_pipeline_stages=1, tensor_parallel_size=tp,
+                            device=device, network_device=stage_profiles.NETWORK_SKU[device])
+    planner_tokens = MemoryPlanner(replica, CacheConfig(block_size=block_size)
+                                   ).get_max_kv_cache_size_in_tokens()
+    num_blocks = (max_tokens // block_size) * (int(planner_tokens) // max_tokens)
+    return num_blocks * block_size
 
 
 def summarize(requests, num_requests, qps, rps_target, wall, t_init) -> dict:
@@ -206,6 +241,18 @@ def summarize(requests, num_requests, qps, rps_target, wall, t_init) -> dict:
     # time-average number in system over [first arrival, last completion]
     horizon = comp[-1] - arr[0] if n else float("nan")
     mean_conc_measured = float(e2e.sum() / horizon) if n else float("nan")
+    # time averages over the arrival window [first arrival, last arrival], where the load
+    # is on: requests in the system (arrived, not completed) and requests holding a batch
+    # slot (first scheduled, not completed: vLLM keeps them allocated until they finish)
+    arrived_at = np.array([r.arrived_at for r in done])
+    slot_from = np.array([r.scheduled_at for r in done])
+    completed_at = np.array([r.completed_at for r in done])
+
+    def window_average(t_in, t_out, lo=arr[0], hi=arr[-1]):
+        if not hi > lo or not n:
+            return float("nan")
+        overlap = np.clip(np.minimum(t_out, hi) - np.maximum(t_in, lo), 0, None)
+        return float(overlap.sum() / (hi - lo))
     return dict(
         n_requests=len(requests),
         n_completed=n,
@@ -222,6 +269,12 @@ def summarize(requests, num_requests, qps, rps_target, wall, t_init) -> dict:
         completion_rate_in_window=in_window,
         latency_drift_ratio=drift,
         mean_concurrency_measured=mean_conc_measured,
+        mean_in_system_window=window_average(arrived_at, completed_at),
+        mean_in_batch_window=window_average(slot_from, completed_at),
+        # over the middle 80% of completions (the window of completion_throughput_rps)
+        mean_in_batch_window_completions=(window_average(slot_from, completed_at,
+                                                         comp[i10], comp[i90])
+                                          if n > 10 else float("nan")),
         num_restarts=int(sum(r.num_restarts for r in requests)),
         sim_wall_s=wall,
         init_wall_s=t_init,
@@ -244,10 +297,13 @@ def main() -> None:
     ap.add_argument("--predictor", default="random_forest",
                     choices=["random_forest", "linear_regression"])
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch-cap", type=int, default=128)
+    ap.add_argument("--max-tokens-in-batch", type=int, default=4096)
     a = ap.parse_args()
     res = run_point(a.model, a.device, a.tp, a.prefill, a.decode, a.num_requests,
                     qps=a.qps, rps_target=a.rps_target, seed=a.seed, root=a.root,
-                    predictor=a.predictor, threads=a.threads)
+                    predictor=a.predictor, threads=a.threads, batch_cap=a.batch_cap,
+                    max_tokens_in_batch=a.max_tokens_in_batch)
     print(json.dumps(res, indent=2))
 
 

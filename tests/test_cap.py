@@ -1,0 +1,282 @@
+"""The engine's concurrency cap: the slot-queue law, where the cap comes from, points past
+it, and bad caps (issue 34)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bayesspec import laws
+from bayesspec.data import concurrency_caps, prepare
+from bayesspec.errors import BadInput
+
+
+def birth_death_latency(rps, c1, c2, cap, n_max=20000):
+    """Mean sojourn time of the birth-death chain the law describes, summed directly: in
+    state n, min(n, cap) requests are served, each in C1 + C2 (min(n, cap) - 1)."""
+    n = np.arange(n_max)
+    served = np.minimum(n, cap)
+    rate_out = served / (c1 + c2 * (served - 1))
+    log_weight = np.zeros(n_max)
+    log_weight[1:] = np.cumsum(np.log(rps) - np.log(rate_out[1:]))
+    weight = np.exp(log_weight - log_weight.max())
+    return float((n * weight).sum() / weight.sum() / rps)
+
+
+@pytest.mark.parametrize("cap", [4, 16, 64, 200])
+@pytest.mark.parametrize("share", [0.05, 0.5, 0.9, 0.99])
+def test_slot_queue_is_the_birth_death_chain(cap, share):
+    c1, c2 = 3.5, 0.03
+    rps = share * laws.ceiling_rps(c1, c2, cap)
+    assert laws.capped_latency(rps, c1, c2, cap) == pytest.approx(
+        birth_death_latency(rps, c1, c2, cap), rel=1e-7)
+
+
+def test_without_a_binding_cap_it_is_eq1():
+    c1, c2 = 4.0, 0.04
+    rps = np.linspace(0.1, 24.0, 30)
+    np.testing.assert_allclose(laws.capped_latency(rps, c1, c2, np.inf),
+                               laws.latency(rps, c1, c2), rtol=1e-12)
+    # a cap far above the number in the system changes nothing either
+    np.testing.assert_allclose(laws.capped_latency(rps[:10], c1, c2, 5000),
+                               laws.latency(rps[:10], c1, c2), rtol=1e-9)
+
+
+def test_the_ceiling_is_the_full_batch_throughput_and_below_the_pole():
+    c1, c2 = 4.0, 0.04
+    for cap in (8, 32, 128, 1024):
+        ceiling = laws.ceiling_rps(c1, c2, cap)
+        assert ceiling == pytest.approx(cap / (c1 + c2 * (cap - 1)))
+        assert ceiling < 1 / c2
+        assert np.isinf(laws.capped_latency(ceiling * 1.0001, c1, c2, cap))
+        assert np.isfinite(laws.capped_latency(ceiling * 0.999, c1, c2, cap))
+    assert laws.ceiling_rps(c1, c2) == pytest.approx(1 / c2)
+
+
+def test_the_curve_kinks_upward_near_the_cap():
+    c1, c2, cap = 4.0, 0.04, 32
+    ceiling = laws.ceiling_rps(c1, c2, cap)
+    low, high = 0.3 * ceiling, 0.97 * ceiling
+    # well below the cap: eq. (1); near it: far above eq. (1)
+    assert laws.capped_latency(low, c1, c2, cap) == pytest.approx(laws.latency(low, c1, c2),
+                                                                 rel=1e-3)
+    assert laws.capped_latency(high, c1, c2, cap) > 1.5 * laws.latency(high, c1, c2)
+    # a shorter wait for less variable requests, never below eq. (1)
+    half = laws.capped_latency(high, c1, c2, cap, wait_scale=0.5)
+    assert laws.latency(high, c1, c2) < half < laws.capped_latency(high, c1, c2, cap)
+
+
+def test_elasticity_is_eq1s_without_a_cap_and_diverges_at_the_ceiling():
+    c1, c2 = 4.0, 0.04
+    rps = np.array([1.0, 10.0, 20.0])
+    np.testing.assert_allclose(laws.capped_load_elasticity(rps, c1, c2, np.inf),
+                               laws.load_amplification_expr(rps, c2), rtol=1e-6)
+    ceiling = laws.ceiling_rps(c1, c2, 32)
+    near = laws.capped_load_elasticity(np.array([0.5, 0.99]) * ceiling, c1, c2, 32)
+    assert near[1] > 20 * near[0]
+
+
+def test_pytensor_and_numpy_agree():
+    import pytensor
+    import pytensor.tensor as pt
+
+    rps = pt.dvector("rps")
+    latency = laws.slot_queue_latency_expr(rps, 4.0, 0.04, 32.0, xp=pt)
+    evaluate = pytensor.function([rps], latency)
+    rates = np.array([0.5, 3.0, 5.5, 6.0]) * laws.ceiling_rps(4.0, 0.04, 32) / 6.1
+    np.testing.assert_allclose(evaluate(rates), laws.capped_latency(rates, 4.0, 0.04, 32),
+                               rtol=1e-5)   # two implementations of the incomplete beta
+
+
+def test_the_effective_cap_is_the_tightest_limit():
+    assert laws.concurrency_cap(256, np.nan, np.nan, 512, 512, 0) == 256
+    # the KV cache over a running request's average footprint (prompt + half the output)
+    assert laws.concurrency_cap(1024, 76_800, np.nan, 512, 512, 0) == 100
+    assert laws.binding_cap_source(1024, 76_800, np.nan, 512, 512, 0) == "kv_cache_tokens"
+    # verification carries k + 1 tokens per request against the step's budget
+    assert laws.concurrency_cap(1024, np.nan, 2048, 512, 512, 3) == 512
+    assert laws.concurrency_cap(1024, np.nan, 2048, 512, 512, 0) == 1024
+    assert np.isinf(laws.concurrency_cap())
+
+
+def frame(**columns) -> pd.DataFrame:
+    base = {"rps": [1.0, 2.0, 3.0, 4.0], "latency_mean_s": [4.0, 4.2, 4.5, 4.9],
+            "prefill_tokens": 512, "decode_tokens": 512}
+    return pd.DataFrame({**base, **columns})
+
+
+def test_points_past_the_cap_are_set_aside_with_an_actionable_reason():
+    data = prepare(frame(max_num_seqs=16), source="caps.csv")
+    assert data["excluded"].tolist() == [False, False, False, True]
+    reason = data["exclusion_reason"].iloc[3]
+    assert "past the engine's ceiling" in reason and "cap of 16 (max_num_seqs)" in reason
+    assert "3 RPS" in reason       # the highest rate below it, where to measure from
+    # the measured time-average beats Little's estimate when the file has it
+    data = prepare(frame(max_num_seqs=16, mean_concurrency=[4, 8, 14, 15]))
+    assert not data["excluded"].any()
+    caps, sources = concurrency_caps(data)
+    assert caps.tolist() == [16] * 4 and sources == ["max_num_seqs"] * 4
+
+
+def test_engine_limit_flags_fill_and_must_agree_with_the_file():
+    data = prepare(frame(), engine_limits={"max_num_seqs": 16})
+    assert data["max_num_seqs"].tolist() == [16] * 4 and data["excluded"].iloc[3]
+    with pytest.raises(BadInput, match="--max-num-seqs says 32"):
+        prepare(frame(max_num_seqs=16), source="caps.csv",
+                engine_limits={"max_num_seqs": 32})
+    for bad in (0, -3, 2.5):
+        with pytest.raises(BadInput) as info:
+            prepare(frame(), engine_limits={"max_num_seqs": bad})
+        assert info.value.option == "--max-num-seqs"
+
+
+@pytest.mark.parametrize("values, words", [
+    ([16, 16, 0, 16], "integer >= 1"),
+    ([16, 16, -2, 16], "integer >= 1"),
+    ([16, 16, 16.5, 16], "whole number"),
+    ([16, 16, 32, 16], "differs within one configuration"),
+])
+def test_bad_caps_name_the_column_and_row(values, words):
+    with pytest.raises(BadInput) as info:
+        prepare(frame(max_num_seqs=values), source="caps.csv")
+    message = str(info.value)
+    assert words in message and "max_num_seqs" in message and "caps.csv" in message
+    assert "\n" not in message
+
+
+# ------------------------------------------------------------------ the CLI's marks
+
+@pytest.fixture(scope="module")
+def uneven_sweeps(tmp_path_factory):
+    """Dense fitted only up to low rates, k = 3 higher, and k = 2 far higher (the issue's
+    walkthrough: a set-aside k = 2 point at 22 RPS set every verb's ceiling)."""
+    from bayesspec.synthetic import generate_sweeps, speculative_truth
+
+    truth = speculative_truth(alphas=(0.8,), ks=(2, 3))
+    data = generate_sweeps(truth, n_rates=9, seed=4)
+    keep = []
+    tops = {0: 0.45, 3: 0.7, 2: 1.0}       # share of each curve's rates kept
+    for k, part in data.groupby("k"):
+        part = part.loc[~part["saturated"]].sort_values("rps")
+        keep.append(part.iloc[:max(3, int(round(tops[int(k)] * len(part))))])
+    frame = pd.concat(keep, ignore_index=True)
+    path = tmp_path_factory.mktemp("uneven") / "uneven.csv"
+    frame.to_csv(path, index=False)
+    highest = {int(k): float(part["rps"].max()) for k, part in frame.groupby("k")}
+    return path, highest
+
+
+def _cli(argv, capsys):
+    import json
+
+    from bayesspec.cli import main
+
+    code = main(argv)
+    out = capsys.readouterr().out
+    return code, (json.loads(out) if "--json" in argv else out)
+
+
+def test_every_verb_marks_against_the_configurations_it_compares(
+        uneven_sweeps, tmp_path, capsys, mock_sampling):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    path, highest = uneven_sweeps
+    fit_path = tmp_path / "fit.nc"
+    code, _ = _cli(["fit", str(path), "--model", "speculative", "-o", str(fit_path),
+                    "--seed", "1", "--draws", "50", "--tune", "50", "--no-loo"], capsys)
+    assert code in (0, 3)
+    code, document = _cli(["crossover", str(fit_path), "--alpha", "0.8", "--k", "3",
+                           "--json"], capsys)
+    ceiling = min(highest[0], highest[3])
+    assert document["rps_measured_max"] == pytest.approx(ceiling)
+    assert document["measured"]["dense_rps_fitted_max"] == pytest.approx(highest[0])
+    assert document["measured"]["sd_rps_fitted_max"] == pytest.approx(highest[3])
+    assert document["rps_measured_max"] < highest[2]      # not the k = 2 curve's top
+    star = document["rps_star"]
+    if star is not None:
+        assert document["extrapolated"] == (star["median"] > ceiling)
+    # a rate between the two curves' tops is an extrapolation of the dense baseline
+    between = 0.5 * (highest[0] + highest[3])
+    code, document = _cli(["speedup", str(fit_path), "--alpha", "0.8", "--k", "3",
+                           "--rps", f"{0.5 * highest[0]},{between}", "--json"], capsys)
+    assert [p["extrapolated"] for p in document["points"]] == [False, True]
+    # an alpha or k the data never had: marked in JSON, text and the plot's legend
+    plot = tmp_path / "speedup.png"
+    for alpha, k in ((0.95, 3), (0.8, 5)):
+        code, document = _cli(["speedup", str(fit_path), "--alpha", str(alpha), "--k",
+                               str(k), "--rps", f"{0.5 * highest[0]}", "--json"], capsys)
+        assert document["measured"]["design_extrapolated"]
+        assert all(p["extrapolated"] for p in document["points"])
+        code, text = _cli(["speedup", str(fit_path), "--alpha", str(alpha), "--k", str(k),
+                           "--rps", f"{0.5 * highest[0]}", "--plot", str(plot)], capsys)
+        assert "*" in text.splitlines()[3]
+        assert "outside the measured" in text
+    from bayesspec.bayes import load_fit
+    from bayesspec.plots import speedup_bands_plot
+
+    law = load_fit(fit_path).law({})
+    figure = speedup_bands_plot(law, 0.8, [1, 3, 8])
+    labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert any(label.startswith("k = 8") and "not measured" in label for label in labels)
+    assert any(label == "k = 3" for label in labels)
+
+
+# ------------------------------------------------------------------ caps from users' files
+
+VLLM_LOG = """\
+INFO 12-11 00:06:40 [utils.py:253] non-default args: {'model': 'Qwen/Qwen3-8B', 'max_num_seqs': 128}
+(EngineCore_DP0 pid=2412130) INFO 12-11 00:06:53 [kv_cache_utils.py:1286] GPU KV cache size: 686,320 tokens
+(EngineCore_DP0 pid=2412130) INFO 12-11 00:06:54 [kv_cache_utils.py:1291] Maximum concurrency for 100,000 tokens per request: 6.86x
+"""
+
+
+def test_ingest_takes_the_caps_from_the_server_log_flags_or_sidecar(tmp_path, capsys):
+    from pathlib import Path
+
+    from bayesspec.cli import main
+    from bayesspec.data import read_tidy
+
+    report = Path(__file__).parent / "fixtures" / "ingest" / "guidellm_v1.json"
+    log = tmp_path / "vllm.log"
+    log.write_text(VLLM_LOG)
+    out = tmp_path / "rows.csv"
+    assert main(["ingest", str(report), "--server-log", str(log), "-o", str(out)]) == 0
+    data = read_tidy(out)
+    assert data["max_num_seqs"].tolist() == [128] * len(data)
+    assert data["kv_cache_tokens"].tolist() == [686320] * len(data)
+    # a flag that contradicts the log is refused, naming both
+    assert main(["ingest", str(report), "--server-log", str(log), "--max-num-seqs", "64",
+                 "-o", str(tmp_path / "x.csv")]) == 2
+    assert "max_num_seqs 128" in capsys.readouterr().err
+    assert not (tmp_path / "x.csv").exists()
+    # a log without the lines says what it looked for
+    other = tmp_path / "other.log"
+    other.write_text("INFO starting\n")
+    assert main(["ingest", str(report), "--server-log", str(other), "-o",
+                 str(tmp_path / "y.csv")]) == 2
+    assert "GPU KV cache size" in capsys.readouterr().err
+    # a sidecar key works like the flag
+    sidecar = tmp_path / "limits.meta.toml"
+    sidecar.write_text("max_num_seqs = 48\n")
+    assert main(["ingest", str(report), "--sidecar", str(sidecar), "-o",
+                 str(tmp_path / "z.csv")]) == 0
+    assert read_tidy(tmp_path / "z.csv")["max_num_seqs"].eq(48).all()
+
+
+def test_fit_says_once_where_the_cap_came_from_or_that_it_is_unknown(tmp_path, capsys,
+                                                                     mock_sampling):
+    from bayesspec.cli import main
+
+    path = tmp_path / "sweep.csv"
+    frame(max_num_seqs=16).to_csv(path, index=False)
+    assert main(["fit", str(path), "-o", str(tmp_path / "a.nc"), "--draws", "20",
+                 "--tune", "20", "--no-loo"]) in (0, 3)
+    said = capsys.readouterr().err
+    assert said.count("concurrency cap: 16 requests (max_num_seqs)") == 1
+    frame().to_csv(path, index=False)
+    assert main(["fit", str(path), "-o", str(tmp_path / "b.nc"), "--draws", "20",
+                 "--tune", "20", "--no-loo"]) in (0, 3)
+    said = capsys.readouterr().err
+    assert said.count("concurrency cap: unknown") == 1 and "--max-num-seqs" in said
