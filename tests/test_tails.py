@@ -39,6 +39,31 @@ def test_percentile_law_is_eq1_at_unit_exponent_and_inverts():
     assert rate_meeting_target(1.0, 2.0, 0.1, 1.0) == 0.0  # zero load already misses it
 
 
+def test_summary_law_follows_the_capped_mean_law():
+    """q = A (L/C1)^gamma: eq. (1)'s (1 - x)^-gamma without a cap, the slot queue's load
+    factor with one, the same ceiling as the mean law, and its rate meeting a target."""
+    from bayesspec.laws import capped_latency, ceiling_rps
+
+    c1, c2, cap = np.array([2.0, 2.5]), np.array([0.05, 0.04]), np.array([16.0, 16.0])
+    scale, gamma = np.array([3.0, 3.5]), np.array([1.3, 0.8])
+    rps = np.array([0.5, 3.0, 5.0])
+    plain = MetricCurve(scale, c2, gamma, metric="p99")
+    assert np.allclose(plain.latency(rps), scale[:, None]
+                       * (1 - rps[None, :] * c2[:, None]) ** -gamma[:, None])
+    capped = MetricCurve(scale, c2, gamma, metric="p99", mean_c1=c1, cap=cap)
+    mean = capped_latency(rps[None, :], c1[:, None], c2[:, None], cap[:, None])
+    assert np.allclose(capped.latency(rps), scale[:, None] * (mean / c1[:, None]) ** gamma[:, None])
+    assert np.allclose(capped.ceiling, ceiling_rps(c1, c2, cap))
+    assert np.all(capped.ceiling < 1 / c2)
+    assert np.isinf(capped.latency(capped.ceiling[:, None] * 1.01)).all()
+    rate = capped.rate_meeting(6.0)
+    assert np.allclose(capped.latency(rate[:, None])[:, 0], 6.0, rtol=1e-4)
+    assert np.all(rate < plain.rate_meeting(6.0))     # the cap only adds wait
+    # A cap far above any load changes nothing.
+    loose = MetricCurve(scale, c2, gamma, metric="p99", mean_c1=c1, cap=np.full(2, 1e6))
+    assert np.allclose(loose.latency(rps), plain.latency(rps), rtol=1e-6)
+
+
 def test_rate_meeting_by_bisection_matches_the_closed_form():
     c1, c2 = np.array([1.0, 2.0, 0.5]), np.array([0.1, 0.05, 0.2])
     closed = Curve(c1, c2).rate_meeting(1.8)
@@ -249,6 +274,23 @@ def test_tails_model_answers_each_fitted_summary(tail_data, mock_sampling):
     # One joint (mean + summaries) log density per load point for PSIS-LOO.
     loo = model.joint_loo(fit)
     assert np.ravel(loo.elpd_i).size == int((~tail_data["excluded"]).sum())
+
+
+def test_tails_model_carries_the_engine_cap(mock_sampling):
+    from bayesspec import workflow
+    from bayesspec.inference import SamplerSettings
+
+    truth = placeholder_truth()
+    truth = truth[truth["verifier"] == "Qwen3-8B"].iloc[[0]].reset_index(drop=True)
+    raw = generate_tail_sweeps(tail_truth(truth, METRICS), seed=0).assign(max_num_seqs=64)
+    fit = workflow.fit(prepare(raw), "tails", settings=SamplerSettings(draws=50, chains=2,
+                                                                       seed=1))
+    curve = fit.model().metric_curve(fit, 0, "p99")
+    assert curve.cap is not None and np.all(curve.cap == 64)
+    from bayesspec.laws import ceiling_rps
+
+    # The mean's C1 with the summary's own saturation cost (near the mean's C2).
+    assert np.allclose(curve.ceiling, ceiling_rps(fit.draws("C1", 0), curve.c2, 64))
 
 
 def test_tails_model_needs_summaries():
