@@ -557,3 +557,59 @@ def test_tails_on_a_live_guidellm_run(tmp_path, capsys):
     code, out, _ = run(capsys, "slo", fit, "--ttft-p99", "0.3", "--itl-p99", "0.06", "--json")
     document = json.loads(out)
     assert code == 0 and [c["k"] for c in document["configurations"]] == [0, 3]
+
+
+@pytest.mark.slow
+def test_slo_on_thin_guidellm_style_runs_agrees_with_clear_margins():
+    """Issue 34: a 4-point GuideLLM-style run, 14-300 requests per point (the simulator,
+    a fixed duration per rate: benchmarks/thin_slo.py's design), 3 seeds, SLO targets on
+    p99 of latency, TTFT and ITL across the measured range. At each measured rate `slo`
+    (P >= 0.9) agrees with the run's own pass/fail where the measured margin exceeds 20%
+    and the measurement is informative (the margin also exceeds twice the reported p99's
+    own sampling sd: a p99 of 14 requests scatters by 20-30%), and with the long-run
+    truth where the true margin exceeds 20%; the p99 curves' 90% intervals hold the
+    long-run p99 more often than version 1's likelihood did (0.54 over 6 seeds).
+    Measured over 6 seeds (benchmarks/README.md): 0.988, 0.984 and 0.725."""
+    from scipy.special import ndtri
+
+    from bayesspec.inference import SamplerSettings
+    from bayesspec.laws import quantile_sampling_moments
+    from bayesspec.simulate import setup, timed_rates
+    from bayesspec.workflow import fit as fit_model
+
+    rates = (0.8, 6.0, 12.0, 17.0)
+    metrics = {"p99": "latency_p99_s", "ttft_p99": "ttft_p99_s", "itl_p99": "itl_p99_s"}
+    server = setup("Qwen3-8B", "H100", prefill=1024, decode=128, length_dist="lognormal",
+                   length_cv=0.5)
+    long = timed_rates(server, rates, 1500.0, seed=999).rows
+    agree_measured, agree_true, covered = [], [], []
+    for seed in range(3):
+        data = prepare(timed_rates(server, rates, 20.0, seed=seed).rows)
+        fit = fit_model(data, "tails", settings=SamplerSettings(seed=1, progress=False))
+        assert fit.diagnostics["converged"], fit.diagnostics["text"]
+        kept = data.loc[~data["excluded"]]
+        rps = kept["rps"].to_numpy(float)
+        at = [int(np.argmin(np.abs(np.array(rates) - r))) for r in rps]
+        for metric, column in metrics.items():
+            law, truth = fit.law({}, metric=metric), long[column].to_numpy(float)[at]
+            lo, hi = np.quantile(law.dense.latency(rps), [0.05, 0.95], axis=0)
+            covered += list((lo <= truth) & (truth <= hi))
+            measured = kept[column].to_numpy(float)
+            spread = ((np.log(long[column]) - np.log(long[column.replace("p99", "p90")]))
+                      / (ndtri(0.99) - ndtri(0.9))).to_numpy(float)[at]
+            sd = spread * np.sqrt(quantile_sampling_moments(0.99, kept["n_requests"])[1])
+            for target in np.geomspace(0.6 * truth.min(), 1.6 * truth.max(), 8):
+                document = slo_decision({metric: law}, fit.law({}), {metric: target}, rps)
+                meets = np.array([next(iter(row["p_meets"].values())) >= 0.9
+                                  for row in document["best_by_rps"]])
+                clear = ((np.abs(measured - target) / target > 0.2)
+                         & (np.abs(np.log(measured / target)) > 2 * sd))
+                agree_measured += list(meets[clear] == (measured <= target)[clear])
+                true_clear = np.abs(truth - target) / target > 0.2
+                agree_true += list(meets[true_clear] == (truth <= target)[true_clear])
+    print(f"agree with the measurement {np.mean(agree_measured):.3f} of "
+          f"{len(agree_measured)}, with the truth {np.mean(agree_true):.3f} of "
+          f"{len(agree_true)}; truth covered {np.mean(covered):.3f} of {len(covered)}")
+    assert len(agree_measured) >= 100 and len(agree_true) >= 100
+    assert np.mean(agree_measured) >= 0.95 and np.mean(agree_true) >= 0.95
+    assert np.mean(covered) >= 0.6
