@@ -22,9 +22,14 @@ import pandas as pd
 
 from .errors import BadInput
 from .filekinds import SNIFF_BYTES, describe_report
+from .schema import METRIC_COLUMNS
 from .units import convert as convert_units
 
 REQUIRED_COLUMNS = ("rps", "latency_mean_s")
+#: Latency summaries besides the mean (percentiles, TTFT, ITL). A file of summaries
+#: without a mean (llm-d and inference-perf publish p50/p90 only) is read with
+#: ``latency_mean_s`` all NaN; only ``--model tails`` fits it.
+SUMMARY_COLUMNS = tuple(METRIC_COLUMNS.values())
 
 # Design columns and their defaults when the column is absent.
 DESIGN_DEFAULTS: dict[str, object] = {
@@ -45,10 +50,9 @@ INTEGER_COLUMNS = ("k", "prefill_tokens", "decode_tokens", "n_requests", "num_dr
                    "draft_tokens", "accepted_tokens", "experts_active", "experts_total",
                    *ENGINE_LIMIT_COLUMNS)
 POSITIVE_FLOAT_COLUMNS = ("rps", "latency_mean_s")
-NONNEGATIVE_FLOAT_COLUMNS = ("rps_target", "latency_std_s", "latency_p50_s",
-                             "latency_p95_s", "latency_p99_s", "ttft_mean_s",
-                             "itl_mean_s", "verifier_params_b", "drafter_params_b",
-                             "mean_concurrency")
+NONNEGATIVE_FLOAT_COLUMNS = tuple(dict.fromkeys(
+    ("rps_target", "latency_std_s") + SUMMARY_COLUMNS
+    + ("verifier_params_b", "drafter_params_b", "mean_concurrency")))
 BOOLEAN_COLUMNS = ("saturated", "latency_reconstructed")
 
 # Columns other producers write (ingest, the simulator) and the bookkeeping columns of a
@@ -124,12 +128,20 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
     duplicated = frame.columns[frame.columns.duplicated()]
     if len(duplicated):
         raise BadInput("column appears twice", file=source, column=duplicated[0])
+    summaries = [c for c in SUMMARY_COLUMNS if c in frame.columns]
+    mean_given = "latency_mean_s" in frame.columns and not _blank(frame["latency_mean_s"]).all()
     for column in REQUIRED_COLUMNS:
         if column not in frame.columns:
+            if column == "latency_mean_s" and summaries:
+                continue          # percentiles without a mean: the tails model's case
             near = difflib.get_close_matches(column, [str(c) for c in frame.columns], n=1,
                                              cutoff=0.6)
             hint = f" (did you mean '{near[0]}'?)" if near else ""
+            if column == "latency_mean_s":
+                hint += " (or give latency percentiles: latency_p50_s, ttft_p99_s, ...)"
             raise BadInput(f"required column is missing{hint}", file=source, column=column)
+    if not mean_given and summaries:
+        frame = frame.drop(columns=["latency_mean_s"], errors="ignore")
     for column in frame.columns:
         known = near_miss(column)
         if known is not None:
@@ -153,6 +165,9 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
         else:
             out[column] = values.reset_index(drop=True)
 
+    if "latency_mean_s" not in out.columns:
+        out["latency_mean_s"] = np.nan
+        _check_summaries_given(out, summaries, source)
     if units:
         out = convert_units(out, units)
     _apply_engine_limits(out, engine_limits or {}, source)
@@ -175,6 +190,38 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
     if units:
         out.attrs["units_converted"] = ",".join(units)
     return out
+
+
+def has_mean_latency(data: pd.DataFrame) -> bool:
+    """Whether the table measures mean latency (a file of percentiles alone does not)."""
+    return "latency_mean_s" in data.columns and bool(
+        pd.to_numeric(data["latency_mean_s"], errors="coerce").notna().any())
+
+
+def reference_latency(data: pd.DataFrame) -> np.ndarray:
+    """Per row, the latency that stands for the load point where one is needed outside
+    the models (judging saturation): the mean, or without one the median end-to-end
+    latency, or the lowest end-to-end percentile given, or else the first summary given
+    (NaN where the row has none)."""
+    if has_mean_latency(data):
+        return pd.to_numeric(data["latency_mean_s"], errors="coerce").to_numpy(float)
+    value = np.full(len(data), np.nan)
+    for column in SUMMARY_COLUMNS:
+        if column in data.columns:
+            candidate = pd.to_numeric(data[column], errors="coerce").to_numpy(float)
+            value = np.where(np.isnan(value) & (candidate > 0), candidate, value)
+    return value
+
+
+def _check_summaries_given(out: pd.DataFrame, summaries: list[str], source: str) -> None:
+    """Without a mean latency, every row needs a latency summary of its own."""
+    given = np.zeros(len(out), dtype=bool)
+    for column in summaries:
+        given |= (out[column] > 0).to_numpy()
+    if not given.all():
+        raise BadInput("no latency: the file has no latency_mean_s and this row has none of "
+                       f"its percentile columns ({', '.join(summaries)})", file=source,
+                       row=_first_bad(~pd.Series(given)), column=summaries[0])
 
 
 def included(data: pd.DataFrame) -> pd.DataFrame:
@@ -613,8 +660,9 @@ def concurrency_caps(data: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
 
 def _in_system(data: pd.DataFrame) -> np.ndarray:
     """Requests in the system per row: the measured time-average where the file has it,
-    otherwise RPS x mean latency (Little's law)."""
-    little = data["rps"].to_numpy(float) * data["latency_mean_s"].to_numpy(float)
+    otherwise RPS x mean latency (Little's law; a file without a mean: its reference
+    latency, :func:`reference_latency`)."""
+    little = data["rps"].to_numpy(float) * reference_latency(data)
     if "mean_concurrency" not in data.columns:
         return little
     measured = pd.to_numeric(data["mean_concurrency"], errors="coerce").to_numpy(float)
@@ -870,7 +918,7 @@ def detect_saturation(data: pd.DataFrame, reason: pd.Series) -> pd.Series:
     """
     reason = reason.copy()
     rps = data["rps"].to_numpy(float)
-    latency = data["latency_mean_s"].to_numpy(float)
+    latency = reference_latency(data)
     # Sparse MoE curves bend the other way at light load (expert coverage), so a line
     # through their lower points is not their law.
     moe = (pd.to_numeric(data["experts_total"], errors="coerce").fillna(0).to_numpy() > 0

@@ -21,29 +21,37 @@ GROUP_FIELDS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_t
 def summary_document(fit, *, prob: float = 0.9) -> dict:
     groups = fit.groups
     entries = []
+    model = fit.model()
+    # A tails fit of percentiles alone has no mean law: no C1, only the saturation cost.
+    has_mean = model.has_mean(fit)
     for g, row in groups.iterrows():
-        curve = fit.group_curve(g)
         entry = {"label": row["label"]}
         for field in GROUP_FIELDS:
             if field in groups.columns:
                 entry[field] = plain_value(row[field])
-        entry["C1"] = uncertain(curve.zero_load, prob)
-        entry["C2"] = uncertain(curve.saturation_cost, prob)
-        # The ceiling: eq. (1)'s pole 1/C2, or the cap's throughput when the engine's
-        # concurrency cap is known (it binds first).
-        entry["saturation_rps"] = uncertain(curve.ceiling, prob)
-        entry["ceiling_binding"] = curve.ceiling_binding
-        if curve.cap is not None:
-            entry["pole_rps"] = uncertain(1.0 / curve.saturation_cost, prob)
-            entry["cap"] = float(np.max(curve.cap))
-            entry["cap_source"] = str(row.get("cap_source", ""))
+        if not has_mean:
+            c2 = fit.draws("C2", g)
+            entry["C1"] = {"mean": None, "median": None, "lo": None, "hi": None, "prob": prob}
+            entry["C2"] = uncertain(c2, prob)
+            entry["saturation_rps"] = uncertain(1.0 / c2, prob)
+        else:
+            curve = fit.group_curve(g)
+            entry["C1"] = uncertain(curve.zero_load, prob)
+            entry["C2"] = uncertain(curve.saturation_cost, prob)
+            # The ceiling: eq. (1)'s pole 1/C2, or the cap's throughput when the engine's
+            # concurrency cap is known (it binds first).
+            entry["saturation_rps"] = uncertain(curve.ceiling, prob)
+            entry["ceiling_binding"] = curve.ceiling_binding
+            if curve.cap is not None:
+                entry["pole_rps"] = uncertain(1.0 / curve.saturation_cost, prob)
+                entry["cap"] = float(np.max(curve.cap))
+                entry["cap_source"] = str(row.get("cap_source", ""))
         entry["rps_measured_max"] = fit.rps_measured_max(g)
         fitted = float(row["rps_max"]) if "rps_max" in groups.columns else float("nan")
         entry["rps_fitted_max"] = fitted if np.isfinite(fitted) else None
         if "n_points" in groups.columns:
             entry["n_points"] = plain_value(row["n_points"])
         entries.append(entry)
-    model = fit.model()
     summaries = []
     for metric in model.metrics(fit):
         for g, row in groups.iterrows():

@@ -8,7 +8,8 @@ any of them reads the same way.
 from __future__ import annotations
 
 __all__ = ["TIDY_COLUMNS", "LAST_COLUMNS", "POSITION_COUNT_COLUMN", "order_columns",
-           "METRIC_COLUMNS", "metric_description", "TEXT_COLUMNS"]
+           "METRIC_COLUMNS", "metric_description", "metric_quantile", "metric_family",
+           "TEXT_COLUMNS"]
 
 #: CONTRACT columns first (design, then measurements), then what the simulator and
 #: ingest add; columns no row has are simply absent.
@@ -69,3 +70,18 @@ def metric_description(metric: str) -> str:
     if head in ("ttft", "itl"):
         return f"{head.upper()} {tail}"
     return f"{metric} end-to-end latency"
+
+
+def metric_quantile(metric: str) -> float:
+    """The quantile level of a summary (``p99`` -> 0.99, ``ttft_p50`` -> 0.5); NaN for a
+    mean (``ttft_mean``)."""
+    tail = metric.rpartition("_")[2] if "_" in metric else metric
+    if tail.startswith("p") and tail[1:].isdigit():
+        return int(tail[1:]) / 100.0
+    return float("nan")
+
+
+def metric_family(metric: str) -> str:
+    """What a summary summarises: ``latency`` (end to end), ``ttft`` or ``itl``."""
+    head = metric.partition("_")[0]
+    return head if head in ("ttft", "itl") else "latency"

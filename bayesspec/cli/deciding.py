@@ -20,9 +20,16 @@ EXTRAPOLATED = "*"   # marks rates above the highest rate the data reached
 
 
 def register(verbs) -> None:
-    predict = verbs.add_parser("predict", help="mean latency with intervals at given rates")
+    predict = verbs.add_parser("predict", help="mean latency (or, with --metric, a latency "
+                                              "summary) with intervals at given rates")
     predict.add_argument("fit", help="fit file")
     predict.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
+    add_metric_option(predict, compared=False)
+    predict.add_argument("--requests", type=float, metavar="N",
+                         help="with --metric: the new measurement is a load test's summary "
+                              "of N requests per rate (a p99 of few requests reads low and "
+                              "scatters; default: the median request count of the group's "
+                              "fitted points, when the data give one)")
     add_group_options(predict)
     predict.add_argument("--strict", action="store_true", help=STRICT_HELP)
     add_common(predict)
@@ -100,9 +107,10 @@ SLO_FLAGS = {"--ttft-p99": "ttft_p99", "--ttft-p90": "ttft_p90", "--itl-p99": "i
              "--itl-p90": "itl_p90", "--e2e-p99": "p99", "--e2e-p90": "p90"}
 
 
-def add_metric_option(parser) -> None:
+def add_metric_option(parser, *, compared: bool = True) -> None:
+    what = "compared" if compared else "predicted"
     parser.add_argument("--metric", default="mean", metavar="METRIC",
-                        help="latency summary compared: mean (default), p50/p90/p95/p99 of "
+                        help=f"latency summary {what}: mean (default), p50/p90/p95/p99 of "
                              "end-to-end latency, ttft_mean/ttft_pNN, itl_mean/itl_pNN "
                              "(summaries need a `--model tails` fit)")
 
@@ -143,19 +151,48 @@ def _mark(point: dict) -> str:
     return EXTRAPOLATED if point.get("extrapolated") else " "
 
 
+def _request_count(fit, group: int, args) -> float | None:
+    """``--requests``, or the median request count of the group's fitted points."""
+    if args.requests is not None:
+        if not (np.isfinite(args.requests) and args.requests >= 1):
+            raise BadInput(f"must be a number of requests >= 1, got {args.requests:g}",
+                           option="--requests")
+        return float(args.requests)
+    data = fit.data
+    if "n_requests" not in data.columns:
+        return None
+    label = fit.groups["label"].iloc[group]
+    counts = data.loc[(data["group"] == label) & ~data["excluded"].astype(bool), "n_requests"]
+    counts = counts.astype(float).dropna()
+    return float(counts.median()) if len(counts) else None
+
+
 def run_predict(args) -> int:
     from ..decisions import predict_group
 
     check_prob(args)
     rps = rates(args.rps)
+    if args.requests is not None and args.metric == "mean":
+        raise BadInput("a request count applies to a summary's sampling error: give it with "
+                       "--metric (p99, ttft_p99, ...)", option="--requests")
     fit = load_fit(args.fit)
     group = fit.select_group(**group_criteria(args))
-    document = finish(predict_group(fit, group, rps, prob=args.prob), fit.diagnostics, args)
+    metric = fit.model().check_metric(fit, args.metric)
+    requests = _request_count(fit, group, args) if metric else None
+    document = finish(predict_group(fit, group, rps, prob=args.prob, metric=metric,
+                                    n_requests=requests), fit.diagnostics, args)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
     print(f"group: {document['group']}   ({args.prob:.0%} intervals)")
-    print(f"{'RPS':>11}  {'mean latency s [interval]':>34}  {'new measurement s':>34}  "
+    what = ("mean latency s" if metric is None
+            else f"{metric_description(metric)} s")
+    if metric is not None:
+        print(f"{metric_description(metric)}: the curve is the summary of every request at "
+              "that rate; a new measurement is "
+              + (f"a load test's summary of {requests:.0f} requests" if requests
+                 else "the law's value with the fitted noise (no request count)"))
+    print(f"{'RPS':>11}  {what + ' [interval]':>34}  {'new measurement s':>34}  "
           f"{'P(saturated)':>12}")
     top = document["rps_measured_max"]
     for point in document["points"]:
@@ -506,7 +543,8 @@ def run_slo(args) -> int:
         raise BadInput(f"this fit has no law for {', '.join(missing)}; it answers "
                        f"{', '.join(known)}", option="--target")
     selection = group_criteria(args)
-    mean_law = fit.law(selection)
+    ranked_by = ranking_metric(fit, targets)
+    mean_law = fit.law(selection, metric=None if ranked_by == "mean" else ranked_by)
     laws = {metric: fit.law(selection, metric=metric) for metric in targets}
     if args.rps is not None:
         rps = rates(args.rps, positive=True)
@@ -516,7 +554,7 @@ def run_slo(args) -> int:
             top = float(np.median(mean_law.dense.ceiling))
         rps = np.round(np.linspace(top / 12, top, 12), 4)
     document = finish(slo_decision(laws, mean_law, targets, rps, slo_prob=args.slo_prob,
-                                   prob=args.prob), fit.diagnostics, args)
+                                   prob=args.prob, ranked_by=ranked_by), fit.diagnostics, args)
     if args.plot:
         from ..plots import save_figure, slo_plot
 
@@ -530,6 +568,16 @@ def run_slo(args) -> int:
     if args.plot:
         print(f"plot: {args.plot}")
     return strict_exit(args, fit.diagnostics)
+
+
+def ranking_metric(fit, targets: dict) -> str:
+    """What ranks the configurations that meet an SLO: the mean latency, or for a fit of
+    percentiles alone (no mean) the median end-to-end latency, else the first target's
+    summary."""
+    model = fit.model()
+    if model.has_mean(fit):
+        return "mean"
+    return "p50" if "p50" in model.metrics(fit) else next(iter(targets))
 
 
 def slo_text(document: dict, prob: float) -> str:
@@ -554,8 +602,9 @@ def slo_text(document: dict, prob: float) -> str:
     if beyond:
         lines.append("+: above the highest unsaturated rate fitted, read off the law's "
                      "extrapolation (its interval is too narrow there): " + "; ".join(beyond))
+    ranked_by = document.get("ranked_by", "mean")
     lines += ["", f"best configuration per rate (meets the SLO with P >= {need:g}, then lowest "
-              "mean latency):",
+              f"{metric_description(ranked_by)}):",
               f"{'RPS':>11}  {'best':<22} {'P(best)':>8}  P(meets SLO) per configuration"]
     for row in document["best_by_rps"]:
         meets = "  ".join(f"{name.split(',')[0]}: {p:.2f}" for name, p in row["p_meets"].items())

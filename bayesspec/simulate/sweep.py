@@ -28,7 +28,7 @@ from .spec import SpecConfig
 from .stepmodel import (RooflineParams, StepModel, default_step_model, kv_capacity_tokens,
                         synthetic_eagle_head)
 
-__all__ = ["Setup", "SweepResult", "setup", "sweep", "at_rates", "ENGINE"]
+__all__ = ["Setup", "SweepResult", "setup", "sweep", "at_rates", "timed_rates", "ENGINE"]
 
 ENGINE = "bayesspec-sim"
 
@@ -237,6 +237,31 @@ def at_rates(s: Setup, rates, *, n_requests: int = 1000, seed: int = 0,
     points = [simulate_point(s.step_model, s.server, s.workload, Arrivals(arrivals, r), s.spec,
                              n_requests=n_requests, seed=_point_seed(s, seed, i + 2),
                              warmup=warmup, cooldown=cooldown)
+              for i, r in enumerate(rates)]
+    rows = pd.DataFrame([_row(s, p, seed) for p in points])
+    return SweepResult(setup=s, rows=rows, points=points, seed=int(seed), profile=arrivals,
+                       n_points=len(points))
+
+
+def timed_rates(s: Setup, rates, duration_s: float, *, seed: int = 0,
+                arrivals: str = "constant", warmup: float = 0.1,
+                cooldown: float = 0.1) -> SweepResult:
+    """Open-loop runs of a fixed duration at the given rates, as a load test with a time
+    limit per rate (GuideLLM's ``--max-seconds``) runs them: each rate sends
+    rate x duration_s requests into its measured window (at least 10 in all), so low
+    rates measure few requests and their percentiles are thin."""
+    if not (duration_s > 0 and math.isfinite(duration_s)):
+        raise BadInput(f"duration must be a positive number of seconds, got {duration_s}",
+                       argument="duration")
+    _check_common(10, seed)
+    rates = [float(r) for r in rates]
+    if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
+        raise BadInput("rates must be positive numbers", argument="rps")
+    measured_share = 1.0 - warmup - cooldown
+    points = [simulate_point(s.step_model, s.server, s.workload, Arrivals(arrivals, r), s.spec,
+                             n_requests=max(10, int(round(r * duration_s / measured_share))),
+                             seed=_point_seed(s, seed, i + 2), warmup=warmup,
+                             cooldown=cooldown)
               for i, r in enumerate(rates)]
     rows = pd.DataFrame([_row(s, p, seed) for p in points])
     return SweepResult(setup=s, rows=rows, points=points, seed=int(seed), profile=arrivals,
