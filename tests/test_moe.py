@@ -335,7 +335,7 @@ def test_cli_decision_verbs_on_moe_fits(tmp_path, capsys, moe_data, split_fit):
     assert main(["crossover", str(moe_path), "--alpha", "0.8", "--k", "1", *group]) == 0
     capsys.readouterr()
     assert main(["kstar", str(moe_path), "--alpha", "0.8", "--rps", "1", *group]) == 2
-    assert "k* needs the speculative model" in capsys.readouterr().err
+    assert "refit the same data with --model speculative" in capsys.readouterr().err
     assert main(["predict", str(moe_path), "--rps", "1,2", *group, "--k", "0", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["points"]) == 2
 
