@@ -426,7 +426,13 @@ def slo_question(mean_law, metric_laws: dict, targets: dict, configurations, *,
                for (alpha, k, mean, summaries), name in zip(curves_of, names)]
     answers = [DiscreteAnswer("best configuration under the SLO", names, right),
                RateAnswer("goodput of the best configuration (RPS)", best[:, 0], within)]
-    return Question("slo", answers, configs,
+    # Where each configuration's goodput may lie: a point there measures its summaries at
+    # the rate where they cross their targets, which is what the answers turn on.
+    finite = [goodput[:, c][np.isfinite(goodput[:, c]) & (goodput[:, c] > 0)]
+              for c in range(goodput.shape[1])]
+    extra = tuple(float(q) for values in finite if values.size
+                  for q in np.quantile(values, [0.1, 0.5, 0.9]))
+    return Question("slo", answers, configs, extra,
                     notes=["a load point measures the mean and every targeted summary; "
                            "their errors are taken as independent given a draw (the tails "
                            "model couples them through the run's shared rate error), and a "

@@ -17,7 +17,7 @@ from bayesspec.planning import (DiscreteAnswer, RateAnswer, SetAside, command_li
                                 crossover_question, kstar_question, observation_log_weights,
                                 outcome_weights, percentile_spread_factor, plan,
                                 point_minutes, set_aside_points, _normalised)
-from bayesspec.prediction import ConfigurationLaw, Curve, Noise
+from bayesspec.prediction import ConfigurationLaw, Curve, MetricCurve, Noise
 
 DENSE = (1.0, 0.02)      # C1 s, C2 s: saturation 50 RPS
 SD = (0.7, 0.03)         # C1R 0.7, C2R 1.5: RPS* = 0.375/0.02 = 18.75
@@ -173,6 +173,40 @@ def test_set_aside_points_read_from_the_data():
         (0, None, 10.0, False), (3, 0.8, 15.0, True), (0, None, 4.0, True)]
     assert points[0].requests == 240
     assert set_aside_points(frame.drop(columns=["excluded"])) == []
+
+
+def test_slo_question_looks_where_the_goodput_lies():
+    """The SLO's candidate rates include where each configuration's goodput may lie, and
+    the most valuable point measures the best configuration's summary near it."""
+    from bayesspec.laws import rate_meeting_target
+    from bayesspec.planning import slo_question
+
+    rng = np.random.default_rng(2)
+    draws = 2000
+    noise = Noise(np.full(draws, 0.03), np.full(draws, 0.02))
+
+    def curves(c1, c2, a, label):
+        c2 = c2 * np.exp(0.1 * rng.standard_normal(draws))
+        mean = Curve(c1 * np.exp(0.01 * rng.standard_normal(draws)), c2, label=label,
+                     noise=noise)
+        tail = MetricCurve(a * np.exp(0.01 * rng.standard_normal(draws)), c2,
+                           np.ones(draws), metric="ttft_p90", label=label, noise=noise)
+        return mean, tail
+
+    dense, dense_tail = curves(*DENSE, 0.03, "dense")
+    sd, sd_tail = curves(*SD, 0.025, "sd")
+    mean_law = ConfigurationLaw("setup", dense, {(0.8, 3): sd})
+    tail_law = ConfigurationLaw("setup", dense_tail, {(0.8, 3): sd_tail})
+    question = slo_question(mean_law, {"ttft_p90": tail_law}, {"ttft_p90": 0.05},
+                            [(None, 0), (0.8, 3)], spread=0.3)
+    true = {0: float(rate_meeting_target(0.05, 0.03, DENSE[1], 1.0)),
+            3: float(rate_meeting_target(0.05, 0.025, SD[1], 1.0))}
+    assert true[3] < true[0]                       # SD's C2 is higher: dense serves more
+    assert min(abs(r / true[0] - 1) for r in question.extra_rates) < 0.05
+    result = plan(question, top=3, requests=(300, 1000))
+    assert not result["settled"]
+    best = result["next"][0]
+    assert best.configuration.k == 0 and abs(best.rps / true[0] - 1) < 0.2
 
 
 def test_commands_carry_rate_and_requests():
