@@ -53,6 +53,9 @@ __all__ = ["Configuration", "Candidate", "DiscreteAnswer", "RateAnswer", "Questi
 
 #: Request counts considered per candidate rate.
 DEFAULT_REQUESTS = (100, 300, 1000)
+#: At each rate the fewest requests that give a steady window, rounded up to a multiple
+#: of this, is a candidate count too (between the smallest and the largest asked for).
+REQUEST_STEP = 50
 #: Candidate rates per configuration, as fractions of its ceiling's posterior median.
 RATE_FRACTIONS = (0.1, 0.25, 0.4, 0.55, 0.7, 0.8, 0.88, 0.94)
 #: Below this effective sample size the importance weights of a simulated outcome rest on
@@ -652,12 +655,16 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0
                 at_rate = configuration.latency(curve, rate)
                 slow = float(np.quantile(at_rate, 0.9))
                 typical = float(np.median(at_rate))
-            for n in requests:
-                # A point must run long enough to reach steady state: its measured window
-                # holds several lifetimes of a request, at the slow end of what the
-                # posterior expects.
-                if not n >= steady_requests(rate, slow):
-                    continue
+            # A point must run long enough to reach steady state: its measured window
+            # holds several lifetimes of a request, at the slow end of what the posterior
+            # expects. The fewest such requests (rounded up to REQUEST_STEP) is a count of
+            # its own, so a point is not longer than it needs to be.
+            fewest = steady_requests(rate, slow)
+            counts = [n for n in requests if n >= fewest]
+            if np.isfinite(fewest) and min(requests) < fewest <= max(requests):
+                counts.append(min(max(requests),
+                                  int(REQUEST_STEP * math.ceil(fewest / REQUEST_STEP))))
+            for n in sorted(set(counts)):
                 if any(point.covers(configuration, float(rate), n)
                        for point in question.set_aside):
                     skipped += 1

@@ -366,7 +366,8 @@ def sequential(method: str, decision: Decision, replicate: int, refit: Refitter,
         # Random next points only ask whether the decision is settled: no candidates.
         skip = None if method == "plan" else {i: [] for i in range(len(question.configurations))}
         result = plan(question, tolerance=TOLERANCE, warmup_s=args.overhead_s, top=1,
-                      outcomes=32, requests=decision.requests, seed=replicate, rates=skip)
+                      outcomes=args.outcomes, requests=decision.requests, seed=replicate,
+                      rates=skip)
         if result["settled"] or spent >= cap_minutes or steps >= args.max_steps:
             return {"minutes": spent, "seed_minutes": seed_minutes,
                     "settled": result["settled"],
@@ -422,6 +423,8 @@ def main(argv=None) -> int:
     parser.add_argument("--overhead-s", type=float, default=5.0)
     parser.add_argument("--draws", type=int, default=500)
     parser.add_argument("--max-steps", type=int, default=40)
+    parser.add_argument("--outcomes", type=int, default=48,
+                        help="simulated measurements per candidate (plan's default 48)")
     parser.add_argument("--slo-targets", default=None, metavar="METRIC=S,...",
                         help="the SLO decision's targets (default ttft_p90=0.075,"
                              "itl_p90=0.015)")

@@ -132,6 +132,23 @@ def test_a_point_costs_its_queue_warm_up():
     assert by_rate[high] - 1000 / high / 60 > by_rate[low] - 1000 / low / 60
 
 
+def test_a_point_is_no_longer_than_its_steady_window_needs():
+    """Besides the counts asked for, each rate gets the fewest requests whose window holds
+    the steady lifetimes (rounded up to 50): no 5000-request point where 650 will do."""
+    from bayesspec.planning import STEADY_LIFETIMES, steady_requests
+
+    law = synthetic_law(0.12)
+    question = crossover_question(law, 0.8, 3, spread=0.3)
+    result = plan(question, top=1000, requests=(100, 5000))
+    between = [c for c in result["next"] if c.requests not in (100, 5000)]
+    assert between
+    for c in between:
+        slow = float(np.quantile(c.configuration.latency(c.configuration.curves[0], c.rps), 0.9))
+        fewest = steady_requests(c.rps, slow)
+        assert c.requests % 50 == 0 and fewest <= c.requests < fewest + 50
+        assert 0.8 * c.requests / c.rps >= STEADY_LIFETIMES * slow
+
+
 def test_set_aside_points_are_not_proposed_again():
     law = synthetic_law(0.12)
     question = crossover_question(law, 0.8, 3, spread=0.3)
