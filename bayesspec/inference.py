@@ -568,6 +568,62 @@ def _sampled_verdict(tree: xr.DataTree, decision_variables: list[str]) -> dict:
             "problems": problems}
 
 
+def thin_groups(data: pd.DataFrame, parameters: int = 2) -> list[dict]:
+    """Fitted groups with fewer rates than ``parameters`` + 2: no sampler setting pins
+    their curve down, only more load points do. Each with its label, how many it has and
+    needs, and the rates to measure between: from its lowest rate to its highest fitted
+    one, or to just below the lowest point set aside above that (its ceiling)."""
+    if "group" not in data.columns:
+        return []
+    needed = int(parameters) + 2
+    out = []
+    for label, rows in data.groupby("group", sort=False):
+        kept = rows.loc[~rows["excluded"].astype(bool)]
+        have = int(kept["rps"].nunique())
+        if not label or have >= needed:
+            continue
+        low = float(rows["rps"].min())
+        high = float(kept["rps"].max()) if len(kept) else low
+        above = rows.loc[rows["excluded"].astype(bool) & (rows["rps"] > high), "rps"]
+        if len(above):
+            high = max(high, 0.9 * float(above.min()))
+        if high < 2.0 * low:      # one rate, or a few close together: sweep up to it
+            low = high / 10.0
+        out.append({"group": str(label), "rates": have, "needed": needed,
+                    "from_rps": low, "to_rps": high})
+    return out
+
+
+def design_advice(groups: list[dict]) -> str:
+    """'measure at least N rates between X and Y RPS in G (it has n)' for thin groups."""
+    if not groups:
+        return ""
+    parts = [f"{g['group']}: measure at least {g['needed']} rates between "
+             f"{g['from_rps']:.3g} and {g['to_rps']:.3g} RPS (it has {g['rates']})"
+             for g in groups[:3]]
+    more = f"; and {len(groups) - 3} more groups" if len(groups) > 3 else ""
+    return "; ".join(parts) + more
+
+
+def with_design_advice(verdict: dict, data: pd.DataFrame, parameters: int = 2) -> dict:
+    """The verdict with 'run longer' replaced by what would help when some group has too
+    few rates to pin its curve down (a longer run of the same data fails the same way)."""
+    thin = thin_groups(data, parameters)
+    if not thin:
+        return verdict
+    verdict = {**verdict, "thin_groups": thin}
+    if verdict["status"] != "not converged":
+        return verdict
+    advice = design_advice(thin)
+    longer = "run longer (e.g. --tune 2000 --draws 2000)"
+    old = verdict.get("advice", "")
+    steps = [step for step in old.split("; ") if step and step != longer]
+    new = "; ".join([f"too few load points to pin the curve down, {advice}"] + steps)
+    verdict["advice"] = new
+    verdict["text"] = verdict["text"].replace(old, new) if old else verdict["text"]
+    return verdict
+
+
 def _advice(problems: list[str], divergences: int) -> str:
     steps = []
     if divergences:

@@ -55,6 +55,18 @@ def save_figure(figure, path: str | os.PathLike, *, dpi: int = 120) -> str:
     return str(path)
 
 
+def figure_png(figure, *, dpi: int = 100) -> bytes:
+    """A figure as PNG bytes (for pages that carry their figures inline), closed."""
+    import io
+
+    buffer = io.BytesIO()
+    try:
+        figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(figure)
+    return buffer.getvalue()
+
+
 def _quantiles(draws, prob=BAND_PROB):
     tail = (1 - prob) / 2
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
@@ -373,7 +385,7 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
         handles = [
             Line2D([], [], color="black", marker="o", ls="none", ms=4, label="measured"),
             Line2D([], [], color="tab:red", marker="x", ls="none", ms=5,
-                   label="excluded as saturated (pinned to the top)"),
+                   label="set aside (`fit` lists why; pinned to the top edge when above)"),
             Line2D([], [], color=line_colour, lw=1.2, label="posterior median curve"),
             Patch(color=curve_colour, alpha=0.6, label=f"{prob:.0%} band of the curve"),
             Patch(facecolor=new_colour, alpha=0.55, edgecolor=curve_colour, ls="--",
@@ -1118,12 +1130,20 @@ def slo_plot(laws: dict, document: dict, *, fit=None, prob: float = BAND_PROB,
 
     metrics = list(document["slo"])
     measured = document.get("rps_measured_max")
+    data = fit.data if fit is not None else None
+    if data is not None and "group" in data.columns and document.get("configurations"):
+        # The line marks the end of the points drawn: the highest fitted rate of the
+        # configurations shown (set-aside points, e.g. a throughput run, are not drawn).
+        shown = {getattr(laws[metrics[0]].curve(entry["alpha"], entry["k"]), "group", "")
+                 for entry in document["configurations"]}
+        fitted = data.loc[data["group"].isin(shown) & ~data["excluded"].astype(bool), "rps"]
+        if len(fitted):
+            measured = float(pd.to_numeric(fitted).max())
     rates = [row["rps"] for row in document["best_by_rps"]]
     top = max(rates + ([measured] if measured and np.isfinite(measured) else [])) * 1.05
     grid = np.linspace(0.0, top, points)
     figure, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics) + 0.6, 4.4),
                                 layout="constrained", squeeze=False)
-    data = fit.data if fit is not None else None
     for axis, metric in zip(axes[0], metrics):
         target = document["slo"][metric]
         highest = target
@@ -1153,11 +1173,12 @@ def slo_plot(laws: dict, document: dict, *, fit=None, prob: float = BAND_PROB,
         _measured_line(axis, measured)
         axis.set_xlabel("request rate (RPS)")
         axis.set_ylabel(f"{metric_description(metric)} (s)")
-        axis.set_title(_wrap(f"{metric_description(metric)}: {prob:.0%} bands; triangles: "
-                             f"RPS meeting the SLO with P >= {document['slo_prob']:g}", 60),
-                       fontsize=9)
+        axis.set_title(f"{metric_description(metric)} <= {target:g} s", fontsize=9)
     axes[0][0].legend(fontsize=8, loc="upper left")
-    figure.suptitle(_wrap(f"SLO: {document['setup']}", 90), fontsize=11)
+    figure.suptitle(f"SLO: {document['setup']}", fontsize=11)
+    figure.supxlabel(f"{prob:.0%} bands of the fitted curves; triangles on the rate axis: the "
+                     f"highest rate meeting the SLO with P >= {document['slo_prob']:g}",
+                     fontsize=8)
     return figure
 
 

@@ -356,3 +356,29 @@ def test_tails_on_a_live_guidellm_run(tmp_path, capsys):
     code, out, _ = run(capsys, "slo", fit, "--ttft-p99", "0.3", "--itl-p99", "0.06", "--json")
     document = json.loads(out)
     assert code == 0 and [c["k"] for c in document["configurations"]] == [0, 3]
+
+
+def test_slo_figure_titles_fit_and_the_measured_line_ends_the_points(tails_fit_file):
+    """Issue 38's small points: one-line panel titles, and the "highest measured rate"
+    line where the drawn points end (the throughput run, set aside and not drawn, sits
+    far beyond them)."""
+    from bayesspec.bayes import load_fit
+    from bayesspec.decisions import slo_decision
+    from bayesspec.plots import MEASURED_LABEL, slo_plot
+
+    fit = load_fit(tails_fit_file)
+    targets = {"ttft_p99": 0.5, "p99": 30.0}
+    laws = {metric: fit.law({}, metric=metric) for metric in targets}
+    mean_law = fit.law({})
+    document = slo_decision(laws, mean_law, targets, np.linspace(0.5, 5, 4))
+    figure = slo_plot(laws, document, fit=fit)
+    fitted = fit.data.loc[~fit.data["excluded"], "rps"].max()
+    assert fit.data["rps"].max() > 1.05 * fitted      # a set-aside point beyond them
+    for axis in figure.axes:
+        if not axis.get_title():
+            continue
+        assert "\n" not in axis.get_title()
+        lines = [line for line in axis.get_lines()
+                 if str(line.get_label()).startswith(MEASURED_LABEL)]
+        assert lines and lines[0].get_xdata()[0] == pytest.approx(fitted)
+    assert "\n" not in figure._suptitle.get_text()

@@ -138,6 +138,9 @@ class LatencyModel:
     # Tuning steps and draws per chain when the user does not say (``--tune``, ``--draws``).
     default_tune: int = 1000
     default_draws: int = 1000
+    # Parameters of one group's curve (C1, C2): a group needs this many rates plus two to
+    # pin them down and see the noise (inference.design_advice).
+    curve_parameters: int = 2
 
     def __init__(self, config: dict | None = None, *, catalog=None):
         unknown = set(config or {}) - set(self.default_config)
@@ -429,6 +432,13 @@ class LatencyModel:
 
     def version_comparison(self, fit, *, rope: float, prob: float) -> dict:
         """``compare --by``: only models of two versions in one fit answer."""
+        raise BadInput("this fit is not a two-version fit; use compare A.nc B.nc or "
+                       "compare DATA --by COLUMN")
+
+    def version_curves(self, fit) -> list[dict]:
+        """``compare --by``: per group measured in both versions, (label, curve A,
+        curve B, A's fitted rows, B's fitted rows); only models of two versions in one
+        fit answer."""
         raise BadInput("this fit is not a two-version fit; use compare A.nc B.nc or "
                        "compare DATA --by COLUMN")
 

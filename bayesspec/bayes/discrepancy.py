@@ -34,6 +34,7 @@ from .priors import latency_likelihood
 class DiscrepancyLatencyModel(DenseLatencyModel):
     name = "dense-discrepancy"
     version = "1"
+    curve_parameters = 3
     default_config = {
         **DenseLatencyModel.default_config,
         "bend_scale": 0.5,          # HalfNormal scale of the spread of log(1 + bend)

@@ -39,6 +39,7 @@ from .priors import latency_likelihood
 class TwoRegimeLatencyModel(DenseLatencyModel):
     name = "dense-roofline"
     version = "1"
+    curve_parameters = 4
     default_config = {
         **DenseLatencyModel.default_config,
         "share_logit_scale": 1.5,

@@ -22,8 +22,8 @@ from .common import parse_list  # noqa: F401  (part of the package's interface)
 
 PROG = "bayesspec"
 # The verb modules, in the order of `bayesspec --help`.
-VERB_MODULES = ("demo", "fitting", "checking", "deciding", "acceptance", "comparing", "sbc",
-                "simulate", "ingest", "serve", "planning", "tuning")
+VERB_MODULES = ("demo", "fitting", "checking", "deciding", "acceptance", "comparing",
+                "reporting", "sbc", "simulate", "ingest", "serve", "planning", "tuning")
 
 # Library arguments whose flag is not "--" + the name with dashes.
 ARGUMENT_FLAGS = {"verifiers": "--leave-out-model", "fits": "FIT", "rates": "--acceptance-rates",

@@ -13,6 +13,9 @@ from .common import (add_common, add_group_options, check_alpha_k, check_output_
                      strict_exit)
 
 STRICT_HELP = "exit with status 3 when the posterior did not converge"
+ALPHA_HELP = ("acceptance rate (required by a speculative fit, which answers any; a fit per "
+              "configuration answers its fitted groups, and needs it only to choose "
+              "between groups at one k)")
 EXTRAPOLATED = "*"   # marks rates above the highest rate the data reached
 
 
@@ -27,7 +30,8 @@ def register(verbs) -> None:
 
     speedup = verbs.add_parser("speedup", help="speedup curve of SD vs dense with intervals")
     speedup.add_argument("fit", help="fit file")
-    speedup.add_argument("--alpha", type=float, required=True, help="acceptance rate")
+    speedup.add_argument("--alpha", type=float, default=None,
+                         help=ALPHA_HELP)
     speedup.add_argument("--k", type=int, required=True, help="draft length")
     speedup.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
     speedup.add_argument("--plot", help="write speedup bands for several k to this PNG")
@@ -39,7 +43,7 @@ def register(verbs) -> None:
 
     cross = verbs.add_parser("crossover", help="RPS* above which SD stops paying")
     cross.add_argument("fit", help="fit file")
-    cross.add_argument("--alpha", type=float, required=True, help="acceptance rate")
+    cross.add_argument("--alpha", type=float, default=None, help=ALPHA_HELP)
     cross.add_argument("--k", type=int, required=True, help="draft length")
     add_metric_option(cross)
     add_group_options(cross, design=False)
@@ -129,6 +133,10 @@ def _binding(what: str) -> str:
             else "1/C2: the engine's cap unknown")
 
 
+def _alpha_text(alpha: float) -> str:
+    return "alpha as measured" if np.isnan(alpha) else f"alpha {alpha:g}"
+
+
 def _mark(point: dict) -> str:
     return EXTRAPOLATED if point.get("extrapolated") else " "
 
@@ -175,16 +183,58 @@ def _recommended_k(law, alpha: float, rps: np.ndarray) -> int | None:
     return row["k"] if row["k"] > 0 else None
 
 
+def _speculative_law(args, fit, *, any_k: bool = False):
+    """The setup's law for a question comparing SD with dense, refused at once (with what
+    to add) when the fit has no SD rows, and with ``--alpha`` resolved: required where
+    the fit answers any alpha; where it answers only its fitted groups, taken from the
+    group at ``--k`` when not given, and said to be unused when that group has none.
+    Returns (law, alpha, note): the note says what was ignored ("" when nothing)."""
+    groups = fit.groups
+    fit.model().check_metric(fit, getattr(args, "metric", None))   # a metric the fit lacks
+    if not (groups["k"].to_numpy(int) > 0).any():
+        raise BadInput("this fit has only dense groups (k = 0): speedup, crossover and k* "
+                       "compare speculative decoding with plain decoding of the same "
+                       "verifier and lengths. Add load tests with speculation (rows with "
+                       "k > 0 and their alpha, or vLLM's acceptance counters), put them in "
+                       "one file with these and fit --model speculative", file=args.fit)
+    law = fit.law(group_criteria(args), metric=getattr(args, "metric", None))
+    if any_k:
+        if not law.answers_any_configuration:
+            raise BadInput("k* compares draft lengths, which needs the six cycle "
+                           "coefficients shared by every alpha and k: refit the same data "
+                           "with --model speculative", file=args.fit)
+        return law, args.alpha, ""
+    alpha, note = args.alpha, ""
+    if law.answers_any_configuration:
+        if alpha is None:
+            raise BadInput("required: the speculative fit answers any acceptance rate",
+                           option="--alpha")
+        return law, alpha, note
+    fitted = [a for a, k in getattr(law, "configurations", {}) if k == args.k]
+    if alpha is None:
+        if len(fitted) > 1:
+            raise BadInput(f"the fit has groups at k {args.k} with alpha "
+                           + ", ".join(f"{a:g}" for a in sorted(fitted))
+                           + ": choose one", option="--alpha")
+        alpha = fitted[0] if fitted else None
+    elif fitted == [None]:
+        note = (f"--alpha {alpha:g} is not used: the fitted group at k {args.k} has no "
+                "alpha (its acceptance is what was measured); the answer is that group's")
+        log(f"note: {note}")
+    return law, (float("nan") if alpha is None else alpha), note
+
+
 def run_speedup(args) -> int:
     from ..decisions import speedup_curve
 
     check_prob(args)
-    check_alpha_k(args.alpha, args.k)
+    check_alpha_k(0.5 if args.alpha is None else args.alpha, args.k)
     rps = rates(args.rps)
     fit = load_fit(args.fit)
-    law = fit.law(group_criteria(args), metric=args.metric)
+    law, args.alpha, ignored = _speculative_law(args, fit)
     document = finish({**speedup_curve(law, args.alpha, args.k, rps, prob=args.prob),
-                       "metric": args.metric}, fit.diagnostics, args)
+                       "metric": args.metric, **({"ignored": ignored} if ignored else {})},
+                      fit.diagnostics, args)
     if args.plot:
         from ..plots import save_figure, speedup_bands_plot
 
@@ -200,7 +250,7 @@ def run_speedup(args) -> int:
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
-    print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}   "
+    print(f"setup: {document['setup']}   {_alpha_text(args.alpha)}, k {args.k}   "
           f"({args.prob:.0%} intervals)")
     if args.metric != "mean":
         print(f"speedup of {metric_description(args.metric)}: dense over SD")
@@ -225,15 +275,16 @@ def run_crossover(args) -> int:
     from ..decisions import crossover
 
     check_prob(args)
-    check_alpha_k(args.alpha, args.k)
+    check_alpha_k(0.5 if args.alpha is None else args.alpha, args.k)
     fit = load_fit(args.fit)
-    law = fit.law(group_criteria(args), metric=args.metric)
+    law, args.alpha, ignored = _speculative_law(args, fit)
     document = finish({**crossover(law, args.alpha, args.k, prob=args.prob),
-                       "metric": args.metric}, fit.diagnostics, args)
+                       "metric": args.metric, **({"ignored": ignored} if ignored else {})},
+                      fit.diagnostics, args)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
-    print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}")
+    print(f"setup: {document['setup']}   {_alpha_text(args.alpha)}, k {args.k}")
     if args.metric != "mean":
         print(f"crossover of {metric_description(args.metric)}: the rate above which SD "
               "makes it worse")
@@ -284,14 +335,10 @@ def run_kstar(args) -> int:
     if not 1 <= args.kmax <= 64:
         raise BadInput(f"must be within 1..64, got {args.kmax}", option="--kmax")
     fit = load_fit(args.fit)
-    law = fit.law(group_criteria(args))
+    law, _, _ = _speculative_law(args, fit, any_k=True)
     verdicts = [fit.diagnostics]
     if args.acceptance is not None:
         from ..bayes.acceptance import acceptance_length_draws
-
-        if not law.answers_any_configuration:
-            raise BadInput("k* needs the speculative model (six cycle coefficients); fit "
-                           "with --model speculative", file=args.fit)
         from ..data import read_tidy
 
         counters = read_tidy(args.acceptance)   # every window counts, saturated ones too
