@@ -54,6 +54,9 @@ refitted with new data, 2 chains x ``--draws`` draws after as many tuning steps.
 
     nice python benchmarks/plan_benchmark.py --replicates 20 --out plan_benchmark.csv
 
+Decisions or replicates split across invocations (``--decisions``, ``--first-replicate``)
+are summarised together with ``--summarise A.csv B.csv``.
+
 Prints progress on stderr, one line per finished (replicate, decision) and the summary
 table at the end (the records also in ``--out``).
 """
@@ -429,7 +432,15 @@ def main(argv=None) -> int:
                         help="the SLO decision's targets (default ttft_p90=0.075,"
                              "itl_p90=0.015)")
     parser.add_argument("--out", default="plan_benchmark.csv")
+    parser.add_argument("--summarise", nargs="+", metavar="CSV", default=None,
+                        help="only print the table of records already written by --out "
+                             "(several runs' files together, e.g. replicates split across "
+                             "invocations)")
     args = parser.parse_args(argv)
+    if args.summarise:
+        records = pd.concat([pd.read_csv(path) for path in args.summarise], ignore_index=True)
+        print(summarise(records).to_string(index=False))
+        return 0
     if args.slo_targets:
         DECISIONS["slo"].targets = {name: float(value) for name, value in
                                     (item.split("=") for item in args.slo_targets.split(","))}
