@@ -431,6 +431,11 @@ def main(argv=None) -> int:
     parser.add_argument("--slo-targets", default=None, metavar="METRIC=S,...",
                         help="the SLO decision's targets (default ttft_p90=0.075,"
                              "itl_p90=0.015)")
+    parser.add_argument("--random-cap-factor", type=float, default=None, metavar="F",
+                        help="stop random next points at F x plan's minutes in the same "
+                             "replicate (default: at the grid's minutes). A censored "
+                             "comparison for costly fits: random not reached by then needs "
+                             "more minutes than plan")
     parser.add_argument("--out", default="plan_benchmark.csv")
     parser.add_argument("--summarise", nargs="+", metavar="CSV", default=None,
                         help="only print the table of records already written by --out "
@@ -462,12 +467,19 @@ def main(argv=None) -> int:
                 cap = results["grid"]["minutes"]
             else:
                 cap = minutes_of(grid_rows(decision, r, args))
-            for method in ("random", "plan"):
+            caps = {"plan": cap, "random": cap}
+            for method in ("plan", "random"):
                 if method in methods:
-                    results[method] = sequential(method, decision, r, refit, known, cap, args)
+                    if (method == "random" and args.random_cap_factor is not None
+                            and "plan" in results):
+                        caps["random"] = min(cap, args.random_cap_factor
+                                             * results["plan"]["minutes"])
+                    results[method] = sequential(method, decision, r, refit, known,
+                                                 caps[method], args)
             for method, result in results.items():
                 records.append({"replicate": r, "decision": name, "method": method,
-                                "grid_minutes": cap, **result})
+                                "grid_minutes": cap, "cap_minutes": caps.get(method, cap),
+                                **result})
             print(f"[{r + 1 - args.first_replicate}/{args.replicates}] {name}: " + "; ".join(
                 f"{m} {v['minutes']:.1f} min {'reached' if v['reached'] else 'NOT reached'}"
                 f" ({v['points']} points)" for m, v in results.items())
@@ -500,8 +512,24 @@ def summarise(records: pd.DataFrame) -> pd.DataFrame:
                      "max share of grid": round(float(ratio.max()), 2),
                      "median seed minutes": round(float(part["seed_minutes"].median()), 1),
                      "median points": int(part["points"].median()),
-                     "repeated points": int(part["repeated"].sum())})
+                     "repeated points": int(part["repeated"].sum()),
+                     "plan faster": _plan_faster(records, decision, part)})
     return pd.DataFrame(rows)
+
+
+def _plan_faster(records: pd.DataFrame, decision: str, part: pd.DataFrame) -> str:
+    """For the plan rows: in how many replicates plan reached the decision in fewer
+    minutes than random next points (random not reached within its cap counts as more:
+    the cap is never below plan's minutes)."""
+    if part["method"].iloc[0] != "plan":
+        return ""
+    random = records[(records["decision"] == decision) & (records["method"] == "random")]
+    if random.empty:
+        return ""
+    both = part.merge(random, on="replicate", suffixes=("", "_random"))
+    faster = both["reached"] & (~both["reached_random"]
+                                | (both["minutes"] < both["minutes_random"]))
+    return f"{int(faster.sum())}/{len(both)}"
 
 
 if __name__ == "__main__":
