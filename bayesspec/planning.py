@@ -10,7 +10,10 @@ loss* is the posterior probability that it is wrong, and it is **settled** when 
 answer's expected loss is at most ``tolerance`` (P(right) >= 0.95 by default).
 
 A candidate load point is a configuration (k, alpha), a rate and a request count; it
-costs ``requests / rate + warm-up`` seconds of the server. Its *value* is the expected
+costs ``requests / rate`` seconds of the server, plus the drain of the last request (one
+latency), plus the warm-up the queue needs to fill from empty (``warmup_relaxations``
+relaxation times L^2/C1 at the posterior median: a few latencies at light load, many
+near saturation), plus a fixed ``warmup_s`` per point. Its *value* is the expected
 reduction of the summed expected loss if it were measured, by pre-posterior analysis
 with no refit: draw ``outcomes`` measurements from the posterior predictive (a posterior
 draw, then the fitted noise with the standard error N requests give:
@@ -18,7 +21,11 @@ draw, then the fitted noise with the standard error N requests give:
 reweight every posterior draw by the likelihood of each simulated measurement
 (importance weights), and recompute the loss. A measurement past a draw's saturation is
 set aside by the fit, so a simulated saturated outcome leaves the weights as they are.
-Candidates are ranked by value per minute. When a measurement would say more than the
+Candidates are ranked by value per minute. A candidate equivalent to a point the fit set
+aside (:func:`set_aside_points`: same configuration, a rate within
+:data:`SET_ASIDE_RATE_MATCH` and at most :data:`SET_ASIDE_REQUEST_FACTOR` times its
+requests, or any higher rate when the point was past the ceiling) is not proposed: it
+would be set aside again. When a measurement would say more than the
 draws can show, the weights collapse onto a few draws; the candidate's effective sample
 size (``ess``) says so (``collapsed`` below :data:`ESS_COLLAPSED`).
 
@@ -41,10 +48,14 @@ __all__ = ["Configuration", "Candidate", "DiscreteAnswer", "RateAnswer", "Questi
            "crossover_question", "kstar_question", "slo_question", "compare_question",
            "ceiling_question", "plan", "ceiling_draws", "measurement_spread",
            "percentile_spread_factor", "command_lines", "DEFAULT_REQUESTS",
-           "RATE_FRACTIONS", "ESS_COLLAPSED", "required_columns"]
+           "RATE_FRACTIONS", "ESS_COLLAPSED", "required_columns", "SetAside",
+           "set_aside_points", "point_minutes", "steady_requests"]
 
 #: Request counts considered per candidate rate.
 DEFAULT_REQUESTS = (100, 300, 1000)
+#: At each rate the fewest requests that give a steady window, rounded up to a multiple
+#: of this, is a candidate count too (between the smallest and the largest asked for).
+REQUEST_STEP = 50
 #: Candidate rates per configuration, as fractions of its ceiling's posterior median.
 RATE_FRACTIONS = (0.1, 0.25, 0.4, 0.55, 0.7, 0.8, 0.88, 0.94)
 #: Below this effective sample size the importance weights of a simulated outcome rest on
@@ -58,6 +69,21 @@ STEADY_LIFETIMES = 8.0
 #: The per-request spread of latency (std/mean) assumed when the data do not carry
 #: ``latency_std_s``.
 DEFAULT_SPREAD = 0.3
+#: Warm-up before a point's window, in relaxation times of the queue: linearising
+#: dN/dt = rate - N/L(N) with L(N) = C1 + N*C2 gives a time constant L^2/C1 for the
+#: number in the system to settle after the load starts from an empty server (C1 at light
+#: load, growing as 1/(1-x)^2 towards saturation). Three time constants leave 5% of the
+#: initial gap (the simulator's own warm-up rule, simulate/engine.py).
+WARMUP_RELAXATIONS = 3.0
+#: A candidate is equivalent to a set-aside point at a rate within this fraction of it...
+SET_ASIDE_RATE_MATCH = 0.05
+#: ... unless it asks for more than this many times its requests: a longer window may
+#: reach the steady state the shorter one missed (a set-aside row's ``n_requests`` counts
+#: the requests measured, fewer than those sent, hence the margin over 1).
+SET_ASIDE_REQUEST_FACTOR = 2.0
+#: Words in an exclusion reason saying the rate itself was past what the configuration
+#: sustains (data.py's reasons): then every higher rate is past it too.
+PAST_CEILING_WORDS = ("ceiling", "stopped rising", "of target", "preempt")
 
 
 def ceiling_draws(curve) -> np.ndarray:
@@ -95,6 +121,62 @@ def measurement_spread(data, columns: tuple[str, str] = ("latency_std_s", "laten
     if ratio.size == 0:
         return DEFAULT_SPREAD, False
     return float(np.median(ratio)), True
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """A load point the fit set aside: its configuration, the rate it was run at (the
+    target rate of an open-loop run, else the achieved one), the requests it measured,
+    and whether the reason says the rate was past the ceiling."""
+
+    k: int
+    alpha: float | None
+    rps: float
+    requests: float
+    past_ceiling: bool
+    reason: str = ""
+    version: str | None = None
+
+    def covers(self, configuration: "Configuration", rate: float, requests: int) -> bool:
+        """Whether a candidate at (configuration, rate, requests) would be set aside for
+        the same reason."""
+        if int(configuration.k) != self.k or configuration.version != self.version:
+            return False
+        mine, theirs = configuration.alpha, self.alpha
+        if int(self.k) > 0 and mine is not None and theirs is not None \
+                and abs(mine - theirs) > 1e-6:
+            return False
+        if self.past_ceiling and rate >= (1 - SET_ASIDE_RATE_MATCH) * self.rps:
+            return True
+        return (abs(rate / self.rps - 1) <= SET_ASIDE_RATE_MATCH
+                and requests <= SET_ASIDE_REQUEST_FACTOR * self.requests)
+
+
+def set_aside_points(data, version: str | None = None) -> list[SetAside]:
+    """The open-loop points a fit's data set aside (``excluded`` with its
+    ``exclusion_reason``). Synchronous and throughput runs are not rates a plan
+    proposes, so they are left out."""
+    if data is None or "excluded" not in data.columns:
+        return []
+    rows = data[data["excluded"].astype(bool)]
+    if "strategy" in rows.columns:
+        strategy = rows["strategy"].astype(str).str.lower()
+        rows = rows[~strategy.isin(["synchronous", "throughput", "concurrent"])]
+    out = []
+    for _, row in rows.iterrows():
+        target = float(row["rps_target"]) if "rps_target" in row.index else float("nan")
+        rate = target if np.isfinite(target) and target > 0 else float(row["rps"])
+        if not (np.isfinite(rate) and rate > 0):
+            continue
+        requests = float(row["n_requests"]) if "n_requests" in row.index \
+            and np.isfinite(float(row["n_requests"])) else float("inf")
+        reason = str(row.get("exclusion_reason", ""))
+        k = int(row["k"]) if "k" in row.index else 0
+        alpha = float(row["alpha"]) if "alpha" in row.index else float("nan")
+        out.append(SetAside(k, None if not np.isfinite(alpha) or k == 0 else alpha, rate,
+                            requests, any(w in reason.lower() for w in PAST_CEILING_WORDS),
+                            reason, version))
+    return out
 
 
 # --------------------------------------------------------------------------- answers
@@ -228,6 +310,8 @@ class Question:
     configurations: list
     extra_rates: tuple = ()
     notes: list = field(default_factory=list)
+    #: Points the fit set aside (:class:`SetAside`): equivalent candidates are skipped.
+    set_aside: list = field(default_factory=list)
 
     def losses(self, weights: np.ndarray) -> np.ndarray:
         """Per answer and outcome, P(wrong): (A, M)."""
@@ -345,7 +429,13 @@ def slo_question(mean_law, metric_laws: dict, targets: dict, configurations, *,
                for (alpha, k, mean, summaries), name in zip(curves_of, names)]
     answers = [DiscreteAnswer("best configuration under the SLO", names, right),
                RateAnswer("goodput of the best configuration (RPS)", best[:, 0], within)]
-    return Question("slo", answers, configs,
+    # Where each configuration's goodput may lie: a point there measures its summaries at
+    # the rate where they cross their targets, which is what the answers turn on.
+    finite = [goodput[:, c][np.isfinite(goodput[:, c]) & (goodput[:, c] > 0)]
+              for c in range(goodput.shape[1])]
+    extra = tuple(float(q) for values in finite if values.size
+                  for q in np.quantile(values, [0.1, 0.5, 0.9]))
+    return Question("slo", answers, configs, extra,
                     notes=["a load point measures the mean and every targeted summary; "
                            "their errors are taken as independent given a draw (the tails "
                            "model couples them through the run's shared rate error), and a "
@@ -490,9 +580,24 @@ def candidate_rates(question: Question, configuration: Configuration,
     return rates
 
 
-def point_minutes(rps: float, requests: int, warmup_s: float) -> float:
-    """Load-test minutes of one point: requests / rate plus warm-up."""
-    return (requests / rps + warmup_s) / 60.0
+def point_minutes(rps: float, requests: int, warmup_s: float, latency: float = 0.0,
+                  zero_load: float | None = None,
+                  relaxations: float = WARMUP_RELAXATIONS) -> float:
+    """Load-test minutes of one point: ``requests / rate``, the drain of the last request
+    (``latency``), the queue's warm-up (``relaxations`` x latency^2 / zero-load latency)
+    and a fixed ``warmup_s``."""
+    seconds = requests / rps + warmup_s
+    if np.isfinite(latency) and latency > 0:
+        seconds += latency
+        if zero_load is not None and np.isfinite(zero_load) and zero_load > 0:
+            seconds += relaxations * latency * latency / zero_load
+    return seconds / 60.0
+
+
+def steady_requests(rate: float, slow_latency: float) -> float:
+    """The fewest requests whose measured window (requests / rate less a tenth at each
+    end) holds :data:`STEADY_LIFETIMES` lifetimes of a request of ``slow_latency``."""
+    return STEADY_LIFETIMES * slow_latency * rate / 0.8
 
 
 def evaluate(question: Question, candidate: Candidate, *, outcomes: int = 48,
@@ -510,15 +615,17 @@ def evaluate(question: Question, candidate: Candidate, *, outcomes: int = 48,
                    ess=float(np.median(ess)), p_saturated=float(saturated.mean()))
 
 
-def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 30.0,
-         tolerance: float = 0.05, top: int = 5, outcomes: int = 48, seed: int = 0,
-         rates: dict | None = None, progress=None) -> dict:
+def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0,
+         warmup_relaxations: float = WARMUP_RELAXATIONS, tolerance: float = 0.05,
+         top: int = 5, outcomes: int = 48, seed: int = 0, rates: dict | None = None,
+         progress=None) -> dict:
     """Rank candidate load points by expected loss reduction per minute.
 
     Returns the document's core: ``question``, ``settled`` (every answer's P(wrong) at
     most ``tolerance``), ``expected_loss`` (the largest P(wrong)), ``answers``, ``next``
-    (the top candidates, none when settled) and ``candidates`` (how many were scored).
-    ``rates``: configuration index -> rates, instead of :func:`candidate_rates`.
+    (the top candidates, none when settled), ``candidates`` (how many were scored) and
+    ``skipped_set_aside`` (candidates not scored because the fit set aside an equivalent
+    point). ``rates``: configuration index -> rates, instead of :func:`candidate_rates`.
     """
     if not 0 < tolerance < 1:
         raise BadInput(f"must be within (0, 1), got {tolerance}", argument="tolerance")
@@ -527,29 +634,44 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 30.
         raise BadInput("request counts must be positive integers", argument="requests")
     if warmup_s < 0:
         raise BadInput(f"must be >= 0, got {warmup_s}", argument="warmup_s")
+    if warmup_relaxations < 0:
+        raise BadInput(f"must be >= 0, got {warmup_relaxations}",
+                       argument="warmup_relaxations")
     now = question.losses(np.ones((question.configurations[0].index.size, 1)))[:, 0]
     document = {"question": question.name, "settled": bool(now.max() <= tolerance),
                 "expected_loss": float(now.max()), "tolerance": tolerance,
                 "answers": [a.summary() for a in question.answers], "next": [],
-                "candidates": 0, "notes": list(question.notes)}
+                "candidates": 0, "skipped_set_aside": 0, "notes": list(question.notes)}
     if document["settled"]:
         return document
-    candidates = []
+    candidates, skipped = [], 0
     for c, configuration in enumerate(question.configurations):
         grid = (rates or {}).get(c)
         grid = candidate_rates(question, configuration) if grid is None else grid
+        curve = configuration.curves[0]
+        zero_load = float(np.median(np.asarray(curve.zero_load, float)[configuration.index]))
         for rate in grid:
             with np.errstate(invalid="ignore"):
-                slow = float(np.quantile(configuration.latency(configuration.curves[0], rate),
-                                         0.9))
-            for n in requests:
-                # A point must run long enough to reach steady state: its measured window
-                # (requests / rate less a tenth at each end) holds several lifetimes of a
-                # request, at the slow end of what the posterior expects.
-                if not 0.8 * n / rate >= STEADY_LIFETIMES * slow:
+                at_rate = configuration.latency(curve, rate)
+                slow = float(np.quantile(at_rate, 0.9))
+                typical = float(np.median(at_rate))
+            # A point must run long enough to reach steady state: its measured window
+            # holds several lifetimes of a request, at the slow end of what the posterior
+            # expects. The fewest such requests (rounded up to REQUEST_STEP) is a count of
+            # its own, so a point is not longer than it needs to be.
+            fewest = steady_requests(rate, slow)
+            counts = [n for n in requests if n >= fewest]
+            if np.isfinite(fewest) and min(requests) < fewest <= max(requests):
+                counts.append(min(max(requests),
+                                  int(REQUEST_STEP * math.ceil(fewest / REQUEST_STEP))))
+            for n in sorted(set(counts)):
+                if any(point.covers(configuration, float(rate), n)
+                       for point in question.set_aside):
+                    skipped += 1
                     continue
                 candidates.append(Candidate(configuration, float(rate), n,
-                                            point_minutes(float(rate), n, warmup_s)))
+                                            point_minutes(float(rate), n, warmup_s, typical,
+                                                          zero_load, warmup_relaxations)))
     scored = []
     for i, candidate in enumerate(candidates):
         # Common random numbers: every candidate sees the same outcome draws' seeds.
@@ -559,6 +681,13 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 30.
             progress(i + 1, len(candidates))
     scored.sort(key=lambda c: c.value_per_minute, reverse=True)
     document["candidates"] = len(scored)
+    document["skipped_set_aside"] = skipped
+    if skipped:
+        document["notes"].append(
+            f"{skipped} candidate points were not scored: the fit set aside an equivalent "
+            "point (same configuration, a rate within "
+            f"{SET_ASIDE_RATE_MATCH:.0%} and at most {SET_ASIDE_REQUEST_FACTOR:g}x its "
+            "requests, or above a rate past the ceiling)")
     document["next"] = [c for c in scored[:top] if c.value > 0] or scored[:1]
     return document
 
@@ -659,13 +788,24 @@ def _fitted_configurations(fit, law) -> list[tuple]:
     return ([(None, 0)] if law.has_dense else []) + list(keys)
 
 
-def question_from_fit(fit, question: str, *, selection: dict | None = None,
-                      alpha: float | None = None, k: int | None = None, rps=None,
-                      ks=None, kmax: int = 8, targets: dict | None = None, other=None,
-                      within: float | None = None, rope: float = 0.02,
-                      max_draws: int = 2000, seed: int = 0) -> Question:
+def question_from_fit(fit, question: str, **options) -> Question:
     """The :class:`Question` ``question`` asks of a fit (``other``: the second fit of
-    ``compare``). A question the fit cannot answer is refused naming what to fit."""
+    ``compare``), knowing which of the fit's points were set aside. A question the fit
+    cannot answer is refused naming what to fit."""
+    built = _question_from_fit(fit, question, **options)
+    if question == "compare":
+        built.set_aside = (set_aside_points(fit.data, "A")
+                           + set_aside_points(options.get("other").data, "B"))
+    else:
+        built.set_aside = set_aside_points(fit.data)
+    return built
+
+
+def _question_from_fit(fit, question: str, *, selection: dict | None = None,
+                       alpha: float | None = None, k: int | None = None, rps=None,
+                       ks=None, kmax: int = 8, targets: dict | None = None, other=None,
+                       within: float | None = None, rope: float = 0.02,
+                       max_draws: int = 2000, seed: int = 0) -> Question:
     from .data import included
 
     if question not in QUESTIONS:

@@ -13,10 +13,11 @@ import pytest
 
 from bayesspec.errors import BadInput
 from bayesspec.laws import crossover_rps, latency
-from bayesspec.planning import (DiscreteAnswer, RateAnswer, command_lines, crossover_question,
-                                kstar_question, observation_log_weights, outcome_weights,
-                                percentile_spread_factor, plan, _normalised)
-from bayesspec.prediction import ConfigurationLaw, Curve, Noise
+from bayesspec.planning import (DiscreteAnswer, RateAnswer, SetAside, command_lines,
+                                crossover_question, kstar_question, observation_log_weights,
+                                outcome_weights, percentile_spread_factor, plan,
+                                point_minutes, set_aside_points, _normalised)
+from bayesspec.prediction import ConfigurationLaw, Curve, MetricCurve, Noise
 
 DENSE = (1.0, 0.02)      # C1 s, C2 s: saturation 50 RPS
 SD = (0.7, 0.03)         # C1R 0.7, C2R 1.5: RPS* = 0.375/0.02 = 18.75
@@ -114,6 +115,115 @@ def test_kstar_question_and_value_ranks_informative_points_first():
     assert best.rps > 8.0
     low = [c for c in result["next"] if c.rps < 3.0]
     assert all(c.value < best.value for c in low)
+
+
+def test_a_point_costs_its_queue_warm_up():
+    """requests/rate, the last request's drain and 3 relaxation times L^2/C1 of the queue
+    (the time it takes to fill from empty), plus the fixed overhead."""
+    assert point_minutes(10.0, 300, 5.0) == pytest.approx((30 + 5) / 60)
+    assert point_minutes(10.0, 300, 5.0, latency=2.0, zero_load=1.0) == pytest.approx(
+        (30 + 5 + 2 + 3 * 4.0) / 60)
+    # Near saturation the warm-up dominates: the same requests cost more at a rate
+    # closer to the ceiling than their own duration says.
+    law = synthetic_law(0.12)
+    result = plan(crossover_question(law, 0.8, 3, spread=0.3), top=200, requests=(1000,))
+    by_rate = {round(c.rps, 3): c.minutes for c in result["next"] if c.configuration.k == 3}
+    high, low = max(by_rate), min(by_rate)
+    assert by_rate[high] - 1000 / high / 60 > by_rate[low] - 1000 / low / 60
+
+
+def test_a_point_is_no_longer_than_its_steady_window_needs():
+    """Besides the counts asked for, each rate gets the fewest requests whose window holds
+    the steady lifetimes (rounded up to 50): no 5000-request point where 650 will do."""
+    from bayesspec.planning import STEADY_LIFETIMES, steady_requests
+
+    law = synthetic_law(0.12)
+    question = crossover_question(law, 0.8, 3, spread=0.3)
+    result = plan(question, top=1000, requests=(100, 5000))
+    between = [c for c in result["next"] if c.requests not in (100, 5000)]
+    assert between
+    for c in between:
+        slow = float(np.quantile(c.configuration.latency(c.configuration.curves[0], c.rps), 0.9))
+        fewest = steady_requests(c.rps, slow)
+        assert c.requests % 50 == 0 and fewest <= c.requests < fewest + 50
+        assert 0.8 * c.requests / c.rps >= STEADY_LIFETIMES * slow
+
+
+def test_set_aside_points_are_not_proposed_again():
+    law = synthetic_law(0.12)
+    question = crossover_question(law, 0.8, 3, spread=0.3)
+    first = plan(question, top=3)["next"][0]
+    assert first.configuration.k == 3 or first.configuration.k == 0
+    aside = SetAside(first.configuration.k, first.configuration.alpha, first.rps * 1.02,
+                     first.requests * 0.8, False, "marked saturated")
+    question.set_aside = [aside]
+    again = plan(question, top=200)
+    assert again["skipped_set_aside"] > 0
+    for c in again["next"]:
+        same = c.configuration is first.configuration and abs(c.rps / aside.rps - 1) <= 0.05
+        assert not same or c.requests > 2 * aside.requests
+    assert any("set aside" in note for note in again["notes"])
+    # Past the ceiling: every higher rate of that configuration is skipped, whatever its
+    # requests; the other configuration is not touched.
+    sd = question.configurations[1]
+    question.set_aside = [SetAside(3, 0.8, 12.0, 300, True, "past the engine's ceiling")]
+    capped = plan(question, top=500)
+    assert capped["skipped_set_aside"] > 0
+    assert all(c.rps < 0.95 * 12.0 for c in capped["next"] if c.configuration is sd)
+    assert any(c.rps >= 12.0 for c in capped["next"] if c.configuration is not sd)
+
+
+def test_set_aside_points_read_from_the_data():
+    frame = pd.DataFrame({
+        "k": [0, 3, 3, 3, 0],
+        "alpha": [np.nan, 0.8, 0.8, 0.8, np.nan],
+        "strategy": ["constant", "constant", "throughput", "constant", "constant"],
+        "rps": [9.0, 14.0, 20.0, 5.0, 4.0],
+        "rps_target": [10.0, 15.0, np.nan, 5.0, 4.0],
+        "n_requests": [240, 300, 200, 300, 300],
+        "excluded": [True, True, True, False, True],
+        "exclusion_reason": ["marked saturated",
+                             "past the engine's ceiling: 40 requests in the system",
+                             "throughput run", "", "achieved rate < 90% of target"]})
+    points = set_aside_points(frame)
+    assert [(p.k, p.alpha, p.rps, p.past_ceiling) for p in points] == [
+        (0, None, 10.0, False), (3, 0.8, 15.0, True), (0, None, 4.0, True)]
+    assert points[0].requests == 240
+    assert set_aside_points(frame.drop(columns=["excluded"])) == []
+
+
+def test_slo_question_looks_where_the_goodput_lies():
+    """The SLO's candidate rates include where each configuration's goodput may lie, and
+    the most valuable point measures the best configuration's summary near it."""
+    from bayesspec.laws import rate_meeting_target
+    from bayesspec.planning import slo_question
+
+    rng = np.random.default_rng(2)
+    draws = 2000
+    noise = Noise(np.full(draws, 0.03), np.full(draws, 0.02))
+
+    def curves(c1, c2, a, label):
+        c2 = c2 * np.exp(0.1 * rng.standard_normal(draws))
+        mean = Curve(c1 * np.exp(0.01 * rng.standard_normal(draws)), c2, label=label,
+                     noise=noise)
+        tail = MetricCurve(a * np.exp(0.01 * rng.standard_normal(draws)), c2,
+                           np.ones(draws), metric="ttft_p90", label=label, noise=noise)
+        return mean, tail
+
+    dense, dense_tail = curves(*DENSE, 0.03, "dense")
+    sd, sd_tail = curves(*SD, 0.025, "sd")
+    mean_law = ConfigurationLaw("setup", dense, {(0.8, 3): sd})
+    tail_law = ConfigurationLaw("setup", dense_tail, {(0.8, 3): sd_tail})
+    question = slo_question(mean_law, {"ttft_p90": tail_law}, {"ttft_p90": 0.05},
+                            [(None, 0), (0.8, 3)], spread=0.3)
+    true = {0: float(rate_meeting_target(0.05, 0.03, DENSE[1], 1.0)),
+            3: float(rate_meeting_target(0.05, 0.025, SD[1], 1.0))}
+    assert true[3] < true[0]                       # SD's C2 is higher: dense serves more
+    assert min(abs(r / true[0] - 1) for r in question.extra_rates) < 0.05
+    result = plan(question, top=3, requests=(300, 1000))
+    assert not result["settled"]
+    best = result["next"][0]
+    assert best.configuration.k == 0 and abs(best.rps / true[0] - 1) < 0.2
 
 
 def test_commands_carry_rate_and_requests():
@@ -217,6 +327,30 @@ def test_reweighting_matches_true_refits(refit_case):
     assert np.allclose(cheap, refit, atol=0.08)
     # Before any point the crossover is unsettled; one far point sharpens it a lot.
     assert 1 - answer.losses(np.ones((answer.values.size, 1)))[0] < min(refit)
+
+
+def test_plan_skips_the_point_a_fit_set_aside(refit_case):
+    """A point the fit set aside (here marked saturated: a too-short window) is known to
+    `question_from_fit`, and the plan does not propose it, or its equivalents, again."""
+    from bayesspec.planning import question_from_fit
+
+    data, fit = refit_case
+    frame = data.drop(columns=["excluded", "exclusion_reason"], errors="ignore")
+    frame = frame.assign(saturated=False)
+    before = fit(frame)
+    first = plan(question_from_fit(before, "crossover", alpha=0.8, k=3), top=1)["next"][0]
+    c = first.configuration
+    rng = np.random.default_rng(5)
+    row = point(c.k, *(SD if c.k else DENSE), first.rps, first.requests, rng)
+    row.update(rps_target=first.rps, saturated=True)
+    after = fit(pd.concat([frame, pd.DataFrame([row])], ignore_index=True))
+    assert after.data["excluded"].sum() == 1
+    question = question_from_fit(after, "crossover", alpha=0.8, k=3)
+    assert len(question.set_aside) == 1 and question.set_aside[0].k == c.k
+    result = plan(question, top=50)
+    assert result["skipped_set_aside"] >= 1
+    assert not any(e.configuration.k == c.k and abs(e.rps / first.rps - 1) <= 0.05
+                   and e.requests <= first.requests for e in result["next"])
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -44,9 +44,13 @@ def add_plan_options(parser, *, question_required: bool = True) -> None:
                              "(default 0.05: P(right) >= 0.95)")
     parser.add_argument("--requests", default="100,300,1000",
                         help="LIST of request counts per candidate point (default 100,300,1000)")
-    parser.add_argument("--warmup-s", type=float, default=30.0,
-                        help="seconds of warm-up each point costs besides requests/rate "
-                             "(default 30)")
+    parser.add_argument("--warmup-s", type=float, default=5.0,
+                        help="fixed seconds each point costs besides requests/rate, the "
+                             "queue's warm-up and the last request's drain (default 5)")
+    parser.add_argument("--warmup-relaxations", type=float, default=3.0,
+                        help="the queue's warm-up before a point's window, in relaxation "
+                             "times L^2/C1 (a few latencies at light load, more near "
+                             "saturation; default 3)")
     parser.add_argument("--outcomes", type=int, default=48,
                         help="simulated measurements per candidate (default 48)")
     parser.add_argument("--max-draws", type=int, default=2000,
@@ -80,6 +84,9 @@ def check_plan_options(args) -> None:
         raise BadInput(f"must be within (0, 1), got {args.within}", option="--within")
     if args.warmup_s < 0:
         raise BadInput(f"must be >= 0, got {args.warmup_s}", option="--warmup-s")
+    if args.warmup_relaxations < 0:
+        raise BadInput(f"must be >= 0, got {args.warmup_relaxations}",
+                       option="--warmup-relaxations")
     if args.outcomes < 4:
         raise BadInput(f"must be >= 4, got {args.outcomes}", option="--outcomes")
     if args.max_draws < 50:
@@ -127,7 +134,7 @@ def plan_document(args, fits) -> dict:
 
     question = build_question(args, fits[0], fits[1] if len(fits) > 1 else None)
     result = plan(question, requests=request_counts(args.requests), warmup_s=args.warmup_s,
-                  tolerance=args.tolerance, top=args.top, outcomes=args.outcomes,
+                  warmup_relaxations=args.warmup_relaxations, tolerance=args.tolerance, top=args.top, outcomes=args.outcomes,
                   seed=args.seed)
     entries = [c.document() for c in result["next"]]
     data = fits[0].data
@@ -149,7 +156,8 @@ def plan_document(args, fits) -> dict:
                 "expected_loss": result["expected_loss"], "tolerance": result["tolerance"],
                 "answers": result["answers"], "next": entries, "commands": commands,
                 "columns": required_columns(args.question, list(slo_targets(args) or {})),
-                "candidates": result["candidates"], "notes": result["notes"]}
+                "candidates": result["candidates"],
+                "skipped_set_aside": result["skipped_set_aside"], "notes": result["notes"]}
     return document
 
 
