@@ -243,13 +243,22 @@ def prior_predictive_check(data: pd.DataFrame, *, model: str = "hierarchical",
                            config: dict | None = None, draws: int = 500,
                            seed: int = 0, catalog=None) -> dict:
     """Share of observed log latencies inside the 50/90/99% prior predictive intervals."""
+    import logging
+
     import pymc as pm
 
     latency_model = get_model_class(model)(config, catalog=catalog)
     pm_model = latency_model.prior_model(data)
-    with pm_model:
-        prior = pm.sample_prior_predictive(draws=draws, random_seed=seed,
-                                           var_names=["log_latency"])
+    # PyMC logs its own "Sampling: [...]" line at INFO; the verdict below says what counts.
+    pymc_log = logging.getLogger("pymc")
+    level = pymc_log.level
+    pymc_log.setLevel(logging.WARNING)
+    try:
+        with pm_model:
+            prior = pm.sample_prior_predictive(draws=draws, random_seed=seed,
+                                               var_names=["log_latency"])
+    finally:
+        pymc_log.setLevel(level)
     simulated = prior["prior_predictive"]["log_latency"].stack(
         sample=("chain", "draw")).transpose("sample", ...).values
     observed = np.log(latency_model.inputs.rows["latency_mean_s"].to_numpy(float))
@@ -260,7 +269,27 @@ def prior_predictive_check(data: pd.DataFrame, *, model: str = "hierarchical",
         shares[str(prob)] = float(np.mean((lo <= observed) & (observed <= hi)))
     return {"model": model, "draws": draws, "points": int(observed.size),
             "physics_priors": bool(getattr(latency_model, "physics", False)),
-            "inside": shares}
+            "inside": shares, **prior_verdict(shares["0.99"], int(observed.size))}
+
+
+#: The priors admit the data when at least this share of the points lies inside their
+#: 99% prior predictive interval.
+PRIOR_ADMITS = 0.95
+
+
+def prior_verdict(inside_99: float, points: int) -> dict:
+    """``admits`` and a ``verdict`` line from the share of points inside the 99% prior
+    predictive interval."""
+    if inside_99 >= PRIOR_ADMITS:
+        return {"admits": True,
+                "verdict": f"the priors admit the data: {inside_99:.0%} of the {points} "
+                           "points lie inside the 99% prior predictive interval"}
+    return {"admits": False,
+            "verdict": f"PRIORS EXCLUDE THE DATA: only {inside_99:.0%} of the {points} points "
+                       "lie inside the 99% prior predictive interval (at least "
+                       f"{PRIOR_ADMITS:.0%} should): check the units (--units rpm|ms), the "
+                       "verifier and GPU names (the catalog centres the priors), or fit a "
+                       "model with wider priors (--model dense)"}
 
 
 def loo_summary(fit) -> dict:
@@ -289,6 +318,14 @@ def loo_summary(fit) -> dict:
     return out
 
 
+def _pareto_k(az, tree) -> np.ndarray:
+    """PSIS's Pareto k of every point of a fit (empty when PSIS cannot run on it)."""
+    try:
+        return np.asarray(az.loo(tree, var_name="log_latency").pareto_k, float).ravel()
+    except Exception:  # noqa: BLE001 - the comparison stands; only its warning is lost
+        return np.array([])
+
+
 def compare_models(fits: dict) -> dict:
     """az.compare of fits of the same data by PSIS-LOO (names -> Fit)."""
     import warnings
@@ -309,13 +346,19 @@ def compare_models(fits: dict) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         table = az.compare(trees, var_name="log_latency")
+        # ArviZ 1's table has no warning column: each fit's Pareto k, counted here.
+        high_k = {name: _pareto_k(az, tree) for name, tree in trees.items()}
     rows = []
     for name, row in table.iterrows():
+        k = high_k[name]
+        bad = int(np.sum(k > PARETO_K_LIMIT))
         rows.append({"name": str(name), "rank": int(row["rank"]),
                      "elpd_loo": float(row["elpd"]), "se": float(row["se"]),
                      "elpd_diff": float(row["elpd_diff"]), "dse": float(row["dse"]),
                      "p_loo": float(row["p"]), "weight": float(row["weight"]),
-                     "warning": bool(row.get("warning", False))})
+                     "warning": bad > 0, "pareto_k_bad": bad, "points": int(k.size),
+                     "pareto_k_max": (float(np.nanmax(k)) if np.isfinite(k).any()
+                                      else float("nan"))})
     best, *rest = rows
     verdict = f"{best['name']} is preferred"
     if rest:
@@ -329,4 +372,11 @@ def compare_models(fits: dict) -> dict:
         verdict += (f" over {second['name']} by {gap:.1f} +- "
                     f"{second['dse']:.1f} elpd" +
                     (" (clear: > 2 SE)" if ratio > 2 else " (within 2 SE: not decisive)"))
+    flagged = [row for row in rows if row["warning"]]
+    if flagged:
+        verdict += ("; but PSIS-LOO is unreliable for " + ", ".join(
+            f"{row['pareto_k_bad']} of {row['points']} points of {row['name']}"
+            for row in flagged) + f" (Pareto k > {PARETO_K_LIMIT}: influential points), so "
+            "the comparison is approximate: compare by refits (`bayesspec check DATA --ppc "
+            "--folds 5 --model M`)")
     return {"models": rows, "verdict": verdict}

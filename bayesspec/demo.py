@@ -87,7 +87,8 @@ def run_demo(*, out: str = "demo-out", quick: bool = False, as_json: bool = Fals
     if deployment.get("warning"):
         report["speculative"]["warning"] = deployment["warning"]
     report["figures"] += speculative_figures(spec, spec_data, out_dir, settings,
-                                             joint_check=not quick)
+                                             joint_check=not quick,
+                                             decisions=deployment["decisions"])
     write_text_atomic(out_dir / "deployment.json", json_text(deployment))
 
     elapsed = time.perf_counter() - started
@@ -160,7 +161,22 @@ def deployment_summary(spec) -> dict:
             **({"warning": warning} if warning else {})}
 
 
-def speculative_figures(spec, spec_data, out_dir: Path, settings, *, joint_check: bool):
+def figure_ks(decisions: list[dict], setup: str, alpha: float, middle: int,
+              base=(1, 2, 4, 6, 8)) -> tuple[list[int], int | None]:
+    """The draft lengths the speedup figure at ``alpha`` draws and the one it marks as
+    recommended: every k the deployment summary recommends for ``setup`` at that alpha
+    is drawn, and the one at its highest load is marked (the figure is read next to the
+    summary, so they must agree); without such decisions, k* at half the saturation
+    rate (``middle``). 0 means "do not speculate"."""
+    chosen = [int(d["k"]) for d in sorted(decisions, key=lambda d: d["rps"])
+              if d.get("setup") == setup and abs(float(d["alpha"]) - alpha) < 1e-9]
+    recommended = chosen[-1] if chosen else middle
+    ks = sorted(set(base) | {k for k in chosen + [middle] if k > 0})
+    return ks, recommended
+
+
+def speculative_figures(spec, spec_data, out_dir: Path, settings, *, joint_check: bool,
+                        decisions: list[dict] | None = None):
     from .decisions import kstar_table
     from .plots import (cost_ratio_plot, joint_vs_per_config_plot, kstar_map_plot,
                         save_figure, speedup_bands_plot)
@@ -173,11 +189,11 @@ def speculative_figures(spec, spec_data, out_dir: Path, settings, *, joint_check
     table = kstar_table(costs, np.round(np.arange(0.5, 1.0001, 0.05), 2),
                         np.linspace(0, 0.95 * saturation, 40))
     middle = kstar_table(costs, [0.8], [0.5 * saturation])["table"][0]["k"]
-    ks = sorted({1, 2, 4, 6, 8} | ({middle} if middle > 0 else set()))
+    ks, recommended = figure_ks(decisions or [], setup["setup"], 0.8, middle)
     figures.append(save_figure(speedup_bands_plot(costs, 0.8, ks, rps_max=saturation,
-                                                  recommended_k=middle or None,
+                                                  recommended_k=recommended,
                                                   rps_measured_max=costs.measured(
-                                                      0.8, middle or 3)["rps_fitted_max"]),
+                                                      0.8, recommended or 3)["rps_fitted_max"]),
                                out_dir / "speedup_alpha0.8.png"))
     figures.append(save_figure(cost_ratio_plot(costs, (0.5, 0.6, 0.7, 0.8, 0.9), range(1, 11)),
                                out_dir / "cost_ratios.png"))

@@ -29,7 +29,8 @@ import xarray as xr
 from . import __version__
 from .data import row_group_labels
 from .errors import BadInput, FitFileError
-from .inference import convergence_verdict, dataset_to_frame, frame_to_dataset
+from .inference import (convergence_verdict, dataset_to_frame, frame_to_dataset,
+                        record_variable_diagnostics, with_design_advice)
 from .outputs import atomic_path
 
 FIT_FORMAT = "1"
@@ -50,6 +51,31 @@ def is_fit_file(path: str | os.PathLike) -> bool:
         return False
 
 
+def _first_words(text: str, limit: int) -> str:
+    """``text`` cut to about ``limit`` characters at a word boundary, marked when cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0].rstrip(" ,;:(=")
+    return f"{cut} ..."
+
+
+def _not_a_fit_file(path: Path) -> str:
+    """Why a file that is not HDF5 is no fit file, and what to do: a data table (CSV or
+    Parquet) is what `fit` makes a fit file from."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+    except OSError as error:
+        return f"cannot read: {error.strerror}"
+    if not head.strip():
+        return "empty file, not a fit file"
+    if head.startswith(b"PAR1") or path.suffix.lower() in (".csv", ".parquet", ".pq") or (
+            b"\x00" not in head and b"," in head.split(b"\n", 1)[0]):
+        return (f"a data table, not a fit file: fit it first (`bayesspec fit {path.name} -o "
+                "fit.nc`), then ask the fit file")
+    return "not a fit file (a fit file is the NetCDF that `bayesspec fit -o` writes)"
+
+
 def read_tree(path: str | os.PathLike) -> xr.DataTree:
     """A fit file's tree, checked to be a bayesspec fit of this fit format (which model
     made it, and whether this bayesspec has that model's version, is checked by the model
@@ -57,11 +83,17 @@ def read_tree(path: str | os.PathLike) -> xr.DataTree:
     path = Path(path)
     if not path.exists():
         raise FitFileError("no such fit file", file=str(path))
+    if not is_fit_file(path):
+        raise FitFileError(_not_a_fit_file(path), file=str(path))
     try:
-        tree = xr.open_datatree(path, engine="h5netcdf")
-        tree.load()
+        tree = _open_tree(path)
     except Exception as error:
-        reason = str(error).splitlines()[0][:80] if str(error) else type(error).__name__
+        text = str(error)
+        if "truncated file" in text:
+            raise FitFileError(f"the fit file is truncated ({path.stat().st_size} bytes): an "
+                               "interrupted copy or write? copy it again, or refit",
+                               file=str(path)) from None
+        reason = _first_words(text.splitlines()[0], 80) if text else type(error).__name__
         raise FitFileError(f"not a readable fit file ({reason})", file=str(path)) from None
     attrs = tree.attrs
     if attrs.get("bayesspec_model") is None or "posterior" not in tree.children:
@@ -71,6 +103,24 @@ def read_tree(path: str | os.PathLike) -> xr.DataTree:
         raise FitFileError(f"fit format {attrs.get('bayesspec_fit_format')} is not "
                            f"supported by this bayesspec (format {FIT_FORMAT}); refit",
                            file=str(path))
+    return tree
+
+
+def _open_tree(path: Path) -> xr.DataTree:
+    """The file's tree, read whole: with h5py directly (:mod:`bayesspec.netcdf_read`, the
+    same tree several times faster) when the file uses only what bayesspec writes, else
+    with xarray, whose errors then name what is wrong with the file."""
+    from .netcdf_read import read_datatree
+
+    try:
+        return read_datatree(path)
+    except Exception:  # noqa: BLE001 - xarray reads it, or says why it cannot
+        return _open_tree_with_xarray(path)
+
+
+def _open_tree_with_xarray(path: Path) -> xr.DataTree:
+    tree = xr.open_datatree(path, engine="h5netcdf")
+    tree.load()
     return tree
 
 
@@ -119,6 +169,9 @@ class Fit:
         folder = path.parent if str(path.parent) else Path(".")
         if not folder.is_dir():
             raise BadInput("output folder does not exist", file=str(path))
+        # the per-variable diagnostics go with the draws: answering from the file then
+        # reads the verdict instead of importing ArviZ to recompute it
+        record_variable_diagnostics(self.tree)
         with atomic_path(path) as temporary:
             self._writable_tree().to_netcdf(temporary, engine="h5netcdf")
         self.path = str(path)
@@ -185,8 +238,12 @@ class Fit:
     @cached_property
     def diagnostics(self) -> dict:
         """The convergence verdict (:func:`bayesspec.inference.convergence_verdict`):
-        decision quantities judged apart from the rest."""
-        return convergence_verdict(self.tree, self.model().decision_variables())
+        decision quantities judged apart from the rest. The per-variable R-hat and ESS
+        are computed once and kept in the tree's attrs (saved with the fit)."""
+        record_variable_diagnostics(self.tree)
+        model = self.model()
+        return with_design_advice(convergence_verdict(self.tree, model.decision_variables()),
+                                  self.data, getattr(model, "curve_parameters", 2))
 
     # ---------------------------------------------------------------- predictions
     def law(self, selection: dict | None = None, *, metric: str | None = None):
@@ -205,6 +262,113 @@ class Fit:
         labels = set(self.groups["label"].iloc[np.atleast_1d(groups)])
         rows = self.data.loc[self.data["group"].isin(labels), "rps"]
         return float(rows.max()) if len(rows) else float("nan")
+
+    # ---------------------------------------------------------------- notebooks
+    def __repr__(self) -> str:
+        data = self.data
+        excluded = int(data["excluded"].sum()) if "excluded" in data.columns else 0
+        verdict = self.diagnostics
+        status = "NOT CONVERGED" if not verdict["converged"] else verdict["status"]
+        where = f" from {self.path}" if self.path else ""
+        return (f"<bayesspec Fit{where}: {self.model_name} model, {len(self.groups)} groups, "
+                f"{len(data)} rows ({excluded} set aside); {status}: R-hat max "
+                f"{verdict['rhat_max']:.4g}, bulk ESS min {verdict['ess_bulk_min']:.4g}, "
+                f"{verdict['divergences']} divergences>")
+
+    def _repr_html_(self) -> str:
+        import html
+
+        verdict = self.diagnostics
+        colour = "#b71c1c" if not verdict["converged"] else "#1b5e20"
+        status = "NOT CONVERGED" if not verdict["converged"] else verdict["status"]
+        data = self.data
+        excluded = int(data["excluded"].sum()) if "excluded" in data.columns else 0
+        head = (f"<p><b>bayesspec Fit</b>{' ' + html.escape(self.path) if self.path else ''}: "
+                f"{html.escape(self.model_name)} model, {len(self.groups)} groups, {len(data)} "
+                f"rows ({excluded} set aside); <b style=\"color:{colour}\">"
+                f"{html.escape(status)}</b>: {html.escape(verdict['text'])}</p>")
+        return head + self.summary().to_html(float_format=lambda v: f"{v:.4g}")
+
+    def summary(self, prob: float = 0.9) -> pd.DataFrame:
+        """Per fitted group: C1, C2 and the saturation rate 1/C2 (posterior median and the
+        equal-tailed ``prob`` interval, the tool's default 0.9) and the highest rate
+        measured; ``attrs`` hold the probability and the convergence verdict."""
+        from .reports import summary_document
+
+        document = summary_document(self, prob=prob)
+        rows = []
+        for entry in document["groups"]:
+            row = {"group": entry["label"]}
+            for key in ("verifier", "drafter", "k", "alpha", "prefill_tokens",
+                        "decode_tokens", "gpu", "engine_version"):
+                if key in entry:
+                    row[key] = entry[key]
+            for name, key in (("C1", "C1"), ("C2", "C2"), ("saturation_rps", "saturation_rps")):
+                u = entry[key]
+                row.update({f"{name}": u["median"], f"{name}_lo": u["lo"],
+                            f"{name}_hi": u["hi"]})
+            row["rps_measured_max"] = entry["rps_measured_max"]
+            rows.append(row)
+        frame = pd.DataFrame(rows).set_index("group")
+        frame.attrs.update(prob=prob, model=self.model_name,
+                           convergence=document["convergence"]["text"])
+        return frame
+
+    def plot_collapse(self):
+        """Every group on y = 1/(1 - x) (matplotlib Figure)."""
+        from .plots import collapse_plot
+
+        return collapse_plot(self)
+
+    def plot_groups(self, per_figure: int = 16) -> list:
+        """Each group's data and fitted curve with its band (matplotlib Figures)."""
+        from .plots import group_fit_plots
+
+        return group_fit_plots(self, per_figure=per_figure)
+
+    def plot_speedup(self, alpha: float, ks=None, *, rps_max: float | None = None,
+                     prob: float = 0.9, **selection):
+        """Speedup of SD over dense decoding against the rate, bands for several k
+        (default: the fitted ones), at acceptance ``alpha`` (matplotlib Figure);
+        ``selection``: group options (verifier=, prefill=, decode=) when the fit holds
+        several setups."""
+        from .plots import speedup_bands_plot
+
+        law = self.law(selection)
+        if ks is None:
+            ks = sorted({int(k) for k in self.groups["k"] if int(k) > 0}) or [1, 2, 4]
+        measured = law.measured(alpha, ks[0])["rps_fitted_max"]
+        top = rps_max if rps_max is not None else fitted_top(law)
+        return speedup_bands_plot(law, alpha, ks, rps_max=top, prob=prob,
+                                  rps_measured_max=measured)
+
+    def plot_kstar(self, alphas=None, rps=None, **selection):
+        """The best draft length k* over acceptance and rate (matplotlib Figure; needs
+        the speculative model)."""
+        from .decisions import kstar_table
+        from .plots import kstar_map_plot
+
+        law = self.law(selection)
+        alphas = np.round(np.arange(0.5, 0.951, 0.05), 2) if alphas is None else alphas
+        if rps is None:
+            top = fitted_top(law)
+            rps = np.linspace(top / 24, top, 24)
+        return kstar_map_plot(kstar_table(law, alphas, rps))
+
+    def plot_slo(self, targets: dict, rps=None, *, slo_prob: float = 0.9,
+                 prob: float = 0.9, **selection):
+        """Latency summaries against SLO targets, e.g. ``{"ttft_p99": 0.08}`` seconds
+        (matplotlib Figure; needs the tails model)."""
+        from .decisions import slo_decision
+        from .plots import slo_plot
+
+        mean_law = self.law(selection)
+        laws = {metric: self.law(selection, metric=metric) for metric in targets}
+        if rps is None:
+            top = fitted_top(mean_law)
+            rps = np.linspace(top / 12, top, 12)
+        document = slo_decision(laws, mean_law, targets, rps, slo_prob=slo_prob, prob=prob)
+        return slo_plot(laws, document, fit=self, prob=prob)
 
     # ---------------------------------------------------------------- groups
     def select_setup(self, **criteria) -> int:
@@ -237,6 +401,14 @@ class Fit:
         shown = "; ".join(groups.loc[mask, _label].tolist()[:6])
         raise BadInput(f"{len(matches)} fitted groups match ({shown}{' ...' if len(matches) > 6 else ''});"
                        f" choose one with " + " ".join(f"--{o}" for o in varying))
+
+
+def fitted_top(law) -> float:
+    """The highest rate a setup's curves were fitted up to (else its dense ceiling)."""
+    tops = [law.measured(None, 0)["rps_fitted_max"]]
+    tops += [c.rps_fitted_max for c in law.measured_configurations]
+    tops = [t for t in tops if np.isfinite(t)]
+    return float(max(tops)) if tops else float(np.median(law.dense.ceiling))
 
 
 def _matches(column: pd.Series, value) -> np.ndarray:

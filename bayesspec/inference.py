@@ -109,13 +109,14 @@ def check_method(settings: SamplerSettings) -> None:
 def compile_model(pm_model, settings: SamplerSettings):
     """Compile once with nutpie; reuse the result with ``sample_compiled`` and new data.
     For an approximate ``settings.method`` the PyMC model is kept with it
-    (:class:`WithPyMCModel`)."""
-    import nutpie
+    (:class:`WithPyMCModel`). Compiled code is cached on disk across runs
+    (:mod:`bayesspec.nutpie_cache`)."""
+    from .nutpie_cache import compile_pymc_model
 
     check_method(settings)
     started = time.perf_counter()
     log("compiling model (numba)...", settings.progress)
-    compiled = nutpie.compile_pymc_model(pm_model)
+    compiled = compile_pymc_model(pm_model)
     log(f"compiled in {time.perf_counter() - started:.1f} s", settings.progress)
     if settings.method != "nuts":
         return WithPyMCModel(compiled, pm_model)
@@ -392,14 +393,74 @@ def stacked_draws(tree: xr.DataTree, name: str) -> np.ndarray:
     return np.asarray(values.values, dtype=float)
 
 
+#: Root attr of a fit file holding every posterior variable's (R-hat max, bulk ESS min),
+#: computed once when the fit is made: answering from a saved fit then needs no ArviZ
+#: (about a second of imports). Stored with a fingerprint of the draws it was computed
+#: from, and recomputed when that does not match (or in an older file without it).
+DIAGNOSTICS_ATTR = "variable_diagnostics"
+
+
+def _posterior_fingerprint(posterior: xr.Dataset) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in sorted(posterior.data_vars):
+        values = np.ascontiguousarray(posterior[name].values)
+        digest.update(f"{name}|{values.dtype.str}|{values.shape}|".encode())
+        digest.update(values.tobytes())
+    return digest.hexdigest()
+
+
+def stored_variable_diagnostics(tree: xr.DataTree) -> dict[str, tuple] | None:
+    """The per-variable diagnostics kept in the tree's attrs, or None when absent or
+    computed from other draws than the tree's posterior."""
+    import json
+
+    text = tree.attrs.get(DIAGNOSTICS_ATTR)
+    if not text or "posterior" not in tree.children:
+        return None
+    try:
+        stored = json.loads(text)
+        variables = {str(n): (float(r), float(e)) for n, (r, e) in stored["variables"].items()}
+        fingerprint = stored["fingerprint"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if fingerprint != _posterior_fingerprint(tree["posterior"].to_dataset()):
+        return None
+    return variables
+
+
+def record_variable_diagnostics(tree: xr.DataTree) -> dict[str, tuple]:
+    """Compute every posterior variable's diagnostics (ArviZ) unless the tree already
+    holds them for its draws, and keep them in its attrs (:data:`DIAGNOSTICS_ATTR`)."""
+    import json
+
+    stored = stored_variable_diagnostics(tree)
+    if stored is not None:
+        return stored
+    posterior = tree["posterior"].to_dataset()
+    computed = _computed_diagnostics(posterior, list(posterior.data_vars))
+    tree.attrs[DIAGNOSTICS_ATTR] = json.dumps(
+        {"fingerprint": _posterior_fingerprint(posterior),
+         "variables": {n: [r, e] for n, (r, e) in computed.items()}})
+    return computed
+
+
 def _variable_diagnostics(tree: xr.DataTree, names: list[str]) -> dict[str, tuple]:
-    """Per posterior variable: (R-hat max, bulk ESS min) over its finite elements.
+    """Per posterior variable: (R-hat max, bulk ESS min) over its finite elements (from
+    the tree's stored diagnostics when they are those of its draws).
 
     Deterministics that are NaN by construction (a setup without a dense baseline) carry
     no information about convergence and are left out."""
+    stored = stored_variable_diagnostics(tree)
+    if stored is not None:
+        return {n: stored[n] for n in names if n in stored}
+    return _computed_diagnostics(tree["posterior"].to_dataset(), names)
+
+
+def _computed_diagnostics(posterior: xr.Dataset, names: list[str]) -> dict[str, tuple]:
     import arviz as az
 
-    posterior = tree["posterior"].to_dataset()
     names = [n for n in names if n in posterior.data_vars
              and not np.isnan(posterior[n].values).all()]
     if not names:
@@ -566,6 +627,62 @@ def _sampled_verdict(tree: xr.DataTree, decision_variables: list[str]) -> dict:
             "decision": {k: decided[k] for k in ("rhat_max", "ess_bulk_min", "worst")},
             "other": {k: rest[k] for k in ("rhat_max", "ess_bulk_min", "worst")},
             "problems": problems}
+
+
+def thin_groups(data: pd.DataFrame, parameters: int = 2) -> list[dict]:
+    """Fitted groups with fewer rates than ``parameters`` + 2: no sampler setting pins
+    their curve down, only more load points do. Each with its label, how many it has and
+    needs, and the rates to measure between: from its lowest rate to its highest fitted
+    one, or to just below the lowest point set aside above that (its ceiling)."""
+    if "group" not in data.columns:
+        return []
+    needed = int(parameters) + 2
+    out = []
+    for label, rows in data.groupby("group", sort=False):
+        kept = rows.loc[~rows["excluded"].astype(bool)]
+        have = int(kept["rps"].nunique())
+        if not label or have >= needed:
+            continue
+        low = float(rows["rps"].min())
+        high = float(kept["rps"].max()) if len(kept) else low
+        above = rows.loc[rows["excluded"].astype(bool) & (rows["rps"] > high), "rps"]
+        if len(above):
+            high = max(high, 0.9 * float(above.min()))
+        if high < 2.0 * low:      # one rate, or a few close together: sweep up to it
+            low = high / 10.0
+        out.append({"group": str(label), "rates": have, "needed": needed,
+                    "from_rps": low, "to_rps": high})
+    return out
+
+
+def design_advice(groups: list[dict]) -> str:
+    """'measure at least N rates between X and Y RPS in G (it has n)' for thin groups."""
+    if not groups:
+        return ""
+    parts = [f"{g['group']}: measure at least {g['needed']} rates between "
+             f"{g['from_rps']:.3g} and {g['to_rps']:.3g} RPS (it has {g['rates']})"
+             for g in groups[:3]]
+    more = f"; and {len(groups) - 3} more groups" if len(groups) > 3 else ""
+    return "; ".join(parts) + more
+
+
+def with_design_advice(verdict: dict, data: pd.DataFrame, parameters: int = 2) -> dict:
+    """The verdict with 'run longer' replaced by what would help when some group has too
+    few rates to pin its curve down (a longer run of the same data fails the same way)."""
+    thin = thin_groups(data, parameters)
+    if not thin:
+        return verdict
+    verdict = {**verdict, "thin_groups": thin}
+    if verdict["status"] != "not converged":
+        return verdict
+    advice = design_advice(thin)
+    longer = "run longer (e.g. --tune 2000 --draws 2000)"
+    old = verdict.get("advice", "")
+    steps = [step for step in old.split("; ") if step and step != longer]
+    new = "; ".join([f"too few load points to pin the curve down, {advice}"] + steps)
+    verdict["advice"] = new
+    verdict["text"] = verdict["text"].replace(old, new) if old else verdict["text"]
+    return verdict
 
 
 def _advice(problems: list[str], divergences: int) -> str:

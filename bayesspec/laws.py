@@ -30,7 +30,18 @@ __all__ = [
     "load_amplification_expr",
     "percentile_latency",
     "percentile_latency_expr",
+    "load_factor_expr",
     "rate_meeting_target",
+    "token_chain_acceptance",
+    "token_chain_expected_accepted",
+    "token_cycle_acceptance_expr",
+    "token_cycle_acceptance_upto_expr",
+    "token_regimes_acceptance_expr",
+    "two_state_transition_expr",
+    "stationary_law_expr",
+    "acceptance_length_of_pmf_expr",
+    "quantile_sampling_moments",
+    "sampled_quantile_error_expr",
     "capped_latency",
     "cap_throughput",
     "ceiling_rps",
@@ -76,22 +87,34 @@ def two_regime_latency_expr(rps, c1m, c2m, c1c, c2c, sharpness=12.0):
     return top * ((memory / top) ** sharpness + (compute / top) ** sharpness) ** (1.0 / sharpness)
 
 
-def percentile_latency_expr(rps, scale, c2, exponent, xp: ModuleType = np):
-    """A latency percentile (or a TTFT/ITL summary) under load: q = A (1 - x)^(-gamma),
-    x = RPS*C2 with the C2 of the group's mean law.
+def load_factor_expr(rps, c2):
+    """L/C1 of eq. (1): 1/(1 - RPS*C2), how much load lengthens a request (1 at zero
+    load, diverging at the saturation rate). The load factor of any mean law L(RPS) is
+    L(RPS)/C1; a latency summary grows as a power of it
+    (:func:`percentile_latency_expr`)."""
+    return 1.0 / (1.0 - rps * c2)
 
-    All of a server's latency summaries diverge at the rate its mean latency does (the
-    queue is unstable past 1/C2), each at its own pace: with step time a + b*batch and
-    Little's law the mean and per-token latency grow as 1/(1 - x) (gamma = 1); a
+
+def percentile_latency_expr(load_factor, scale, exponent, xp: ModuleType = np):
+    """A latency percentile (or a TTFT/ITL summary) under load: q = A F^gamma, F = L/C1
+    the mean law's load factor (:func:`load_factor_expr` for eq. (1), where q =
+    A (1 - RPS*C2)^-gamma).
+
+    All of a server's latency summaries diverge where its mean latency does (the queue is
+    unstable there), each at its own pace: with step time a + b*batch and Little's law
+    the mean and per-token latency grow like the mean's load factor (gamma = 1); a
     waiting-time tail grows faster (gamma > 1), a summary dominated by a load-free part
-    (prompt processing in TTFT, the spread of output lengths in p99) more slowly.
-    ``A`` is the summary at zero load."""
-    return scale * xp.exp(-exponent * xp.log1p(-rps * c2))
+    (prompt processing in TTFT, the spread of output lengths in p99) more slowly. ``A``
+    is the summary at zero load. Written on the load factor, not on RPS*C2, so that a
+    mean law with another pole (an engine's concurrency cap) carries its summaries
+    with it."""
+    return scale * xp.exp(exponent * xp.log(load_factor))
 
 
 def rate_meeting_target(target, scale, c2, exponent):
-    """The highest RPS at which :func:`percentile_latency_expr` stays at or below
-    ``target``: (1 - (A/target)^(1/gamma))/C2; 0 when even zero load misses it."""
+    """The highest RPS at which :func:`percentile_latency_expr` on eq. (1)'s load factor
+    stays at or below ``target``: (1 - (A/target)^(1/gamma))/C2; 0 when even zero load
+    misses it."""
     scale, c2, exponent, target = _as_float(scale, c2, exponent, target)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         headroom = 1.0 - np.exp(np.log(scale / target) / exponent)
@@ -105,6 +128,99 @@ def load_amplification_expr(rps, c2):
     return utilisation / (1.0 - utilisation)
 
 
+#: How a reported percentile was computed from the n sorted values, as the rank r
+#: (1-based, fractional between two values) of the order statistic it reads:
+#: ``linear``, numpy's default (vllm bench, this package's simulator): r = 1 + p(n - 1);
+#: ``inverted_cdf``, the first value whose cumulative share reaches p (GuideLLM): ceil(pn).
+QUANTILE_RULES = ("linear", "inverted_cdf")
+
+
+def quantile_rank(quantile, n, rule: str = "linear"):
+    """The rank r in 1..n of the order statistic a reported ``quantile`` (0..1) of ``n``
+    values reads (:data:`QUANTILE_RULES`)."""
+    quantile, n = _as_float(quantile, n)
+    if rule == "linear":
+        return (1.0 + quantile * (n - 1.0))[()]
+    if rule == "inverted_cdf":
+        return np.clip(np.ceil(quantile * n - 1e-9), 1.0, n)[()]
+    raise ValueError(f"quantile rule must be one of {QUANTILE_RULES}, got {rule!r}")
+
+
+def quantile_sampling_moments(quantile, n, rule: str = "linear", *, nodes: int = 96):
+    """Sampling error of a reported percentile of ``n`` requests, in units of the
+    per-request log-latency spread: (shift, variance) of W - z_p, W = Phi^-1(U).
+
+    The sample p-quantile is the order statistic X_(r) (:func:`quantile_rank`), and
+    U = F(X_(r)) ~ Beta(r, n + 1 - r) whatever the distribution F of one request's
+    latency. Where F is log-normal of log-scale s around its p-quantile q_p, log X_(r) =
+    log q_p + s (W - z_p): the reported value is biased by s * shift (below q_p for an
+    upper percentile of few requests: a p99 of 13 requests is about the 92nd percentile)
+    and scatters with variance s^2 * variance. ``quantile`` NaN marks a mean (ttft_mean):
+    shift 0 and variance 1/n, the log-normal mean's sampling variance to first order.
+    ``n`` NaN or 0 (not reported): (0, 0), no sampling error. Moments by Gauss-Legendre
+    quadrature over the Beta's quantile function (``nodes`` nodes)."""
+    quantile, n = np.broadcast_arrays(*_as_float(quantile, n))
+    shape = quantile.shape
+    quantile, n = quantile.ravel(), n.ravel()
+    shift, variance = np.zeros(quantile.size), np.zeros(quantile.size)
+    known = np.isfinite(n) & (n >= 1)
+    mean = known & np.isnan(quantile)
+    variance[mean] = 1.0 / n[mean]
+    order = known & np.isfinite(quantile)
+    if order.any():
+        # Load points share request counts: each distinct (p, n) once.
+        pairs, back = np.unique(np.column_stack([quantile[order], n[order]]), axis=0,
+                                return_inverse=True)
+        shift[order], variance[order] = (values[np.ravel(back)] for values in
+                                         _order_statistic_moments(*pairs.T, rule, nodes))
+    return shift.reshape(shape)[()], variance.reshape(shape)[()]
+
+
+def _order_statistic_moments(p, count, rule: str, nodes: int):
+    """(shift, variance) of :func:`quantile_sampling_moments` for known p and n."""
+    from scipy.special import ndtri
+
+    rank = np.asarray(quantile_rank(p, count, rule), dtype=float)
+    # A fractional rank interpolates between two neighbouring order statistics (numpy's
+    # linear rule): the mean is theirs interpolated (exact), the variance that of the
+    # weighted sum, their correlation that of the uniform order statistics (the normal
+    # scores keep it to first order): within 2% of simulated order statistics from 10
+    # values on.
+    low = np.minimum(np.floor(rank), count)
+    high = np.minimum(low + 1.0, count)
+    weight = rank - low
+    first_low, second_low = _normal_order_moments(low, count, nodes)
+    first_high, second_high = _normal_order_moments(high, count, nodes)
+    correlation = np.sqrt(low * (count + 1.0 - high) / (high * (count + 1.0 - low)))
+    shift = (1.0 - weight) * first_low + weight * first_high - ndtri(p)
+    variance = ((1.0 - weight) ** 2 * second_low + weight**2 * second_high
+                + 2.0 * weight * (1.0 - weight) * correlation * np.sqrt(second_low * second_high))
+    return shift, variance
+
+
+def _normal_order_moments(rank, n, nodes: int):
+    """Mean and variance of the rank-th of n standard normal values (ranks may be
+    fractional: U ~ Beta(rank, n + 1 - rank)), by quadrature over the Beta's quantile
+    function."""
+    from scipy.special import betaincinv, ndtri
+
+    a, b = rank, n + 1.0 - rank
+    t, w = np.polynomial.legendre.leggauss(nodes)
+    t, w = 0.5 * (t + 1.0), 0.5 * w
+    # Upper ranks through the complement 1 - U ~ Beta(b, a): U itself would round to 1
+    # and its normal quantile to infinity.
+    upper = (a > b)[:, None]
+    with np.errstate(over="ignore", under="ignore"):
+        normal = np.where(upper, -ndtri(betaincinv(b[:, None], a[:, None], 1.0 - t)),
+                          ndtri(betaincinv(a[:, None], b[:, None], t)))
+    first = normal @ w
+    return first, np.maximum((normal - first[:, None]) ** 2 @ w, 0.0)
+
+
+def sampled_quantile_error_expr(spread, shift, variance):
+    """(bias, variance) in log latency of a reported summary whose per-request
+    log-latency spread is ``spread``, from its :func:`quantile_sampling_moments`."""
+    return spread * shift, spread**2 * variance
 # --------------------------------------------------------------------------------------
 # The engine's concurrency cap: eq. (1) as a queue with ``cap`` batch slots
 # --------------------------------------------------------------------------------------
@@ -220,6 +336,184 @@ def expected_accepted_positions_expr(conditional, xp: ModuleType = np):
     survival = xp.cumprod(conditional, axis=-1)
     ones = xp.ones_like(survival[..., :1])
     return xp.concatenate([ones, 1.0 + xp.cumsum(survival, axis=-1)], axis=-1)
+
+
+def _static_size(array, axis: int = -1) -> int:
+    """The length of ``axis``, known before any value (a pytensor graph's static shape)."""
+    kind = getattr(array, "type", None)
+    size = kind.shape[axis] if kind is not None and hasattr(kind, "shape") else None
+    return int(size if size is not None else np.shape(array)[axis])
+
+
+def stationary_law_expr(matrix, xp: ModuleType = np):
+    """The stationary law pi (pi M = pi) of an irreducible stochastic matrix (..., n, n),
+    n <= 3, from the principal minors of I - M (the Markov chain tree theorem): closed
+    forms, so that a PyMC graph stays small and differentiable."""
+    n = _static_size(matrix)
+    if n == 1:
+        return xp.ones_like(matrix[..., 0, :])
+    a = xp.eye(n) - matrix
+    if n == 2:
+        weights = [a[..., 1, 1], a[..., 0, 0]]
+    elif n == 3:
+        def minor(i):
+            j, l = [m for m in range(3) if m != i]
+            return a[..., j, j] * a[..., l, l] - a[..., j, l] * a[..., l, j]
+        weights = [minor(0), minor(1), minor(2)]
+    else:
+        raise ValueError(f"stationary_law_expr handles up to 3 states, got {n}")
+    weights = xp.stack(weights, axis=-1)
+    return weights / weights.sum(axis=-1, keepdims=True)
+
+
+def _matmul3(a, b, xp):
+    """a @ b over the last two axes by broadcasting (small matrices): elementwise work
+    that a compiled graph fuses, cheaper to compile than a batched matrix product."""
+    return (a[..., :, :, None] * b[..., None, :, :]).sum(axis=-2)
+
+
+def token_cycle_acceptance_expr(transition, acceptance, k: int, xp: ModuleType = np):
+    """P(A = a | k), a = 0..k: drafts accepted per speculative cycle when acceptance is a
+    property of the output tokens.
+
+    The tokens a request emits follow a Markov chain over a few states (``transition``
+    (..., n, n)); a token in state s drafted at depth i of a cycle is accepted with
+    probability ``acceptance[..., i - 1, s]`` ((..., K >= k, n); 1 for a guessable token
+    and 0 for one that is not in the plain token process, below 1 where a drafter's
+    own errors grow with the depth). A cycle accepts drafts until the first rejection,
+    capped at k, and commits them plus one token of the verifier's (the rejected
+    position's, or after k accepted the bonus token, whose state follows the chain);
+    the next cycle drafts from the token after that. So where cycles start depends on k:
+    the states of cycle starts form an embedded Markov chain whose stationary law
+    (:func:`stationary_law_expr`) weights what a cycle accepts from each start. Returns
+    (..., k + 1). Chains of up to 3 states; k a Python int (the graph is unrolled).
+    """
+    return token_cycle_acceptance_upto_expr(transition, acceptance, [int(k)], xp=xp)[0]
+
+
+def token_cycle_acceptance_upto_expr(transition, acceptance, ks, xp: ModuleType = np):
+    """:func:`token_cycle_acceptance_expr` for every k in ``ks`` (Python ints) in one pass
+    over the depths: a list of (..., k + 1) arrays. Depth i's rejections are the same for
+    every k >= i; only the last step (all k accepted) differs."""
+    ks = sorted(set(int(k) for k in ks))
+    wanted = set(ks)
+    n = _static_size(transition)
+    reached = xp.eye(n) + 0.0 * transition   # rows: start state; law of the depth-i token
+    ends = []                                # P(A = i - 1 | start), i = 1..k
+    embedded = 0.0 * transition              # start state -> next cycle's start, so far
+    out = {}
+    for i in range(max(ks)):
+        accept = acceptance[..., i, :][..., None, :]
+        rejected = reached * (1.0 - accept)
+        ends.append(rejected.sum(axis=-1))
+        embedded = embedded + _matmul3(rejected, transition, xp)
+        reached = _matmul3(reached * accept, transition, xp)
+        if i + 1 in wanted:
+            # all i + 1 accepted: ``reached`` is the bonus token's law
+            full = embedded + _matmul3(reached, transition, xp)
+            starts = stationary_law_expr(full, xp=xp)
+            per_start = xp.stack(ends + [reached.sum(axis=-1)], axis=-1)
+            out[i + 1] = (starts[..., :, None] * per_start).sum(axis=-2)
+    return [out[k] for k in ks]
+
+
+def token_regimes_acceptance_expr(stay_a, stay_b, enter_a, stay_unguessable,
+                                  reliability_reached, xp: ModuleType = np):
+    """:func:`token_cycle_acceptance_expr` in closed form for every k = 1..K at once, for
+    the chain of two guessable *regimes* and one unguessable state.
+
+    A guessable stretch is of regime a with probability ``enter_a`` (else b) and
+    continues with probability ``stay_a`` (``stay_b``); an unguessable token is followed
+    by another with probability ``stay_unguessable``. Equal persistences are the
+    two-state chain; different ones, a spread of persistence. A guessable token drafted
+    at depth i is accepted with probability r_i; ``reliability_reached`` (..., K + 1)
+    holds R_i = prod_{j<=i} r_j for i = 0..K (R_0 = 1; all 1 for the plain token
+    process). From a start in regime g, P(A >= i) = R_i p_g^(i-1), and the next cycle
+    starts from the chain's row of the unguessable state (an unguessable token rejected:
+    U), of g (a guessable token the drafter missed: V) or of g two tokens on (all k
+    accepted, then the bonus token: W): sums of geometric terms, cumulative in k. The
+    stationary law of the cycle starts comes from the principal minors of I - M. Written
+    out elementwise with constant matrices for the cumulative sums (no matrix products,
+    no joins), so that a PyMC graph of it compiles quickly for any K. Returns
+    (..., K, K + 1): row k - 1 is P(A = a | k), 0 beyond a = k.
+    """
+    p_a, p_b, e_a, q, reached = stay_a, stay_b, enter_a, stay_unguessable, reliability_reached
+    e_b = 1.0 - e_a
+    depth = _static_size(reached) - 1
+    a = np.arange(depth + 1, dtype=float)
+    up_to = np.tril(np.ones((depth, depth + 1)))      # row k - 1 sums a = 0..k - 1
+    drop = reached[..., :-1] - reached[..., 1:]       # R_a - R_(a+1), a = 0..K - 1
+
+    def shares(p):
+        """U, V, W for k = 1..K (..., K), and R_i p^(i-1) for i = 1..K."""
+        log_p = xp.log(p)[..., None]
+        power = xp.exp(a * log_p)                                        # p^a
+        lower = (a >= 1) * xp.exp(xp.maximum(a - 1.0, 0.0) * log_p)      # p^(a-1), a >= 1
+        reach = reached * lower                                          # R_a p^(a-1)
+        u = (reach * (1.0 - p)[..., None])[..., None, :] * up_to
+        v = (power[..., :-1] * drop)[..., None, :] * up_to[:, :-1]
+        return u.sum(axis=-1), v.sum(axis=-1), reach[..., 1:]
+
+    u_a, v_a, w_a = shares(p_a)
+    u_b, v_b, w_b = shares(p_b)
+    pa, pb, q_ = p_a[..., None], p_b[..., None], q[..., None]
+    leave_a, leave_b = (1.0 - q_) * e_a[..., None], (1.0 - q_) * e_b[..., None]
+    # the embedded chain of cycle starts (a, b, B): rows from a and b (B's is the chain's)
+    m_aa = u_a * leave_a + v_a * pa + w_a * (pa * pa + (1.0 - pa) * leave_a)
+    m_ab = u_a * leave_b + w_a * (1.0 - pa) * leave_b
+    m_ba = u_b * leave_a + w_b * (1.0 - pb) * leave_a
+    m_bb = u_b * leave_b + v_b * pb + w_b * (pb * pb + (1.0 - pb) * leave_b)
+    m_aB, m_bB = 1.0 - m_aa - m_ab, 1.0 - m_ba - m_bb
+    # its stationary law from the principal minors of I - M
+    weight_a = (1.0 - m_bb) * (1.0 - q_) - m_bB * leave_b
+    weight_b = (1.0 - m_aa) * (1.0 - q_) - m_aB * leave_a
+    weight_B = (1.0 - m_aa) * (1.0 - m_bb) - m_ab * m_ba
+    total = weight_a + weight_b + weight_B
+    start_a, start_b = weight_a / total, weight_b / total                # (..., K)
+    # P(A >= i | k) for i = 1..K, kept for i <= k, then P(A = a | k) as differences
+    survival = (start_a[..., :, None] * w_a[..., None, :]
+                + start_b[..., :, None] * w_b[..., None, :]) * np.tril(np.ones((depth, depth)))
+    difference = np.zeros((depth + 1, depth))         # P(A = a) = S(a) - S(a + 1), S(0) = 1
+    difference[np.arange(depth), np.arange(depth)] -= 1.0
+    difference[np.arange(1, depth + 1), np.arange(depth)] += 1.0
+    first = (a == 0).astype(float)
+    return first + (survival[..., None, :] * difference).sum(axis=-1)
+
+
+def acceptance_length_of_pmf_expr(pmf, xp: ModuleType = np):
+    """E(k) = 1 + E[A] from P(A = a), a = 0..k on the last axis."""
+    k = _static_size(pmf) - 1
+    return 1.0 + (pmf * np.arange(k + 1, dtype=float)).sum(axis=-1)
+
+
+def two_state_transition_expr(stay_guessable, stay_unguessable, xp: ModuleType = np):
+    """The token chain of two states, guessable (first) or not, with persistences p, q:
+    (..., 2, 2) = [[p, 1 - p], [1 - q, q]]. p + q = 1 is i.i.d. acceptance."""
+    p, q = stay_guessable, stay_unguessable
+    return xp.stack([xp.stack([p, 1.0 - p], axis=-1), xp.stack([1.0 - q, q], axis=-1)],
+                    axis=-2)
+
+
+def token_chain_acceptance(stay_guessable, stay_unguessable, k: int) -> np.ndarray:
+    """P(A = a | k), a = 0..k (last axis), of the two-state token process with
+    persistences p and q (numpy, broadcasting over p and q), in closed form: cycles start
+    in guessable text with probability pi(k) = (1 - q)/(1 + p^k (1 - p - q)), and
+    P(A >= i | k) = pi(k) p^(i-1). It is :func:`token_cycle_acceptance_expr` for two
+    states; i.i.d. acceptance alpha is p = alpha, q = 1 - alpha."""
+    p, q = np.broadcast_arrays(*_as_float(stay_guessable, stay_unguessable))
+    k = int(k)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        start = (1.0 - q) / (1.0 + p**k * (1.0 - p - q))
+    survival = start[..., None] * p[..., None] ** np.arange(k, dtype=float)
+    padded = np.concatenate([np.ones(p.shape + (1,)), survival, np.zeros(p.shape + (1,))],
+                            axis=-1)
+    return padded[..., :-1] - padded[..., 1:]
+
+
+def token_chain_expected_accepted(stay_guessable, stay_unguessable, k: int) -> np.ndarray:
+    """Tokens committed per cycle E(k) of the two-state token process (numpy)."""
+    return acceptance_length_of_pmf_expr(token_chain_acceptance(stay_guessable,
+                                                                stay_unguessable, k))[()]
 
 
 def effective_costs_expr(alpha, k, decode_tokens, c1p, c1v, c1d, c2p, c2v, c2d,
@@ -448,10 +742,11 @@ def binding_cap_source(max_num_seqs=np.nan, kv_cache_tokens=np.nan,
 
 
 def percentile_latency(rps, scale, c2, exponent):
-    """:func:`percentile_latency_expr` with ``inf`` at or past saturation (rps*C2 >= 1)."""
+    """:func:`percentile_latency_expr` on eq. (1)'s load factor, ``inf`` at or past
+    saturation (rps*C2 >= 1)."""
     rps, scale, c2, exponent = _as_float(rps, scale, c2, exponent)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        value = percentile_latency_expr(rps, scale, c2, exponent)
+        value = percentile_latency_expr(load_factor_expr(rps, c2), scale, exponent)
     return np.where(rps * c2 >= 1.0, np.inf, value)[()]
 
 

@@ -55,6 +55,18 @@ def save_figure(figure, path: str | os.PathLike, *, dpi: int = 120) -> str:
     return str(path)
 
 
+def figure_png(figure, *, dpi: int = 100) -> bytes:
+    """A figure as PNG bytes (for pages that carry their figures inline), closed."""
+    import io
+
+    buffer = io.BytesIO()
+    try:
+        figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    finally:
+        plt.close(figure)
+    return buffer.getvalue()
+
+
 def _quantiles(draws, prob=BAND_PROB):
     tail = (1 - prob) / 2
     with np.errstate(invalid="ignore"), warnings.catch_warnings():
@@ -373,7 +385,7 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
         handles = [
             Line2D([], [], color="black", marker="o", ls="none", ms=4, label="measured"),
             Line2D([], [], color="tab:red", marker="x", ls="none", ms=5,
-                   label="excluded as saturated (pinned to the top)"),
+                   label="set aside (`fit` lists why; pinned to the top edge when above)"),
             Line2D([], [], color=line_colour, lw=1.2, label="posterior median curve"),
             Patch(color=curve_colour, alpha=0.6, label=f"{prob:.0%} band of the curve"),
             Patch(facecolor=new_colour, alpha=0.55, edgecolor=curve_colour, ls="--",
@@ -1118,12 +1130,20 @@ def slo_plot(laws: dict, document: dict, *, fit=None, prob: float = BAND_PROB,
 
     metrics = list(document["slo"])
     measured = document.get("rps_measured_max")
+    data = fit.data if fit is not None else None
+    if data is not None and "group" in data.columns and document.get("configurations"):
+        # The line marks the end of the points drawn: the highest fitted rate of the
+        # configurations shown (set-aside points, e.g. a throughput run, are not drawn).
+        shown = {getattr(laws[metrics[0]].curve(entry["alpha"], entry["k"]), "group", "")
+                 for entry in document["configurations"]}
+        fitted = data.loc[data["group"].isin(shown) & ~data["excluded"].astype(bool), "rps"]
+        if len(fitted):
+            measured = float(pd.to_numeric(fitted).max())
     rates = [row["rps"] for row in document["best_by_rps"]]
     top = max(rates + ([measured] if measured and np.isfinite(measured) else [])) * 1.05
     grid = np.linspace(0.0, top, points)
     figure, axes = plt.subplots(1, len(metrics), figsize=(5.2 * len(metrics) + 0.6, 4.4),
                                 layout="constrained", squeeze=False)
-    data = fit.data if fit is not None else None
     for axis, metric in zip(axes[0], metrics):
         target = document["slo"][metric]
         highest = target
@@ -1153,46 +1173,57 @@ def slo_plot(laws: dict, document: dict, *, fit=None, prob: float = BAND_PROB,
         _measured_line(axis, measured)
         axis.set_xlabel("request rate (RPS)")
         axis.set_ylabel(f"{metric_description(metric)} (s)")
-        axis.set_title(_wrap(f"{metric_description(metric)}: {prob:.0%} bands; triangles: "
-                             f"RPS meeting the SLO with P >= {document['slo_prob']:g}", 60),
-                       fontsize=9)
+        axis.set_title(f"{metric_description(metric)} <= {target:g} s", fontsize=9)
     axes[0][0].legend(fontsize=8, loc="upper left")
-    figure.suptitle(_wrap(f"SLO: {document['setup']}", 90), fontsize=11)
+    figure.suptitle(f"SLO: {document['setup']}", fontsize=11)
+    figure.supxlabel(f"{prob:.0%} bands of the fitted curves; triangles on the rate axis: the "
+                     f"highest rate meeting the SLO with P >= {document['slo_prob']:g}",
+                     fontsize=8)
     return figure
 
 
 def acceptance_plot(report: dict):
-    """Per setup: the conditional acceptance alpha_i by position and the acceptance length
-    E(k) with their intervals; measured positions/k filled, extrapolated ones hollow."""
+    """Per setup: the per-position rates P(A >= i) at the largest measured k (fitted
+    intervals, measured rates as points) and the acceptance length E(k) with intervals;
+    measured k filled, extrapolated ones hollow."""
     setups = report["setups"]
     figure, axes = plt.subplots(len(setups), 2, figsize=(10.5, 3.4 * len(setups) + 0.6),
                                 squeeze=False, layout="constrained")
     for row, setup in enumerate(setups):
-        for axis, key, label in ((axes[row, 0], "alpha_position",
-                                  "alpha_i = P(accept i | accepted < i)"),
-                                 (axes[row, 1], "acceptance_length",
-                                  "E(k): tokens committed per cycle")):
-            entries = setup[key]
-            x = np.array([e.get("position", e.get("k")) for e in entries], dtype=float)
-            median = np.array([e["median"] for e in entries])
-            lo = np.array([e["lo"] for e in entries])
-            hi = np.array([e["hi"] for e in entries])
-            extrapolated = np.array([e["extrapolated"] for e in entries])
-            axis.fill_between(x, lo, hi, color="#9ecae1", alpha=0.6, lw=0,
-                              label=f"{report['prob']:.0%} interval")
-            axis.plot(x, median, color="#08306b", lw=1.2)
-            axis.scatter(x[~extrapolated], median[~extrapolated], color="#08306b", zorder=3,
-                         label="within the measured k")
-            axis.scatter(x[extrapolated], median[extrapolated], facecolors="none",
-                         edgecolors="#08306b", zorder=3, label="extrapolated")
-            axis.set_xlabel("draft position i" if key == "alpha_position" else "draft length k")
-            axis.set_ylabel(label, fontsize=8)
-            axis.set_xticks(x)
+        left, right = axes[row, 0], axes[row, 1]
+        at_k = setup["at_measured_k"][-1]
+        x = np.array([e["position"] for e in at_k["rates"]], dtype=float)
+        left.fill_between(x, [e["lo"] for e in at_k["rates"]],
+                          [e["hi"] for e in at_k["rates"]], color="#9ecae1", alpha=0.6,
+                          lw=0, label=f"fitted, {report['prob']:.0%} interval")
+        left.plot(x, [e["median"] for e in at_k["rates"]], color="#08306b", lw=1.2)
+        for check in setup["measured_check"]:
+            if check["k"] == at_k["k"]:
+                left.scatter(x, [p["measured"] for p in check["positions"]], color="#cb181d",
+                             zorder=3, s=14, label="measured")
+        left.set_xlabel(f"draft position i (k = {at_k['k']})")
+        left.set_ylabel("P(A >= i): drafts accepting i", fontsize=8)
+        left.set_xticks(x)
+        handles, labels = left.get_legend_handles_labels()
+        unique = dict(zip(labels, handles))
+        left.legend(unique.values(), unique.keys(), fontsize=7, loc="upper right")
+        entries = setup["acceptance_length"]
+        k = np.array([e["k"] for e in entries], dtype=float)
+        median = np.array([e["median"] for e in entries])
+        measured = np.array([e["measured"] for e in entries])
+        right.fill_between(k, [e["lo"] for e in entries], [e["hi"] for e in entries],
+                           color="#9ecae1", alpha=0.6, lw=0)
+        right.plot(k, median, color="#08306b", lw=1.2)
+        right.scatter(k[measured], median[measured], color="#08306b", zorder=3,
+                      label="measured k")
+        right.scatter(k[~measured], median[~measured], facecolors="none",
+                      edgecolors="#08306b", zorder=3, label="not measured")
+        right.set_xlabel("draft length k")
+        right.set_ylabel("E(k): tokens committed per cycle", fontsize=8)
+        right.set_xticks(k)
+        right.legend(fontsize=7, loc="lower right")
+        for axis in (left, right):
             axis.grid(alpha=0.3)
-            axis.set_title(_wrap(setup["setup"], 60), fontsize=8)
-        axes[row, 0].legend(fontsize=7, loc="lower left")
-    verdict = ("decay supported" if report["decay_supported"] else "no clear decay")
-    figure.suptitle(f"acceptance by position: {verdict} (elpd_loo decay - i.i.d. "
-                    f"{report['elpd_difference']:+.1f} +- {report['elpd_difference_se']:.1f})",
-                    fontsize=10)
+            axis.set_title(_wrap(f"{setup['setup']}: {setup['structure']}", 60), fontsize=8)
+    figure.suptitle(f"acceptance as a token process ({report['convergence']})", fontsize=10)
     return figure

@@ -30,12 +30,14 @@ from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    concurrency_cap, costs_for_acceptance_length, crossover_rps,
                    curved_latency, effective_costs, expert_coverage, latency,
                    load_amplification_expr, moe_latency, percentile_latency,
-                   rate_meeting_target, two_regime_latency, verification_tokens)
+                   percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
+                   sampled_quantile_error_expr, two_regime_latency, verification_tokens)
 
 COEFFICIENT_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 
-__all__ = ["Noise", "Curve", "MoECurve", "MetricCurve", "Law", "CoefficientLaw", "ConfigurationLaw",
-           "MoESplit", "MeasuredConfiguration", "COEFFICIENT_NAMES"]
+__all__ = ["Noise", "Curve", "MoECurve", "MetricCurve", "SummarySampling", "Law",
+           "CoefficientLaw", "ConfigurationLaw", "MoESplit", "MeasuredConfiguration",
+           "COEFFICIENT_NAMES"]
 
 
 def _lift(values, rps: np.ndarray):
@@ -265,31 +267,113 @@ class TwoRegimeCurve(Curve):
         return two_regime_latency(rps, *(_lift(p, rps) for p in self.parts), self.sharpness)
 
 
+@dataclass
+class SummarySampling:
+    """How a summary reported by a load test of n requests scatters around the law's
+    value for the whole population (:func:`bayesspec.laws.quantile_sampling_moments`):
+    the summary's quantile level (NaN: a mean), the rule its percentiles were computed
+    by, and ``spread(rps)``: draws (S[, R]) of the per-request log-latency spread at the
+    rates."""
+
+    quantile: float
+    spread: object
+    rule: str = "linear"
+
+    def error(self, rps, n_requests) -> tuple[np.ndarray, np.ndarray]:
+        """(bias, variance) of the reported log summary at ``rps`` with ``n_requests``
+        requests (scalars or arrays like ``rps``)."""
+        shift, variance = quantile_sampling_moments(self.quantile, n_requests, self.rule)
+        return sampled_quantile_error_expr(self.spread(rps), np.asarray(shift),
+                                           np.asarray(variance))
+
+
 class MetricCurve(Curve):
     """Draws of one latency summary under load (a percentile of end-to-end latency, of
-    TTFT or of ITL): q = A (1 - RPS*C2)^(-gamma)
-    (:func:`bayesspec.laws.percentile_latency`), C2 shared with the group's mean law.
-    ``c1`` is A, the summary at zero load."""
+    TTFT or of ITL): q = A F^gamma, F the mean law's load factor L/C1 at the summary's own
+    saturation cost C2 (near the mean's): 1/(1 - RPS*C2) for eq. (1)
+    (:func:`bayesspec.laws.percentile_latency`), or, with the engine's concurrency
+    ``cap``, the slot queue's (:func:`bayesspec.laws.capped_latency` over the mean's
+    zero-load latency ``mean_c1``). ``c1`` is A, the summary at zero load. The curve is
+    the summary of the whole request population; ``sampling`` says how one load test's
+    reported value scatters around it (:meth:`predictive` with ``n_requests``)."""
 
     law_name = "eq. (1) tail"
 
     def __init__(self, scale, c2, exponent, *, metric: str, label: str = "", group: str = "",
-                 noise: Noise | None = None):
-        super().__init__(scale, c2, label=label, noise=noise)
+                 noise: Noise | None = None, sampling: SummarySampling | None = None,
+                 mean_c1=None, cap=None, wait_scale: float = 1.0):
+        if cap is not None and mean_c1 is None:
+            raise ValueError("a capped summary law needs the mean's zero-load latency")
+        super().__init__(scale, c2, label=label, noise=noise, cap=cap, wait_scale=wait_scale)
         self.exponent = np.asarray(exponent, dtype=float)
         self.metric = metric
         #: The fitted group's label (its rows in ``fit.data`` carry it as ``group``).
         self.group = group
+        self.sampling = sampling
+        #: The mean law's C1 (draws), which the capped load factor needs.
+        self.mean_c1 = None if mean_c1 is None else np.asarray(mean_c1, dtype=float)
+
+    @property
+    def ceiling(self) -> np.ndarray:
+        if self.cap is None:
+            return super().ceiling
+        return ceiling_rps(self.mean_c1, self.c2, self.cap)
+
+    def load_factor(self, rps) -> np.ndarray:
+        """The mean law's L/C1 at this summary's saturation cost (``inf`` at or past
+        the ceiling)."""
+        rps = np.asarray(rps, dtype=float)
+        if self.cap is None:
+            return latency(rps, 1.0, _lift(self.c2, rps))
+        c1 = _lift(self.mean_c1, rps)
+        return capped_latency(rps, c1, _lift(self.c2, rps), _lift(self.cap, rps),
+                              wait_scale=self.wait_scale) / c1
 
     def latency(self, rps) -> np.ndarray:
         rps = np.asarray(rps, dtype=float)
-        return percentile_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
-                                  _lift(self.exponent, rps))
+        if self.cap is None:
+            return percentile_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
+                                      _lift(self.exponent, rps))
+        factor = self.load_factor(rps)
+        with np.errstate(invalid="ignore", over="ignore"):
+            value = percentile_latency_expr(factor, _lift(self.c1, rps),
+                                            _lift(self.exponent, rps))
+        return np.where(np.isfinite(factor), value, np.inf)
+
+    def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
+        """d log L / d log RPS of the mean law at this summary's C2 (the fitted noise's
+        load term carries gamma)."""
+        if self.cap is None:
+            return super().amplification(rps, curve)
+        rps = np.asarray(rps, dtype=float)
+        return np.broadcast_to(capped_load_elasticity(
+            rps, _lift(self.mean_c1, rps), _lift(self.c2, rps), _lift(self.cap, rps),
+            wait_scale=self.wait_scale), np.shape(curve))
+
+    def predictive(self, rps, rng: np.random.Generator, log_se=0.0,
+                   n_requests=None) -> np.ndarray:
+        """Draws of a new reported summary at ``rps``: of a load test of ``n_requests``
+        requests per rate (its order-statistic bias and scatter), or without one the
+        law's value with the fitted noise alone."""
+        if self.noise is None:
+            raise ValueError(f"curve '{self.label}' has no noise model")
+        rps = np.asarray(rps, dtype=float)
+        curve = self.latency(rps)
+        sigma = self.noise_sigma(rps, curve, log_se)
+        if n_requests is not None and self.sampling is not None:
+            bias, variance = self.sampling.error(rps, n_requests)
+            with np.errstate(invalid="ignore", over="ignore"):
+                curve = curve * np.exp(bias)
+            sigma = np.sqrt(sigma**2 + variance)
+        return self.noise.draw(curve, sigma, rng)
 
     def rate_meeting(self, target: float) -> np.ndarray:
         """Per draw (S,), the highest rate at which this summary stays within ``target``
-        (0 when zero load already misses it)."""
-        return rate_meeting_target(target, self.c1, self.c2, self.exponent)
+        (0 when zero load already misses it): in closed form for eq. (1), by bisection
+        below the ceiling with a cap."""
+        if self.cap is None:
+            return rate_meeting_target(target, self.c1, self.c2, self.exponent)
+        return super().rate_meeting(target)
 
 
 class MoECurve(Curve):

@@ -21,29 +21,37 @@ GROUP_FIELDS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_t
 def summary_document(fit, *, prob: float = 0.9) -> dict:
     groups = fit.groups
     entries = []
+    model = fit.model()
+    # A tails fit of percentiles alone has no mean law: no C1, only the saturation cost.
+    has_mean = model.has_mean(fit)
     for g, row in groups.iterrows():
-        curve = fit.group_curve(g)
         entry = {"label": row["label"]}
         for field in GROUP_FIELDS:
             if field in groups.columns:
                 entry[field] = plain_value(row[field])
-        entry["C1"] = uncertain(curve.zero_load, prob)
-        entry["C2"] = uncertain(curve.saturation_cost, prob)
-        # The ceiling: eq. (1)'s pole 1/C2, or the cap's throughput when the engine's
-        # concurrency cap is known (it binds first).
-        entry["saturation_rps"] = uncertain(curve.ceiling, prob)
-        entry["ceiling_binding"] = curve.ceiling_binding
-        if curve.cap is not None:
-            entry["pole_rps"] = uncertain(1.0 / curve.saturation_cost, prob)
-            entry["cap"] = float(np.max(curve.cap))
-            entry["cap_source"] = str(row.get("cap_source", ""))
+        if not has_mean:
+            c2 = fit.draws("C2", g)
+            entry["C1"] = {"mean": None, "median": None, "lo": None, "hi": None, "prob": prob}
+            entry["C2"] = uncertain(c2, prob)
+            entry["saturation_rps"] = uncertain(1.0 / c2, prob)
+        else:
+            curve = fit.group_curve(g)
+            entry["C1"] = uncertain(curve.zero_load, prob)
+            entry["C2"] = uncertain(curve.saturation_cost, prob)
+            # The ceiling: eq. (1)'s pole 1/C2, or the cap's throughput when the engine's
+            # concurrency cap is known (it binds first).
+            entry["saturation_rps"] = uncertain(curve.ceiling, prob)
+            entry["ceiling_binding"] = curve.ceiling_binding
+            if curve.cap is not None:
+                entry["pole_rps"] = uncertain(1.0 / curve.saturation_cost, prob)
+                entry["cap"] = float(np.max(curve.cap))
+                entry["cap_source"] = str(row.get("cap_source", ""))
         entry["rps_measured_max"] = fit.rps_measured_max(g)
         fitted = float(row["rps_max"]) if "rps_max" in groups.columns else float("nan")
         entry["rps_fitted_max"] = fitted if np.isfinite(fitted) else None
         if "n_points" in groups.columns:
             entry["n_points"] = plain_value(row["n_points"])
         entries.append(entry)
-    model = fit.model()
     summaries = []
     for metric in model.metrics(fit):
         for g, row in groups.iterrows():
@@ -141,3 +149,72 @@ def summary_text(document: dict) -> str:
                      f"{d['ess_bulk_min']:.0f}, divergences {d['divergences']}")
     lines.append(f"verdict: {verdict['text']}")
     return "\n".join(lines)
+
+
+#: The group options that pick a setup (``fit.law(selection)``), by group column.
+_SETUP_OPTIONS = {"verifier": "verifier", "prefill_tokens": "prefill",
+                  "decode_tokens": "decode", "gpu": "gpu"}
+
+
+def answerable(fit) -> list[dict]:
+    """Per setup (verifier, lengths, GPU), which questions the fit answers and what to add
+    for those it cannot: ``{"setup", "answers": [...], "cannot": [...]}``, each item
+    ``"verb(s): detail"``. Through the prediction contract only (``fit.law``)."""
+    from .errors import BadInput
+
+    groups = fit.groups
+    columns = [c for c in _SETUP_OPTIONS if c in groups.columns]
+    metrics = fit.model().metrics(fit)
+    out = []
+    for _, first in groups.drop_duplicates(columns).iterrows():
+        selection = {_SETUP_OPTIONS[c]: plain_value(first[c]) for c in columns
+                     if plain_value(first[c]) not in (None, "")}
+        sd = (groups[columns].astype(str) == first[columns].astype(str)).all(axis=1) \
+            & (groups["k"].astype(int) > 0)
+        here = (groups[columns].astype(str) == first[columns].astype(str)).all(axis=1)
+        count = int(here.sum())
+        predict = f"predict: mean latency at any rate ({count} group{'s' * (count != 1)})"
+        setup = " ".join(f"{_SETUP_OPTIONS[c]} {plain_value(first[c])}" for c in columns
+                         if plain_value(first[c]) not in (None, ""))
+        if not sd.any():
+            out.append({"setup": str(first["label"]), "answers": [predict], "cannot": [
+                "speedup, crossover, kstar: no speculative groups; add load tests with "
+                "speculation (k > 0, with alpha or vLLM's acceptance counters) at "
+                f"{setup}, and fit --model speculative"]})
+            continue
+        try:
+            law = fit.law(selection)
+        except BadInput as error:
+            out.append({"setup": str(first["label"]), "answers": [predict],
+                        "cannot": [f"speedup, crossover, kstar: {error.reason}"]})
+            continue
+        answers = [predict]
+        cannot = []
+        configurations = getattr(law, "configurations", {})
+        if not law.has_dense:
+            cannot.append("speedup, crossover, kstar: no dense baseline; add a load test "
+                          f"without speculation (k = 0) at {setup}")
+        elif law.answers_any_configuration:
+            fitted = groups.loc[sd]
+            alphas = pd_numbers(fitted["alpha"])
+            span = (f"measured: k {int(fitted['k'].min())}-{int(fitted['k'].max())}"
+                    + (f", alpha {min(alphas):g}-{max(alphas):g}" if alphas else ""))
+            answers.append(f"speedup, crossover, kstar: any alpha and k ({span})")
+        else:
+            shown = ", ".join(f"k {k}" if a is None else f"alpha {a:g} k {k}"
+                              for a, k in sorted(configurations, key=lambda c: (
+                                  c[1], -1.0 if c[0] is None else c[0])))
+            answers.append(f"speedup, crossover: at the fitted configurations only ({shown})")
+            cannot.append("kstar, other alpha or k: fit --model speculative (six cycle "
+                          "coefficients shared by every alpha and k)")
+        if metrics:
+            answers.append(f"slo, --metric: {', '.join(metrics)}")
+        out.append({"setup": law.label, "answers": answers, "cannot": cannot})
+    return out
+
+
+def pd_numbers(values) -> list[float]:
+    """The finite numbers among ``values``."""
+    numbers = [plain_value(v) for v in values]
+    return sorted({float(v) for v in numbers if isinstance(v, (int, float))
+                   and np.isfinite(v)})

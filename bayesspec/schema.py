@@ -8,7 +8,8 @@ any of them reads the same way.
 from __future__ import annotations
 
 __all__ = ["TIDY_COLUMNS", "LAST_COLUMNS", "POSITION_COUNT_COLUMN", "order_columns",
-           "METRIC_COLUMNS", "metric_description", "TEXT_COLUMNS"]
+           "METRIC_COLUMNS", "metric_description", "metric_quantile", "metric_family",
+           "TEXT_COLUMNS"]
 
 #: CONTRACT columns first (design, then measurements), then what the simulator and
 #: ingest add; columns no row has are simply absent.
@@ -18,14 +19,15 @@ TIDY_COLUMNS = [
     "latency_p90_s", "latency_p95_s", "latency_p99_s", "ttft_mean_s", "itl_mean_s",
     "ttft_p50_s", "ttft_p90_s", "ttft_p95_s", "ttft_p99_s",
     "itl_p50_s", "itl_p90_s", "itl_p95_s", "itl_p99_s", "mean_concurrency",
-    "max_num_seqs", "kv_cache_tokens", "max_num_batched_tokens", "saturated", "strategy", "latency_reconstructed", "gpu", "engine", "engine_version",
+    "max_num_seqs", "kv_cache_tokens", "max_num_batched_tokens", "saturated",
+    "saturation_reason", "strategy", "latency_reconstructed", "gpu", "engine", "engine_version",
     "method", "num_drafts", "draft_tokens", "accepted_tokens", "acceptance_rate",
     "acceptance_length", "verifier_params_b", "drafter_params_b", "experts_active",
     "experts_total",
 ]
 #: Tidy columns that hold text; the others hold numbers (or nothing).
-TEXT_COLUMNS = ("verifier", "drafter", "strategy", "gpu", "engine", "engine_version", "method",
-                "source")
+TEXT_COLUMNS = ("verifier", "drafter", "strategy", "saturation_reason", "gpu", "engine",
+                "engine_version", "method", "source")
 #: Written after every other column (provenance).
 LAST_COLUMNS = ["source"]
 #: vLLM's per-position counter as a tidy column: drafts whose first i tokens were
@@ -68,3 +70,18 @@ def metric_description(metric: str) -> str:
     if head in ("ttft", "itl"):
         return f"{head.upper()} {tail}"
     return f"{metric} end-to-end latency"
+
+
+def metric_quantile(metric: str) -> float:
+    """The quantile level of a summary (``p99`` -> 0.99, ``ttft_p50`` -> 0.5); NaN for a
+    mean (``ttft_mean``)."""
+    tail = metric.rpartition("_")[2] if "_" in metric else metric
+    if tail.startswith("p") and tail[1:].isdigit():
+        return int(tail[1:]) / 100.0
+    return float("nan")
+
+
+def metric_family(metric: str) -> str:
+    """What a summary summarises: ``latency`` (end to end), ``ttft`` or ``itl``."""
+    head = metric.partition("_")[0]
+    return head if head in ("ttft", "itl") else "latency"

@@ -375,14 +375,20 @@ def tail_truth(truth: pd.DataFrame, metrics: dict[str, tuple[float, float]], *,
 
 
 def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: int = 9,
-                         seed: int = 0, **options) -> pd.DataFrame:
+                         seed: int = 0, spread: float = 0.25, **options) -> pd.DataFrame:
     """Sweeps of :func:`generate_sweeps` for each row of a :func:`tail_truth` table, with
-    each metric's column (``latency_p99_s``, ``ttft_p99_s``, ...) from its law at the
-    run's effective rate (the one its mean latency felt) times a log-normal error of log-sd ``noise`` (a percentile of a finite
-    run). Points at or past saturation get the law at 99.5% utilisation (they are
-    marked saturated and set aside by the models)."""
-    from .laws import percentile_latency_expr
-    from .schema import METRIC_COLUMNS
+    each metric's column (``latency_p99_s``, ``ttft_p99_s``, ...) as a load test of the
+    row's ``n_requests`` requests reports it: the law's value q at the run's effective
+    rate (the one its mean latency felt), then the sample percentile of that many
+    requests, per-request latencies log-normal of log-sd ``spread`` around q (an order
+    statistic: log q + spread (Phi^-1(U) - z_p), U ~ Beta(r, n + 1 - r)), times a
+    log-normal error of log-sd ``noise`` (what a law leaves over). Points at or past
+    saturation get the law at 99.5% utilisation (they are marked saturated and set aside
+    by the models)."""
+    from scipy.special import ndtri
+
+    from .laws import load_factor_expr, percentile_latency_expr, quantile_rank
+    from .schema import METRIC_COLUMNS, metric_quantile
 
     rng = np.random.default_rng([seed, 7])
     metrics = [c[len("A_"):] for c in truth.columns if c.startswith("A_")]
@@ -395,9 +401,43 @@ def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: i
         # The same run as the mean: the summaries feel the same effective load.
         utilisation = np.minimum(sweep.pop("rps_effective").to_numpy(float)
                                  * float(row["C2"].iloc[0]), 0.995)
+        count = sweep["n_requests"].to_numpy(float)
         for metric in metrics:
-            value = percentile_latency_expr(utilisation, float(row[f"A_{metric}"].iloc[0]), 1.0,
+            value = percentile_latency_expr(load_factor_expr(utilisation, 1.0),
+                                            float(row[f"A_{metric}"].iloc[0]),
                                             float(row[f"gamma_{metric}"].iloc[0]))
+            quantile = metric_quantile(metric)
+            if np.isfinite(quantile):
+                rank = quantile_rank(quantile, count)
+                order = rng.beta(rank, count + 1.0 - rank)
+                value = value * np.exp(spread * (ndtri(order) - ndtri(quantile)))
             sweep[METRIC_COLUMNS[metric]] = value * np.exp(rng.normal(0, noise, len(sweep)))
         frames.append(sweep)
     return pd.concat(frames, ignore_index=True)
+
+
+def token_process_counters(stay_guessable: float, stay_unguessable: float, ks, *,
+                           drafts_per_window: int = 20000, windows_per_k: int = 1,
+                           requests: int = 40, seed: int | None = 0,
+                           verifier: str = "Llama-3.1-8B", drafter: str = "EAGLE3",
+                           **labels) -> pd.DataFrame:
+    """Counter windows (CONTRACT.md round three: k, num_drafts, accepted_tokens_pos1..k)
+    from the simulator's token process itself (:class:`bayesspec.simulate.spec.TokenProcess`,
+    a token-by-token walk, not the law the acceptance model fits): each window walks
+    ``requests`` requests long enough for ``drafts_per_window`` cycles in all."""
+    from .simulate.spec import TokenProcess
+
+    process = TokenProcess(float(stay_guessable), float(stay_unguessable))
+    rng = np.random.default_rng(seed)
+    rows = []
+    for k in ks:
+        for _ in range(windows_per_k):
+            per_request = int(np.ceil(drafts_per_window / requests))
+            accepted = process.cycles(rng, np.full(requests, per_request), int(k))
+            accepted = accepted[:drafts_per_window]
+            row = {"verifier": verifier, "drafter": drafter, **labels, "k": int(k),
+                   "num_drafts": int(len(accepted))}
+            for i in range(1, int(k) + 1):
+                row[f"accepted_tokens_pos{i}"] = int((accepted >= i).sum())
+            rows.append(row)
+    return pd.DataFrame(rows)

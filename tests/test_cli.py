@@ -162,9 +162,11 @@ def test_fit_verb_end_to_end(tmp_path, truth_16, capsys, mock_sampling):
     code, stdout, _ = run(capsys, "summary", str(out), "--json")
     assert code == 0 and len(json.loads(stdout)["groups"]) == 3
     # which rows were set aside, and why, one line each
-    assert "3 of 27 points set aside as saturated" in stderr
-    assert stderr.count("marked saturated") == 3
-    assert [entry["reason"] for entry in document["set_aside"]] == ["marked saturated"] * 3
+    assert "3 of 27 points set aside (not in the likelihood)" in stderr
+    assert stderr.count("throughput run (clients sending back to back") == 3
+    assert [entry["reason"] for entry in document["set_aside"]] == [
+        "throughput run (clients sending back to back, to find the ceiling): no set rate, "
+        "not a point of the law"] * 3
     assert all(data["rps"].iloc[entry["row"] - 1] == entry["rps"]
                for entry in document["set_aside"])
     listing = [p.name for p in tmp_path.iterdir()]
@@ -265,3 +267,92 @@ def test_demo_quick_really_runs(tmp_path):
     deployment = json.loads((out / "deployment.json").read_text())
     assert any("run k =" in line for line in deployment["lines"])
     assert "warning" not in document["dense"], document["dense"]["warning"]
+
+
+# ------------------------------------------------------- the small points (issue 38 item 7)
+
+def test_a_truncated_fit_file_is_said_to_be_truncated_in_whole_words(real_fit_path, tmp_path,
+                                                                    capsys):
+    cut = tmp_path / "cut.nc"
+    cut.write_bytes(real_fit_path.read_bytes()[:20000])
+    code, _, err = run(capsys, "summary", str(cut))
+    line = err.strip().splitlines()[-1]
+    assert code == 2 and "the fit file is truncated (20000 bytes)" in line
+    assert "copy it again, or refit" in line and "sblock" not in line
+    from bayesspec.fitfile import _first_words
+
+    assert _first_words("Unable to synchronously open file (truncated file: eof = 20000, "
+                        "sblock->base_addr = 0)", 60) == ("Unable to synchronously open file "
+                                                         "(truncated file: eof ...")
+
+
+def test_a_data_table_given_as_a_fit_file_says_to_fit_it_first(tmp_path, capsys, truth_16):
+    table = tmp_path / "sweeps.csv"
+    generate_sweeps(truth_16.iloc[:1], seed=1).to_csv(table, index=False)
+    for verb in (["summary", str(table)], ["predict", str(table), "--rps", "1"]):
+        code, _, err = run(capsys, *verb)
+        assert code == 2 and "a data table, not a fit file" in err
+        assert "`bayesspec fit sweeps.csv -o fit.nc`" in err
+
+
+def test_fit_help_names_the_default_model(capsys):
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: dense)" in text
+
+
+def test_prior_predictive_check_gives_a_verdict_without_pymcs_own_line(tmp_path, capfd,
+                                                                      truth_16):
+    table = tmp_path / "sweeps.csv"
+    generate_sweeps(truth_16.iloc[:2], seed=1).to_csv(table, index=False)
+    code = main(["check", str(table), "--model", "dense", "--prior-predictive"])
+    out, err = capfd.readouterr()
+    assert code == 0
+    assert "the priors admit the data" in out
+    assert "Sampling: [" not in out + err
+    from bayesspec.checks import prior_verdict
+
+    assert prior_verdict(0.5, 10)["verdict"].startswith("PRIORS EXCLUDE THE DATA")
+    assert not prior_verdict(0.5, 10)["admits"] and prior_verdict(0.96, 10)["admits"]
+
+
+def test_compare_models_keeps_the_pareto_k_warning(real_fit, capsys):
+    """A fit whose data hold one point far off its curve (the posterior did not see it
+    there): that point's Pareto k is high, which the comparison must say (ArviZ 1's
+    table no longer carries a warning column)."""
+    from bayesspec import checks
+    from bayesspec.fitfile import Fit
+
+    fit, data = real_fit
+    moved = data.copy()
+    row = moved.index[~moved["excluded"]][40]
+    moved.loc[row, "latency_mean_s"] *= 3.0
+    model = fit.model()
+    model.build(moved)
+    tree = fit.tree.copy()
+    for child in ("log_likelihood", "fit_data"):
+        if child in tree.children:
+            del tree[child]
+    off = Fit.from_sampling(model, moved, tree)
+    document = checks.compare_models({"fit": fit, "off": off})
+    rows = {row["name"]: row for row in document["models"]}
+    assert rows["off"]["warning"] and rows["off"]["pareto_k_bad"] >= 1
+    assert "PSIS-LOO is unreliable for" in document["verdict"]
+    assert "of off" in document["verdict"] and "compare by refits" in document["verdict"]
+
+
+def test_the_demo_speedup_figure_draws_and_marks_the_recommended_k():
+    """The deployment summary says 'alpha 0.8, RPS 15.35: run k = 3'; the figure at alpha
+    0.8 must draw k = 3 (not among 1, 2, 4, 6, 8) and mark it, not k* at another rate."""
+    from bayesspec.demo import figure_ks
+
+    decisions = [{"setup": "S", "alpha": 0.6, "rps": 5.1, "k": 5},
+                 {"setup": "S", "alpha": 0.8, "rps": 15.35, "k": 3},
+                 {"setup": "S", "alpha": 0.8, "rps": 5.1, "k": 7},
+                 {"setup": "T", "alpha": 0.8, "rps": 20.0, "k": 9}]
+    ks, recommended = figure_ks(decisions, "S", 0.8, middle=2)
+    assert recommended == 3 and {3, 7} <= set(ks) and 5 not in ks and 9 not in ks
+    dense = [{"setup": "S", "alpha": 0.8, "rps": 15.35, "k": 0}]
+    assert figure_ks(dense, "S", 0.8, middle=2)[1] == 0      # "do not speculate", marked
+    assert figure_ks([], "S", 0.8, middle=2) == ([1, 2, 4, 6, 8], 2)

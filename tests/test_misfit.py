@@ -427,3 +427,61 @@ def test_held_out_reference_is_right_when_the_model_is():
     print(result)
     assert result["inside_range"] >= 5, rows
     assert result["mean_reference"] == pytest.approx(0.9, abs=0.02)
+
+
+# ------------------------------------------------- verdicts that agree (issue 38 item 2)
+
+def _points(group: str, observed, predicted, *, held_out=False, inside=True, utilisation=None):
+    observed = np.asarray(observed, float)
+    predicted = np.asarray(predicted, float)
+    n = len(observed)
+    return pd.DataFrame({
+        "group": group, "rps": np.arange(1.0, n + 1), "observed": observed,
+        "predicted": predicted, "lo": predicted * 0.5, "hi": predicted * 2.0,
+        "inside": np.broadcast_to(inside, n), "held_out": held_out,
+        "utilisation": (np.linspace(0.1, 0.9, n) if utilisation is None else utilisation),
+        "log_residual": np.log(observed) - np.log(predicted)})
+
+
+def test_a_group_with_negative_r2_or_a_large_high_load_residual_is_misfit():
+    """Every point inside its (wide) interval, so no binomial tail flags it: the walkthrough
+    case (R^2 -4.9, high-load residual -61%) must still be MISFIT, with its reasons."""
+    fine = _points("fine", [1.0, 1.2, 1.5, 2.0, 3.0], [1.0, 1.2, 1.5, 2.0, 3.0])
+    bad = _points("bad", [1.0, 1.2, 1.5, 2.0, 9.0], [1.0, 1.2, 1.6, 4.0, 16.5])
+    groups = misfit.group_calibration(pd.concat([fine, bad], ignore_index=True))
+    flags = {g["group"]: g for g in groups}
+    assert not flags["fine"]["flagged"] and flags["fine"]["misfit"] == []
+    assert flags["bad"]["flagged"]
+    assert any(reason.startswith("held-in R^2 -") for reason in flags["bad"]["misfit"])
+    assert any(reason.startswith("high-load residual -") for reason in flags["bad"]["misfit"])
+    verdict = misfit.check_verdict(groups, None, 0.9)
+    assert verdict.startswith("MISFIT in 1 of 2 groups: bad (")
+    assert "no group" not in verdict.lower()
+
+
+def test_held_out_verdicts_never_contradict_and_flag_groups_with_few_inside():
+    """Pooled held-out coverage too low for the model: the verdict says so without also
+    saying that no group misfits, and a group with 20% of its held-out points inside is
+    flagged even when its own tail (the model's) would let it pass."""
+    held_in = _points("g1", [1.0, 1.1, 1.2], [1.0, 1.1, 1.2])
+    poor = _points("g1", [2.0, 2.2, 2.4, 2.6, 2.8], [2.0, 2.2, 2.4, 2.6, 2.8], held_out=True,
+                   inside=[True, False, False, False, False])
+    other = pd.concat([_points("g2", [1.0, 1.1, 1.2], [1.0, 1.1, 1.2]),
+                       _points("g2", [2.0, 2.2, 2.4], [2.0, 2.2, 2.4], held_out=True)])
+    points = pd.concat([held_in, poor, other], ignore_index=True)
+    reference = {"observed": 0.5, "coverage_mean": 0.9, "coverage_range": [0.8, 0.97],
+                 "p_as_low": 0.001, "p_as_high": 0.999,
+                 "p_too_many_outside": {"g1": 0.03, "g2": 1.0}}
+    groups = misfit.group_calibration(points, reference=reference)
+    flags = {g["group"]: g for g in groups}
+    assert flags["g1"]["flagged"] and "20% of 5 held-out points inside" in flags["g1"]["misfit"]
+    assert not flags["g2"]["flagged"]
+    verdict = misfit.check_verdict(groups, reference, 0.9)
+    assert "MISFIT in 1 of 2 groups: g1" in verdict and "too narrow" in verdict
+    assert "no group" not in verdict.lower()
+    # no group below the floor: the pooled sentence stands alone, without "no group misfits"
+    fair = misfit.group_calibration(pd.concat([held_in, other], ignore_index=True),
+                                    reference={**reference, "p_too_many_outside": {"g2": 1.0}})
+    verdict = misfit.check_verdict(fair, reference, 0.9)
+    assert verdict.startswith("No group misfits on its own points, but pooled: Held out:")
+    assert misfit.check_verdict(fair, None, 0.9).startswith("no group misfits")

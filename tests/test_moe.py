@@ -353,7 +353,7 @@ def test_cli_decision_verbs_on_moe_fits(tmp_path, capsys, moe_data, split_fit):
     assert main(["crossover", str(moe_path), "--alpha", "0.8", "--k", "1", *group]) == 0
     capsys.readouterr()
     assert main(["kstar", str(moe_path), "--alpha", "0.8", "--rps", "1", *group]) == 2
-    assert "k* needs the speculative model" in capsys.readouterr().err
+    assert "refit the same data with --model speculative" in capsys.readouterr().err
     assert main(["predict", str(moe_path), "--rps", "1,2", *group, "--k", "0", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["points"]) == 2
 
@@ -433,6 +433,7 @@ def _low_load_r2(result, truth) -> float:
     return 1.0 - np.sum((observed - predicted) ** 2) / np.sum((observed - observed.mean()) ** 2)
 
 
+@pytest.mark.slow  # two real fits, 38 s of CPU (measured): a statistical comparison
 def test_moe_law_beats_the_dense_law_at_low_load_on_eq4_data():
     """Issue 16: sweeps from eq. (4) itself (m = 8 of M = 128, T = RPS*L, 4 pairs, 9 rates
     from 3% to 90% of saturation, 2.5% log-normal noise plus recorded standard errors):

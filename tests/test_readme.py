@@ -45,7 +45,7 @@ WALKTHROUGH = [c for block in shell_blocks(section(README, "Using it")) for c in
 def test_walkthrough_is_there():
     verbs = {shlex.split(c)[1] for c in WALKTHROUGH}
     assert {"simulate", "fit", "summary", "speedup", "crossover", "kstar", "predict",
-            "compare-models", "check", "ingest", "acceptance", "slo"} <= verbs
+            "compare-models", "check", "ingest", "acceptance", "slo", "report"} <= verbs
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +73,7 @@ def test_walkthrough_runs_as_pasted(walkthrough_run):
         assert done.returncode == 0, f"{command}\n{done.stderr[-2000:]}"
     assert len(results) == len(WALKTHROUGH)
     for name in ("sweeps.csv", "fit.nc", "dense.nc", "ingested.csv", "ingested.nc",
-                 "speedup.png", "kstar.png", "tails.nc", "slo.png"):
+                 "speedup.png", "kstar.png", "tails.nc", "slo.png", "report.html"):
         assert (folder / name).stat().st_size > 0, name
 
 
@@ -131,3 +131,32 @@ def test_links_stay_inside_the_repository():
                 headings = re.findall(r"^#+ (.+)$", linked.read_text(encoding="utf-8"), re.M)
                 assert anchor in {_slug(h) for h in headings}, f"{document.name}: {target}"
         assert "../shared" not in text, document.name
+
+
+def test_the_python_laws_lines_run_as_pasted():
+    """The README's Python section: its `laws` lines (the block's first paragraph) name
+    only what they define (they once raised NameError on `rps`)."""
+    block = re.findall(r"```python\n(.*?)```", section(README, "Python"), flags=re.S)[0]
+    laws_lines = block.split("\n\n", 1)[0]
+    assert "from bayesspec import laws" in laws_lines
+    namespace: dict = {}
+    exec(compile(laws_lines, "README.md", "exec"), namespace)   # noqa: S102
+    laws = namespace["laws"]
+    assert laws.crossover_rps(3.7, 0.040, 2.4, 0.045) > 0
+
+
+def python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+def test_python_section_runs_as_written(walkthrough_run):
+    """The README's Python snippet, pasted into a fresh interpreter in the folder the
+    walkthrough left behind (its fit.nc), runs without an error."""
+    folder, results = walkthrough_run
+    assert all(done.returncode == 0 for _, done in results)
+    blocks = python_blocks(section(README, "Python"))
+    assert blocks
+    done = subprocess.run([sys.executable, "-c", "\n".join(blocks)], cwd=folder,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (folder / "speedup_notebook.png").stat().st_size > 10_000

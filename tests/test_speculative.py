@@ -157,6 +157,7 @@ def latent_alpha_fit():
                config={"latent_alpha": "always"}), truth
 
 
+@pytest.mark.slow  # its own real fit, 21 s of CPU (measured): interval coverage
 def test_alpha_from_counters_is_latent_and_covers_the_truth(latent_alpha_fit):
     result, truth = latent_alpha_fit
     assert result.groups["alpha_latent"].sum() == 4
@@ -251,7 +252,7 @@ def test_decisions_need_speculative_rows(capsys, real_fit_path):
     code = main(["speedup", str(real_fit_path), "--alpha", "0.7", "--k", "3", "--rps", "1",
                  "--prefill", "512", "--decode", "512"])
     assert code == 2
-    assert "no group at alpha 0.7, k 3" in capsys.readouterr().err
+    assert "this fit has only dense groups (k = 0)" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -475,7 +476,7 @@ def test_acceptance_by_position_nests_eq3_and_changes_kstar(capsys, spec_fit, sp
                  "--kmax", "8", "--json"]) == 0
     measured = json.loads(capsys.readouterr().out)
     assert measured["table"][0]["alpha"] is None
-    assert measured["acceptance"]["setup"] == "Llama-3.1-8B + EAGLE3"
+    assert measured["acceptance"]["setup"].startswith("Llama-3.1-8B + EAGLE3")
     assert main(["kstar", str(spec_fit_path), "--alpha", "0.84", "--rps", "0.5", "--kmax", "8",
                  "--json"]) == 0
     assumed = json.loads(capsys.readouterr().out)

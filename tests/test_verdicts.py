@@ -159,3 +159,108 @@ def test_compare_models_verdict_reads_arviz_negative_differences(monkeypatch):
     table.loc["dense.nc", "elpd_diff"] = -2.0
     verdict = checks.compare_models({"sd.nc": fake, "dense.nc": fake})["verdict"]
     assert verdict.endswith("by 2.0 +- 1.5 elpd (within 2 SE: not decisive)")
+
+
+# ------------------------------------------------- advice that helps (issue 38 item 4)
+
+def test_too_few_rates_get_measure_more_not_run_longer(dense_fit_factory):
+    """Two load points per group: a longer run fails the same way, so the verdict says
+    which rates to measure instead of 'run longer'."""
+    import pandas as pd
+
+    from bayesspec.inference import thin_groups, with_design_advice
+
+    fit = dense_fit_factory(chain_shift={"C1": 1.2})
+    assert "run longer" in fit.diagnostics["advice"]
+    data = fit.data
+    labels = data["group"].unique()
+    keep = data["group"].ne(labels[0]) | data["rps"].isin(
+        data.loc[data["group"].eq(labels[0]), "rps"].nsmallest(2)) | data["excluded"]
+    thin = data.loc[keep].reset_index(drop=True)
+    groups = thin_groups(thin)
+    assert [g["group"] for g in groups] == [labels[0]]
+    assert groups[0]["rates"] == 2 and groups[0]["needed"] == 4
+    verdict = with_design_advice(fit.diagnostics, thin)
+    assert verdict["status"] == "not converged"
+    assert "run longer" not in verdict["advice"] and "run longer" not in verdict["text"]
+    assert f"{labels[0]}: measure at least 4 rates between" in verdict["advice"]
+    assert verdict["advice"] in verdict["text"]
+    # a converged fit keeps its verdict, with the thin groups listed for `fit` to say
+    good = with_design_advice(dense_fit_factory().diagnostics, thin)
+    assert good["status"] == "converged" and good["thin_groups"] == groups
+
+
+def _law_table(rows):
+    """A tidy table of eq. (1) points: rows of (k, alpha, C1, C2) -> 6 rates each."""
+    import pandas as pd
+
+    out = []
+    for k, alpha, c1, c2 in rows:
+        for rate in np.linspace(0.5, 0.8 / c2, 6):
+            out.append({"verifier": "Qwen3-8B", "prefill_tokens": 512, "decode_tokens": 512,
+                        "k": k, "alpha": alpha,
+                        "drafter": "EAGLE3-Qwen3-8B" if k else "", "rps": rate,
+                        "latency_mean_s": c1 / (1 - rate * c2)})
+    return pd.DataFrame(out)
+
+
+@pytest.fixture
+def advice_fits(tmp_path, capsys, mock_sampling):
+    """Dense (per-configuration) fits of: dense rows only; dense + k 3 without an alpha
+    (an llm-d-like file); dense + k 3 at two alphas."""
+    paths = {}
+    for name, rows in {
+            "dense_only": [(0, None, 3.7, 0.04)],
+            "no_alpha": [(0, None, 3.7, 0.04), (3, None, 2.4, 0.045)],
+            "two_alphas": [(0, None, 3.7, 0.04), (3, 0.7, 2.8, 0.05), (3, 0.8, 2.4, 0.045)]}.items():
+        source = tmp_path / f"{name}.csv"
+        _law_table(rows).to_csv(source, index=False)
+        out = tmp_path / f"{name}.nc"
+        code, stdout, stderr = run(capsys, "fit", str(source), "-o", str(out), "--draws",
+                                   "20", "--tune", "20", "--chains", "2", "--no-loo")
+        assert code == 0, stderr
+        paths[name] = (out, stdout)
+    return paths
+
+
+def test_speedup_on_a_fit_per_configuration_uses_or_reports_alpha(advice_fits, capsys):
+    """A real llm-d file gave identical numbers at --alpha 0.3 and 0.7: the group has no
+    alpha. Not required then, and said to be unused when given."""
+    path = str(advice_fits["no_alpha"][0])
+    code, plain, err = run(capsys, "speedup", path, "--k", "3", "--rps", "1,2", "--json")
+    assert code == 0, err
+    code, given, err = run(capsys, "speedup", path, "--k", "3", "--alpha", "0.3", "--rps",
+                           "1,2", "--json")
+    assert code == 0 and "--alpha 0.3 is not used" in err
+    assert json.loads(given)["ignored"].startswith("--alpha 0.3 is not used")
+    assert json.loads(given)["points"] == json.loads(plain)["points"]
+    code, _, err = run(capsys, "crossover", path, "--k", "3", "--alpha", "0.7")
+    assert code == 0 and "--alpha 0.7 is not used" in err
+    two = str(advice_fits["two_alphas"][0])
+    code, _, err = run(capsys, "speedup", two, "--k", "3", "--rps", "1")
+    assert code == 2 and "groups at k 3 with alpha 0.7, 0.8: choose one" in err
+    code, _, err = run(capsys, "speedup", two, "--k", "3", "--alpha", "0.8", "--rps", "1")
+    assert code == 0 and "not used" not in err
+
+
+def test_questions_on_a_dense_fit_go_straight_to_the_real_error(advice_fits, capsys):
+    only = str(advice_fits["dense_only"][0])
+    for argv in (["kstar", only, "--alpha", "0.8", "--rps", "1,2"],
+                 ["speedup", only, "--alpha", "0.8", "--k", "3", "--rps", "1"],
+                 ["crossover", only, "--alpha", "0.8", "--k", "3"]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and "only dense groups (k = 0)" in err, argv
+        assert "Add load tests with speculation" in err
+    code, _, err = run(capsys, "kstar", str(advice_fits["two_alphas"][0]), "--alpha", "0.8",
+                       "--rps", "1")
+    assert code == 2 and "refit the same data with --model speculative" in err
+
+
+def test_fit_says_which_questions_it_answers(advice_fits):
+    only = advice_fits["dense_only"][1]
+    assert "questions this fit answers:" in only
+    assert "cannot: speedup, crossover, kstar: no speculative groups" in only
+    per_configuration = advice_fits["two_alphas"][1]
+    assert "speedup, crossover: at the fitted configurations only (alpha 0.7 k 3, alpha " \
+           "0.8 k 3)" in per_configuration
+    assert "cannot: kstar, other alpha or k: fit --model speculative" in per_configuration

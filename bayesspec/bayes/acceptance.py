@@ -1,238 +1,771 @@
-"""Acceptance by draft position, from vLLM's per-position counters.
+"""Acceptance as a property of the output tokens, from vLLM's per-position counters.
 
-Eq. (3) takes every drafted token as accepted with the same probability alpha (i.i.d.).
-Measured drafters accept less the further into the draft: the conditional rate
-alpha_i = P(accept position i | positions before it accepted) decays with i. This model
-fits, per drafter setup (verifier, drafter), a smooth decay
+Eq. (3) takes every drafted token as accepted with one probability alpha (i.i.d.). What
+is measured says otherwise: an n-gram proposer either has a match and rides it or has
+none, a draft head has easy and hard stretches, and the first position's acceptance
+falls as k grows. The mechanism (Item 1 of issue 35): whether the drafter can guess the
+next token persists from one token to the next, a Markov chain over token states. A
+cycle accepts the run of guessable tokens from its first drafted position, capped at k,
+and commits it plus one token, so where cycles start depends on k: a long draft uses up
+an easy stretch in fewer cycles, and more cycles then start in hard text. The law,
+P(A = a | k) for a = 0..k, is :func:`bayesspec.laws.token_cycle_acceptance_expr`; it
+gives the per-position counters of any k (drafts with at least i accepted, vLLM's
+counter) and E(k) = 1 + E[A].
 
-    logit alpha_i = a + b * log(i)          (b = 0: the i.i.d. case)
+Structures (per setup; the richer ones where the data ask for them):
 
-from the counters of every window (a row: ``num_drafts`` drafts, ``accepted_tokens_posI``
-of them with their first I tokens accepted), with prompt-to-prompt overdispersion: in a
-window position i's rate is Beta(alpha_i kappa, (1 - alpha_i) kappa), so the conditional
-counts are a Beta-Binomial chain. It answers the acceptance length
-E(k) = 1 + sum_{j<=k} prod_{i<=j} alpha_i (:func:`bayesspec.laws.expected_accepted_positions_expr`)
-for any k, measured or not, with intervals. ``decay=False`` fits the i.i.d. model; PSIS-LOO
-between the two says whether the data support the decay.
+- ``iid``: one alpha, eq. (3) (the chain with p + q = 1);
+- ``chain``: two states, guessable or not, with persistences p and q;
+- ``spread``: the persistence of guessable stretches is not one number: two guessable
+  states, persistences logit^-1(x -+ delta), entered equally often after an unguessable
+  token (a distribution of persistence; three states in all);
+- ``+depth``: a trained drafter's own errors grow with its depth in the draft (it
+  drafts from its own outputs): a guessable token at depth i is accepted with
+  probability exp(-lambda (i - 1)). An n-gram proposer copies, so it has none.
+- ``position``: the per-position decay logit alpha_i = a + b log i of the previous
+  version (no k dependence), kept for comparison (:class:`PositionAcceptanceModel`).
+
+The likelihood of a window (a row: N drafts at draft length k) is multinomial over the
+accepted count A (the counts of A = a are differences of the position counters); a
+setup with more than one window at some k gets a Dirichlet-multinomial instead, with a
+concentration learned from the scatter of those windows (prompt-to-prompt variation);
+with one window per k that scatter cannot be measured and the intervals are those of
+the window as measured. Setups (verifier, drafter, method and the labels rows carry,
+:data:`bayesspec.data.COUNTER_LABEL_COLUMNS`) are fitted side by side, never pooled.
+With two or more distinct k in a setup the structure is chosen by held-out k (fit the
+other k, predict the windows of one, summed over folds); with one k, by the drafter's
+kind (``spread`` for an n-gram proposer, ``spread+depth`` for a trained drafter: the
+choice measured on public traces, benchmarks/README.md).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pymc as pm
-import pytensor.tensor as pt
 
+from ..data import COUNTER_LABEL_COLUMNS, POSITION_COUNT_COLUMN
 from ..errors import BadInput
-from ..laws import expected_accepted_positions_expr
+from ..laws import (acceptance_length_of_pmf_expr, expected_accepted_positions_expr,
+                    token_regimes_acceptance_expr)
 
-POSITION_COLUMN = "accepted_tokens_pos{}"
-SETUP_COLUMNS = ("verifier", "drafter")
+#: The token-process structures: which parts of the chain are switched on.
+STRUCTURES = {
+    "iid": {"memoryless": 1.0, "spread": 0.0, "depth": 0.0},
+    "chain": {"memoryless": 0.0, "spread": 0.0, "depth": 0.0},
+    "chain+depth": {"memoryless": 0.0, "spread": 0.0, "depth": 1.0},
+    "spread": {"memoryless": 0.0, "spread": 1.0, "depth": 0.0},
+    "spread+depth": {"memoryless": 0.0, "spread": 1.0, "depth": 1.0},
+}
+#: The free parameters each structure uses (what its convergence is judged on).
+STRUCTURE_PARAMETERS = {
+    "iid": ["logit_persistence"],
+    "chain": ["logit_persistence", "logit_stay_unguessable"],
+    "chain+depth": ["logit_persistence", "logit_stay_unguessable", "depth_decay"],
+    "spread": ["logit_persistence", "logit_stay_unguessable", "persistence_spread"],
+    "spread+depth": ["logit_persistence", "logit_stay_unguessable", "persistence_spread",
+                     "depth_decay"],
+}
+#: Proposers that copy earlier text (no model of their own, no error that grows with
+#: the depth): matched by name in the drafter or method label.
+COPYING_PROPOSERS = ("ngram", "n-gram", "prompt_lookup", "prompt-lookup", "lookup",
+                     "suffix", "pld")
 
 
-def position_windows(data: pd.DataFrame) -> dict:
-    """The windows with complete per-position counters: per window its setup, k, drafts
-    and the conditional trials/accepted per position (positions beyond k masked)."""
-    rows = data.loc[data["k"].astype(int) > 0]
-    source = data.attrs.get("source_file")
-    if rows.empty:
-        raise BadInput("no speculative rows (k > 0): nothing to learn acceptance from",
-                       file=source)
-    k = rows["k"].to_numpy(int)
+def default_structure(labels: dict) -> str:
+    """The structure for a setup measured at one k: ``spread`` for a copying proposer
+    (n-gram, prompt lookup, suffix decoding), ``spread+depth`` for a trained drafter."""
+    text = " ".join(str(labels.get(c, "")) for c in ("drafter", "method")).lower()
+    return "spread" if any(name in text for name in COPYING_PROPOSERS) else "spread+depth"
+
+
+# ----------------------------------------------------------------------------- windows
+
+def counter_windows(counters: pd.DataFrame) -> dict:
+    """The windows of :func:`bayesspec.data.read_counters` grouped into setups.
+
+    Per window: ``setup`` (index), ``k``, ``drafts`` and ``counts`` (W, max_k + 1): the
+    drafts that accepted exactly a = 0..k tokens (0 beyond k), ``inside`` (a <= k);
+    per setup: ``setups`` (labels), ``labels`` (dicts), ``k_measured``. Two windows
+    share a setup only when every label column they carry is equal.
+    """
+    label_columns = [c for c in COUNTER_LABEL_COLUMNS if c in counters.columns]
+    keys = counters[label_columns].astype(object).where(counters[label_columns].notna(), None)
+    tuples = [tuple(row) for row in keys.itertuples(index=False, name=None)]
+    order: dict[tuple, int] = {}
+    setup = np.array([order.setdefault(t, len(order)) for t in tuples], dtype=int)
+    labels = [dict(zip(label_columns, key)) for key in order]
+    k = counters["k"].to_numpy(int)
     max_k = int(k.max())
-    missing = [POSITION_COLUMN.format(i) for i in range(1, max_k + 1)
-               if POSITION_COLUMN.format(i) not in rows.columns]
-    if "num_drafts" not in rows.columns or missing:
-        raise BadInput("per-position acceptance needs num_drafts and accepted_tokens_pos1.."
-                       f"pos{max_k} (vLLM's spec_decode_num_accepted_tokens_per_pos; "
-                       "`bayesspec ingest --metrics` reads them)", file=source,
-                       column=(missing or ["num_drafts"])[0])
-    drafts = pd.to_numeric(rows["num_drafts"], errors="coerce").to_numpy(float)
-    counts = np.stack([pd.to_numeric(rows[POSITION_COLUMN.format(i)], errors="coerce")
-                       .to_numpy(float) for i in range(1, max_k + 1)], axis=1)
-    inside = np.arange(1, max_k + 1)[None, :] <= k[:, None]
-    usable = np.isfinite(drafts) & (drafts > 0) & np.all(np.isfinite(counts) | ~inside, axis=1)
-    if not usable.any():
-        raise BadInput("no row has complete per-position counters", file=source,
-                       column="accepted_tokens_pos1")
-    rows, k, drafts, counts, inside = (rows.loc[usable], k[usable], drafts[usable],
-                                       counts[usable], inside[usable])
-    counts = np.where(inside, counts, 0.0)
-    trials = np.concatenate([drafts[:, None], counts[:, :-1]], axis=1)
-    bad = inside & (counts > trials)
-    if bad.any():
-        row = int(np.flatnonzero(bad.any(axis=1))[0])
-        raise BadInput("per-position accepted counts must not increase with the position",
-                       file=source, row=int(rows.index[row]) + 1,
-                       column=POSITION_COLUMN.format(int(np.flatnonzero(bad[row])[0]) + 1))
-    setup_keys = rows[list(SETUP_COLUMNS)].astype(str).agg(" + ".join, axis=1)
-    setups = list(dict.fromkeys(setup_keys))
-    return {"setup": np.array([setups.index(s) for s in setup_keys]), "setups": setups,
-            "k": k, "drafts": drafts, "trials": np.where(inside, trials, 0.0),
-            "accepted": counts, "inside": inside, "max_k": max_k,
-            "k_measured": [sorted(set(k[setup_keys.to_numpy() == s])) for s in setups]}
+    drafts = counters["num_drafts"].to_numpy(float)
+    positions = np.stack([counters[POSITION_COUNT_COLUMN.format(i)].to_numpy(float)
+                          if POSITION_COUNT_COLUMN.format(i) in counters.columns
+                          else np.zeros(len(counters)) for i in range(1, max_k + 1)], axis=1)
+    inside = np.arange(max_k + 1)[None, :] <= k[:, None]
+    at_least = np.concatenate([drafts[:, None], positions, np.zeros((len(k), 1))], axis=1)
+    at_least = np.where(np.arange(max_k + 2)[None, :] <= k[:, None], at_least, 0.0)
+    counts = np.where(inside, at_least[:, :-1] - at_least[:, 1:], 0.0)
+    return {"setup": setup, "setups": [setup_label(lab) for lab in labels],
+            "labels": labels, "k": k, "drafts": drafts, "counts": counts, "inside": inside,
+            "max_k": max_k,
+            "k_measured": [sorted(set(k[setup == s].tolist())) for s in range(len(labels))],
+            "data_rows": list(counters.attrs.get("data_rows", range(1, len(k) + 1)))}
 
 
-class PositionAcceptanceModel:
-    """Per-position acceptance: build / fit / predict. Not a latency model: it feeds
-    the acceptance length E(k) that eq. (3) uses."""
+def setup_label(labels: dict) -> str:
+    """'Llama-3.1-8B + EAGLE3' and the other labels a setup carries."""
+    text = f"{labels.get('verifier') or 'model'}"
+    if labels.get("drafter"):
+        text += f" + {labels['drafter']}"
+    extra = [f"{c}={labels[c]:g}" if isinstance(labels[c], float) else f"{c}={labels[c]}"
+             for c in COUNTER_LABEL_COLUMNS if c not in ("verifier", "drafter")
+             and c in labels and labels[c] not in (None, "")
+             and not (isinstance(labels[c], float) and np.isnan(labels[c]))]
+    return text + (f" ({', '.join(extra)})" if extra else "")
 
-    name = "position-acceptance"
+
+def replicated_setups(windows: dict) -> np.ndarray:
+    """Per setup: True when some k has more than one window (the scatter between windows
+    can then be measured: a Dirichlet-multinomial with a learned concentration)."""
+    out = np.zeros(len(windows["setups"]), dtype=bool)
+    for s in range(len(out)):
+        ks = windows["k"][windows["setup"] == s]
+        out[s] = len(ks) > len(set(ks.tolist()))
+    return out
+
+
+def window_log_likelihood(counts: np.ndarray, pmf: np.ndarray, inside: np.ndarray,
+                          concentration=None, xp=np, gammaln=None) -> np.ndarray:
+    """Log-likelihood of windows' counts of A = a given the law ``pmf`` (..., W, a),
+    multinomial, or Dirichlet-multinomial with ``concentration`` (..., W) where given.
+    With ``xp`` numpy the multinomial coefficient is included (comparable densities);
+    in a PyMC graph it is a constant and left out."""
+    safe = xp.where(inside, pmf, 1.0)
+    if concentration is None:
+        value = (counts * xp.log(safe)).sum(axis=-1)
+        if xp is np:
+            from scipy.special import gammaln as lg
+
+            drafts = counts.sum(axis=-1)
+            value = value + lg(drafts + 1.0) - lg(counts + 1.0).sum(axis=-1)
+        return value
+    drafts = counts.sum(axis=-1)
+    kappa = concentration[..., None]
+    terms = xp.where(inside, gammaln(counts + kappa * safe) - gammaln(kappa * safe), 0.0)
+    value = gammaln(concentration) - gammaln(drafts + concentration) + terms.sum(axis=-1)
+    if xp is np:
+        value = value + gammaln(drafts + 1.0) - gammaln(counts + 1.0).sum(axis=-1)
+    return value
+
+
+def chain_parameters(logit_persistence, spread, logit_stay_unguessable, decay,
+                     switches: dict, max_depth: int, xp=np):
+    """The token chain of a structure (:func:`bayesspec.laws.token_regimes_acceptance_expr`'s
+    arguments): the persistences of two guessable regimes, entered equally often, the
+    unguessable state's persistence and the reliability reached by depth i = 0..max_depth, from
+    the parameters and a structure's switches (arrays broadcasting with the parameters)."""
+    def sigmoid(v):
+        return 1.0 / (1.0 + xp.exp(-v))
+
+    delta = spread * switches["spread"]
+    memoryless = switches["memoryless"]
+    stay_bad = (memoryless * (1.0 - sigmoid(logit_persistence))
+                + (1.0 - memoryless) * sigmoid(logit_stay_unguessable))
+    # r_i = exp(-lambda (i - 1)), so R_i = exp(-lambda i (i - 1)/2)
+    i = np.arange(max_depth + 1, dtype=float)
+    reached = xp.exp(-(decay * switches["depth"])[..., None] * (i * (i - 1.0) / 2.0))
+    return (sigmoid(logit_persistence - delta), sigmoid(logit_persistence + delta),
+            0.5 + 0.0 * stay_bad, stay_bad, reached)
+
+
+# ----------------------------------------------------------------------------- model
+
+class TokenAcceptanceModel:
+    """The token process fitted to per-position counters: build / fit / predict.
+
+    Not a latency model: it answers P(A = a | k), the per-position rates and E(k) of any
+    k. ``structures``: one name of :data:`STRUCTURES` per setup, or one for all (None:
+    :func:`default_structure`). The graph is compiled once; other structures and
+    held-out folds are data (:meth:`refit`)."""
+
+    name = "token-acceptance"
     version = "1"
-    # What inference.settings_for fills in when the caller leaves a setting unset.
-    default_tune = 1000
-    default_draws = 1000
-    target_accept = 0.9
+    # One window constrains fewer directions than a rich structure has (spread+depth: 4
+    # parameters, 3 free probabilities at k = 3): the posterior is a narrow curved ridge.
+    # Measured on the eight public traces (benchmarks/acceptance_traces.py): 1000 + 1000
+    # draws left R-hat up to 1.034 and bulk ESS 209; 2000 tune + 3000 draws converged in
+    # all 16 fits (2 seeds), R-hat <= 1.007, ESS >= 655. The model is small: seconds.
+    default_tune = 2000
+    default_draws = 3000
+    target_accept = 0.95
+    retry_target_accept = 0.99
     adaptation = "diag"
     init = "jitter"
-    #: What the answers are computed from (the convergence verdict judges these).
-    decision_variables = ["logit_alpha_1", "decay", "log_concentration"]
 
-    def __init__(self, *, decay: bool = True, concentration_prior: tuple = (np.log(200.0), 1.5)):
-        self.decay = decay
-        self.concentration_prior = concentration_prior
+    def __init__(self, *, priors: dict | None = None):
+        self.priors = {"logit_persistence": (0.0, 1.5), "logit_stay_unguessable": (0.0, 1.5),
+                       "persistence_spread": 1.0, "depth_decay": 0.05,
+                       "log_concentration": (np.log(2000.0), 1.5), **(priors or {})}
         self.windows: dict | None = None
-        self.pm_model: pm.Model | None = None
-        self.tree = None            # the sampled xarray DataTree
+        self.structures: list[str] = []
+        self.pm_model = None
+        self.compiled = None
+        self.tree = None
 
-    def build(self, data: pd.DataFrame) -> pm.Model:
-        windows = self.windows = position_windows(data)
+    # ------------------------------------------------------------------ graph
+    def _switch_data(self, structures: list[str]) -> dict:
+        unknown = [s for s in structures if s not in STRUCTURES]
+        if unknown:
+            raise BadInput(f"unknown acceptance structure {unknown[0]!r}; have "
+                           f"{', '.join(STRUCTURES)}", option="--structure")
+        return {f"switch_{name}": np.array([STRUCTURES[s][name] for s in structures])
+                for name in ("memoryless", "spread", "depth")}
+
+    def resolve_structures(self, structures) -> list[str]:
+        n = len(self.windows["setups"])
+        if structures is None:
+            return [default_structure(lab) for lab in self.windows["labels"]]
+        if isinstance(structures, str):
+            return [structures] * n
+        return list(structures)
+
+    def build(self, counters: pd.DataFrame | dict, structures=None, weights=None):
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        windows = self.windows = (counters if isinstance(counters, dict)
+                                  else counter_windows(counters))
+        self.structures = self.resolve_structures(structures)
         n_setups = len(windows["setups"])
+        replicated = replicated_setups(windows)
+        max_k = windows["max_k"]
+        priors = self.priors
         coords = {"setup": windows["setups"], "window": np.arange(len(windows["k"])),
-                  "position": np.arange(1, windows["max_k"] + 1)}
-        log_position = np.log(np.arange(1, windows["max_k"] + 1, dtype=float))
+                  "accepted": np.arange(max_k + 1)}
         with pm.Model(coords=coords) as model:
-            level = pm.Normal("logit_alpha_1", 1.0, 1.5, dims="setup")
-            slope = (pm.Normal("decay", 0.0, 1.0, dims="setup") if self.decay
-                     else pt.zeros(n_setups))
-            logit = level[:, None] + slope[:, None] * log_position[None, :]
-            conditional = pm.Deterministic("alpha_position", pm.math.sigmoid(logit),
-                                           dims=("setup", "position"))
-            kappa = pm.Deterministic("concentration", pt.exp(pm.Normal(
-                "log_concentration", *self.concentration_prior, dims="setup")), dims="setup")
-            s = windows["setup"]
-            rate = conditional[s]
+            switches = {name: pm.Data(name, values, dims="setup")
+                        for name, values in self._switch_data(self.structures).items()}
+            switches = {name.removeprefix("switch_"): v for name, v in switches.items()}
+            weight = pm.Data("window_weight", np.ones(len(windows["k"])) if weights is None
+                             else np.asarray(weights, float), dims="window")
+            counts = pm.Data("window_counts", windows["counts"], dims=("window", "accepted"))
+            x = pm.Normal("logit_persistence", *priors["logit_persistence"], dims="setup")
+            q = pm.Normal("logit_stay_unguessable", *priors["logit_stay_unguessable"],
+                          dims="setup")
+            spread = pm.HalfNormal("persistence_spread", priors["persistence_spread"],
+                                   dims="setup")
+            decay = pm.HalfNormal("depth_decay", priors["depth_decay"], dims="setup")
+            # each window's own law: its setup's parameters, its k picked by a constant
+            # one-hot (cheaper to compile than gathering from a table)
+            setup = windows["setup"]
+            table = token_regimes_acceptance_expr(*chain_parameters(
+                x[setup], spread[setup], q[setup], decay[setup],
+                {n: v[setup] for n, v in switches.items()}, max_k, xp=pt), xp=pt)
+            pick = (np.arange(1, max_k + 1)[None, :] == windows["k"][:, None]).astype(float)
+            pmf = (table * pick[:, :, None]).sum(axis=1)            # (W, max_k + 1)
             inside = windows["inside"]
-            # Positions beyond a window's k have 0 trials and 0 accepted: log p = 0.
-            pm.BetaBinomial("position_count", n=windows["trials"].astype(int),
-                            alpha=rate * kappa[s][:, None],
-                            beta=(1.0 - rate) * kappa[s][:, None],
-                            observed=windows["accepted"].astype(int) * inside,
-                            dims=("window", "position"))
+            plain = window_log_likelihood(counts, pmf, inside, xp=pt)
+            if replicated.any():
+                log_kappa = pm.Normal("log_concentration", *priors["log_concentration"],
+                                      dims="setup")
+                kappa = pt.exp(log_kappa)[windows["setup"]]
+                scattered = window_log_likelihood(counts, pmf, inside, kappa, xp=pt,
+                                                  gammaln=pt.gammaln)
+                loglik = pt.where(replicated[windows["setup"]], scattered, plain)
+            else:
+                loglik = plain
+            pm.Potential("window_log_likelihood", (weight * loglik).sum())
         self.pm_model = model
         return model
 
-    def fit(self, data: pd.DataFrame, settings=None):
-        """Sample the posterior (settings left unset: the defaults above) and return the
-        DataTree (also kept as ``tree``)."""
-        from ..inference import sample_model, settings_for
+    def fit(self, counters, structures=None, settings=None):
+        """Compile (once) and sample; returns the DataTree (also kept as ``tree``)."""
+        from ..inference import compile_model, sample_compiled, settings_for
 
-        self.tree = sample_model(self.build(data), settings_for(self, settings))
+        settings = settings_for(self, settings)
+        if self.compiled is None:
+            self.build(counters, structures)
+            self.compiled = compile_model(self.pm_model, settings)
+        else:
+            self.structures = self.resolve_structures(structures)
+        return self.refit(self.structures, settings=settings)
+
+    def refit(self, structures, weights=None, settings=None):
+        """Sample the compiled model again with other structures and window weights (a
+        held-out fold: weight 0)."""
+        from ..inference import sample_compiled, settings_for
+
+        self.structures = self.resolve_structures(structures)
+        data = self._switch_data(self.structures)
+        data["window_counts"] = self.windows["counts"]
+        data["window_weight"] = (np.ones(len(self.windows["k"])) if weights is None
+                                 else np.asarray(weights, float))
+        self.tree = sample_compiled(self.compiled, settings_for(self, settings), data=data)
         return self.tree
 
-    @property
-    def posterior(self):
-        return self.tree["posterior"].to_dataset()
+    # ------------------------------------------------------------------ answers
+    def _draws(self, name: str, setup: int) -> np.ndarray:
+        posterior = self.tree["posterior"]
+        if name not in posterior:
+            return None
+        return np.asarray(posterior[name].isel(setup=setup).stack(s=("chain", "draw")).values,
+                          dtype=float)
+
+    def pmf_draws(self, setup: int, k: int, structure: str | None = None) -> np.ndarray:
+        """(S, k + 1) draws of P(A = a | k)."""
+        return self.pmf_table(setup, k, structure)[:, int(k) - 1, :int(k) + 1]
+
+    def pmf_table(self, setup: int, k_max: int, structure: str | None = None) -> np.ndarray:
+        """(S, k_max, k_max + 1) draws of P(A = a | k) for k = 1..k_max (row k - 1)."""
+        structure = structure or self.structures[setup]
+        switches = {n: np.float64(v) for n, v in STRUCTURES[structure].items()}
+        return token_regimes_acceptance_expr(*chain_parameters(
+            self._draws("logit_persistence", setup), self._draws("persistence_spread", setup),
+            self._draws("logit_stay_unguessable", setup), self._draws("depth_decay", setup),
+            switches, int(k_max)))
+
+    def acceptance_length_draws(self, setup: int, k_max: int) -> np.ndarray:
+        """(S, k_max + 1) draws of E(k), k = 0..k_max (E(0) = 1)."""
+        lengths = acceptance_length_of_pmf_expr(self.pmf_table(setup, k_max))
+        return np.column_stack([np.ones(len(lengths)), lengths])
+
+    def log_likelihood(self, select=None) -> np.ndarray:
+        """(S, W) log-likelihood of every window at every draw (numpy, multinomial
+        coefficient included); ``select``: a boolean mask of windows."""
+        from scipy.special import gammaln
+
+        w = self.windows
+        replicated = replicated_setups(w)
+        chosen = np.ones(len(w["k"]), bool) if select is None else np.asarray(select, bool)
+        out = []
+        for i in np.flatnonzero(chosen):
+            s, k = int(w["setup"][i]), int(w["k"][i])
+            pmf = self.pmf_draws(s, k)
+            counts = w["counts"][i, :k + 1][None, :]
+            inside = np.ones_like(counts, dtype=bool)
+            kappa = None
+            if replicated[s]:
+                kappa = np.exp(self._draws("log_concentration", s))
+            out.append(window_log_likelihood(counts, pmf, inside, kappa, gammaln=gammaln))
+        return np.column_stack(out) if out else np.zeros((0, 0))
 
     def verdict(self) -> dict:
         from ..inference import convergence_verdict
 
-        names = [n for n in self.decision_variables if n in self.posterior]
+        names = sorted({n for s in self.structures for n in STRUCTURE_PARAMETERS[s]})
+        if replicated_setups(self.windows).any():
+            names.append("log_concentration")
         return convergence_verdict(self.tree, names)
 
-    # ------------------------------------------------------------------ answers
-    def conditional_draws(self, setup: int, k_max: int) -> np.ndarray:
-        """(S, k_max) draws of alpha_i, extrapolated past the measured positions by the
-        fitted decay."""
-        post = self.posterior
-        level = post["logit_alpha_1"].isel(setup=setup).stack(s=("chain", "draw")).values
-        slope = (post["decay"].isel(setup=setup).stack(s=("chain", "draw")).values
-                 if self.decay else np.zeros_like(level))
-        logit = level[:, None] + slope[:, None] * np.log(np.arange(1, k_max + 1))[None, :]
-        return 1.0 / (1.0 + np.exp(-logit))
+
+class PositionAcceptanceModel:
+    """Acceptance by draft position with no k dependence (every cycle accepts its first
+    i drafts with the same probabilities whatever k), per setup:
+
+    - ``shape="decay"``: the previous version's logit alpha_i = a + b log(i), a
+      Beta-Binomial chain of conditional counts with a learned concentration, kept for
+      comparison;
+    - ``shape="free"``: every measured position its own conditional rate, partially
+      pooled (logit alpha_i ~ Normal(mu, tau)); positions never measured are drawn from
+      that population, so E(k) beyond the measured k is honestly wide. Binomial counts,
+      Beta-Binomial with a learned concentration where a setup has several windows at
+      one k. It reproduces any measured counters of one k: the fallback when the token
+      process cannot (a cycle process that is not a token process, like the simulator's
+      ``--acceptance-rates``).
+    """
+
+    name = "position-acceptance"
+    version = "3"
+    default_tune = 1000
+    default_draws = 1000
+    target_accept = 0.95
+    retry_target_accept = 0.99
+    adaptation = "diag"
+    init = "jitter"
+
+    def __init__(self, *, shape: str = "decay", concentration_prior: tuple = (np.log(200.0), 1.5)):
+        if shape not in ("decay", "free"):
+            raise ValueError(f"shape must be decay or free, got {shape!r}")
+        self.shape = shape
+        self.concentration_prior = concentration_prior
+        self.windows: dict | None = None
+        self.pm_model = None
+        self.tree = None
+
+    @property
+    def decision_variables(self) -> list[str]:
+        if self.shape == "decay":
+            return ["logit_alpha_1", "decay", "log_concentration"]
+        return ["logit_alpha_mean", "logit_alpha_sd", "logit_alpha", "log_concentration"]
+
+    def build(self, counters) -> object:
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        windows = self.windows = (counters if isinstance(counters, dict)
+                                  else counter_windows(counters))
+        max_k = windows["max_k"]
+        at_least = windows["counts"][:, ::-1].cumsum(axis=1)[:, ::-1]   # (W, max_k + 1)
+        trials = np.where(windows["inside"][:, 1:], at_least[:, :-1], 0.0).astype(int)
+        accepted = np.where(windows["inside"][:, 1:], at_least[:, 1:], 0.0).astype(int)
+        coords = {"setup": windows["setups"], "window": np.arange(len(windows["k"])),
+                  "position": np.arange(1, max_k + 1)}
+        log_position = np.log(np.arange(1, max_k + 1, dtype=float))
+        s = windows["setup"]
+        with pm.Model(coords=coords) as model:
+            if self.shape == "decay":
+                level = pm.Normal("logit_alpha_1", 1.0, 1.5, dims="setup")
+                slope = pm.Normal("decay", 0.0, 1.0, dims="setup")
+                conditional = pm.math.sigmoid(level[:, None]
+                                              + slope[:, None] * log_position[None, :])
+                kappa = pt.exp(pm.Normal("log_concentration", *self.concentration_prior,
+                                         dims="setup"))
+                rate = conditional[s]
+                pm.BetaBinomial("position_count", n=trials, alpha=rate * kappa[s][:, None],
+                                beta=(1.0 - rate) * kappa[s][:, None], observed=accepted,
+                                dims=("window", "position"))
+            else:
+                mean = pm.Normal("logit_alpha_mean", 1.0, 1.5, dims="setup")
+                spread = pm.HalfNormal("logit_alpha_sd", 1.0, dims="setup")
+                logit = pm.Normal("logit_alpha", mean[:, None], spread[:, None],
+                                  dims=("setup", "position"))
+                rate = pm.math.sigmoid(logit)[s]
+                replicated = replicated_setups(windows)
+                if replicated.any():
+                    kappa = pt.exp(pm.Normal("log_concentration", *self.concentration_prior,
+                                             dims="setup"))
+                    big = pt.where(replicated, kappa, 1e9)[s][:, None]
+                    pm.BetaBinomial("position_count", n=trials, alpha=rate * big,
+                                    beta=(1.0 - rate) * big, observed=accepted,
+                                    dims=("window", "position"))
+                else:
+                    pm.Binomial("position_count", n=trials, p=rate, observed=accepted,
+                                dims=("window", "position"))
+        self.pm_model = model
+        return model
+
+    def fit(self, counters, settings=None):
+        from ..inference import sample_model, settings_for
+
+        self.tree = sample_model(self.build(counters), settings_for(self, settings))
+        return self.tree
+
+    def _stacked(self, name: str, setup: int) -> np.ndarray:
+        values = self.tree["posterior"][name].isel(setup=setup).stack(s=("chain", "draw"))
+        return np.asarray(values.transpose("s", ...).values, dtype=float)
+
+    def conditional_draws(self, setup: int, k_max: int, seed: int = 0) -> np.ndarray:
+        """(S, k_max) draws of alpha_i; beyond the measured positions of a free shape,
+        new positions from the setup's population of positions."""
+        if self.shape == "decay":
+            level, slope = self._stacked("logit_alpha_1", setup), self._stacked("decay", setup)
+            logit = level[:, None] + slope[:, None] * np.log(np.arange(1, k_max + 1))[None, :]
+            return 1.0 / (1.0 + np.exp(-logit))
+        measured = max(self.windows["k_measured"][setup])
+        logit = self._stacked("logit_alpha", setup)[:, :measured]
+        if k_max > measured:
+            rng = np.random.default_rng(seed)
+            mean, spread = (self._stacked("logit_alpha_mean", setup),
+                            self._stacked("logit_alpha_sd", setup))
+            new = mean[:, None] + spread[:, None] * rng.standard_normal(
+                (len(mean), k_max - measured))
+            logit = np.concatenate([logit, new], axis=1)
+        return 1.0 / (1.0 + np.exp(-logit[:, :k_max]))
+
+    def pmf_draws(self, setup: int, k: int) -> np.ndarray:
+        survival = np.cumprod(self.conditional_draws(setup, max(int(k), 1))[:, :k], axis=1)
+        padded = np.concatenate([np.ones((survival.shape[0], 1)), survival,
+                                 np.zeros((survival.shape[0], 1))], axis=1)
+        return padded[:, :-1] - padded[:, 1:]
 
     def acceptance_length_draws(self, setup: int, k_max: int) -> np.ndarray:
-        """(S, k_max + 1) draws of E(k), k = 0..k_max."""
         return expected_accepted_positions_expr(self.conditional_draws(setup, k_max))
 
-    def log_likelihood(self) -> np.ndarray:
-        """Pointwise log-likelihood per window (chains, draws, windows), for PSIS-LOO: the
-        model's own Beta-Binomial terms summed over positions (beyond a window's k they
-        are 0)."""
-        pointwise = pm.compute_log_likelihood(self.tree, model=self.pm_model,
-                                              var_names=["position_count"],
-                                              extend_inferencedata=False, progressbar=False)
-        return np.asarray(pointwise["position_count"].sum("position").values, dtype=float)
+    def verdict(self) -> dict:
+        from ..inference import convergence_verdict
+
+        names = [n for n in self.decision_variables if n in self.tree["posterior"]]
+        return convergence_verdict(self.tree, names)
 
 
-def acceptance_report(data: pd.DataFrame, *, k_max: int = 8, prob: float = 0.9,
-                      settings=None) -> dict:
-    """Fit the decay and the i.i.d. models, compare them by PSIS-LOO, and answer per
-    setup: alpha_i per position and E(k) for k = 1..k_max (measured k marked)."""
-    import arviz as az
-    import xarray as xr
+def predictive_check(model, setup: int, rng: np.random.Generator, draws: int = 400) -> float:
+    """Posterior predictive p-value of the setup's counters: the share of draws whose
+    replicated windows (multinomial counts at the window's drafts) are further from the
+    law (deviance G^2) than the measured ones. Small (< 0.01): the structure does not
+    reproduce the measured counters within counting error."""
+    w = model.windows
+    members = np.flatnonzero(w["setup"] == setup)
+    total, pick = None, None
+    for i in members:
+        k, drafts = int(w["k"][i]), int(w["drafts"][i])
+        pmf = np.clip(model.pmf_draws(setup, k), 1e-300, None)
+        pmf = pmf / pmf.sum(axis=1, keepdims=True)
+        if pick is None:     # the same draws for every window of the setup
+            pick = rng.choice(len(pmf), size=min(draws, len(pmf)), replace=False)
+        pmf = pmf[pick]
+        observed = w["counts"][i, :k + 1]
+        replicated = np.array([rng.multinomial(drafts, p) for p in pmf])
 
+        def deviance(counts):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                terms = np.where(counts > 0, counts * np.log(counts / (drafts * pmf)), 0.0)
+            return 2.0 * terms.sum(axis=1)
+
+        gap = deviance(replicated) - deviance(np.broadcast_to(observed, pmf.shape))
+        total = gap if total is None else total + gap
+    return float(np.mean(total >= 0.0))
+
+
+MISFIT_P = 0.01
+
+
+# ----------------------------------------------------------------------------- answers
+
+def _interval(values: np.ndarray, prob: float) -> dict:
     tail = (1.0 - prob) / 2.0
-    fits = {}
-    for name, decay in (("decay", True), ("iid", False)):
-        model = PositionAcceptanceModel(decay=decay)
-        model.fit(data, settings)
-        fits[name] = model
-    loo, pointwise_elpd = {}, {}
-    for name, model in fits.items():
-        pointwise = model.log_likelihood()
-        tree = xr.DataTree.from_dict({
-            "posterior": model.posterior,
-            "log_likelihood": xr.Dataset({"windows": (("chain", "draw", "window"), pointwise)})})
-        result = az.loo(tree, var_name="windows", pointwise=True)
-        pointwise_elpd[name] = np.asarray(result.elpd_i, dtype=float)
-        loo[name] = {"elpd_loo": float(result.elpd), "se": float(result.se),
-                     "pareto_k_max": float(np.nanmax(np.asarray(result.pareto_k)))}
-    gain = pointwise_elpd["decay"] - pointwise_elpd["iid"]
-    difference = float(gain.sum())
-    difference_se = float(np.sqrt(gain.size) * gain.std(ddof=1)) if gain.size > 1 else np.nan
-    model = fits["decay"]
-    verdict = model.verdict()
+    lo, median, hi = np.quantile(values, [tail, 0.5, 1.0 - tail])
+    return {"mean": float(np.mean(values)), "median": float(median), "lo": float(lo),
+            "hi": float(hi), "prob": prob}
+
+
+def held_out_k_scores(model: TokenAcceptanceModel, candidates: list[str], settings=None,
+                      progress=None) -> dict:
+    """Per setup and candidate structure: the log predictive density of each held-out
+    k's windows when the structure is fitted to the setup's other k (folds: the j-th
+    distinct k of every setup with more than one k at once), summed over folds. Setups
+    with one k get no score."""
+    from scipy.special import logsumexp
+
+    w = model.windows
+    n_setups = len(w["setups"])
+    per_setup_k = [sorted(set(w["k"][w["setup"] == s].tolist())) for s in range(n_setups)]
+    folds = max(len(ks) for ks in per_setup_k)
+    scores = {s: {c: 0.0 for c in candidates} for s in range(n_setups)
+              if len(per_setup_k[s]) > 1}
+    if not scores:
+        return {}
+    for candidate in candidates:
+        for fold in range(folds):
+            held = np.zeros(len(w["k"]), dtype=bool)
+            for s in scores:
+                if fold < len(per_setup_k[s]):
+                    held |= (w["setup"] == s) & (w["k"] == per_setup_k[s][fold])
+            if not held.any():
+                continue
+            if progress:
+                progress(f"held-out k: {candidate}, fold {fold + 1} of {folds}")
+            model.refit(candidate, weights=(~held).astype(float), settings=settings)
+            loglik = model.log_likelihood(held)                     # (S, held windows)
+            lpd = logsumexp(loglik, axis=0) - np.log(loglik.shape[0])
+            for column, i in enumerate(np.flatnonzero(held)):
+                scores[int(w["setup"][i])][candidate] += float(lpd[column])
+    return scores
+
+
+def measured_check(model, setup: int, prob: float, rng: np.random.Generator) -> list[dict]:
+    """Per measured window of a setup: each position's measured rate (drafts with at
+    least i accepted over drafts) against its posterior predictive interval (the law's
+    draws plus the counting noise of the window's drafts)."""
+    w = model.windows
+    tail = (1.0 - prob) / 2.0
+    out = []
+    for i in np.flatnonzero(w["setup"] == setup):
+        k, drafts = int(w["k"][i]), int(w["drafts"][i])
+        pmf = model.pmf_draws(setup, k)
+        pmf = np.clip(pmf, 0.0, None)
+        pmf = pmf / pmf.sum(axis=1, keepdims=True)
+        replay = np.array([rng.multinomial(drafts, p) for p in pmf]) / drafts
+        predicted = replay[:, ::-1].cumsum(axis=1)[:, ::-1][:, 1:]   # P(A >= i)
+        measured = w["counts"][i, :k + 1][::-1].cumsum()[::-1][1:] / drafts
+        lo, hi = np.quantile(predicted, [tail, 1.0 - tail], axis=0)
+        rows = [{"position": j + 1, "measured": float(measured[j]), "lo": float(lo[j]),
+                 "hi": float(hi[j]), "inside": bool(lo[j] <= measured[j] <= hi[j])}
+                for j in range(k)]
+        out.append({"row": int(w["data_rows"][i]), "k": k, "drafts": drafts,
+                    "positions": rows, "inside": sum(r["inside"] for r in rows)})
+    return out
+
+
+class AcceptanceFit:
+    """The fitted acceptance of every setup: which model and structure answers it."""
+
+    def __init__(self, windows: dict):
+        self.windows = windows
+        self.answer: dict[int, tuple] = {}     # setup -> (model, structure)
+        self.scores: dict = {}                 # setup -> held-out k score per structure
+        self.fit_p: dict[int, float] = {}      # setup -> predictive p-value of the token fit
+        self.fallback: dict[int, str] = {}     # setup -> why it fell back
+
+    def model(self, setup: int):
+        return self.answer[setup][0]
+
+    def structure(self, setup: int) -> str:
+        return self.answer[setup][1]
+
+    def verdicts(self) -> list[dict]:
+        seen, out = set(), []
+        for model, _ in self.answer.values():
+            if id(model) not in seen:
+                seen.add(id(model))
+                out.append(model.verdict())
+        return out
+
+
+def fit_acceptance(counters: pd.DataFrame, *, structure: str = "auto", settings=None,
+                   progress=None, seed: int = 0) -> AcceptanceFit:
+    """Fit every setup's acceptance. ``structure`` "auto": the token process, its
+    structure chosen by held-out k where a setup has two or more k, else by the drafter's
+    kind; a setup whose measured counters the chosen structure does not reproduce
+    (posterior predictive p < 0.01) falls back to free per-position rates (``free``).
+    A structure name forces it for every setup; ``position`` / ``free``: the per-position
+    models (decay / free)."""
+    windows = counter_windows(counters)
+    result = AcceptanceFit(windows)
+    n_setups = len(windows["setups"])
+    if structure in ("position", "free"):
+        model = PositionAcceptanceModel(shape="decay" if structure == "position" else "free")
+        model.fit(windows, settings)
+        result.answer = {s: (model, structure) for s in range(n_setups)}
+        return result
+    model = TokenAcceptanceModel()
+    model.windows = windows
+    chosen = model.resolve_structures(None if structure == "auto" else structure)
+    model.fit(windows, chosen, settings)
+    if structure == "auto":
+        result.scores = held_out_k_scores(model, list(STRUCTURES), settings, progress)
+        for s, by_candidate in result.scores.items():
+            chosen[s] = max(by_candidate, key=by_candidate.get)
+        if result.scores:
+            model.refit(chosen, settings=settings)
+    result.answer = {s: (model, chosen[s]) for s in range(n_setups)}
+    if structure != "auto":
+        return result
+    rng = np.random.default_rng(seed)
+    misfits = []
+    for s in range(n_setups):
+        result.fit_p[s] = predictive_check(model, s, rng)
+        if result.fit_p[s] < MISFIT_P:
+            misfits.append(s)
+    if misfits:
+        if progress:
+            progress(f"the token process ({', '.join(chosen[s] for s in misfits)}) does not "
+                     f"reproduce the measured counters of {len(misfits)} setup(s): fitting "
+                     "free per-position rates there")
+        free = PositionAcceptanceModel(shape="free")
+        free.fit(windows, settings)
+        for s in misfits:
+            result.answer[s] = (free, "free")
+            result.fallback[s] = (f"{chosen[s]} does not reproduce the measured counters "
+                                  f"(posterior predictive p = {result.fit_p[s]:.3f} < "
+                                  f"{MISFIT_P}): free per-position rates, no k dependence")
+    return result
+
+
+def acceptance_report(counters: pd.DataFrame, *, k_max: int = 8, prob: float = 0.9,
+                      settings=None, structure: str = "auto", progress=None,
+                      seed: int = 0) -> dict:
+    """Fit the acceptance (:func:`fit_acceptance`) and answer per setup: the structure and
+    why, E(k) for k = 1..k_max, the rates P(A >= i) and the conditional alpha_i of every
+    position at each measured k, and how well the measured counters are reproduced."""
+    fitted = fit_acceptance(counters, structure=structure, settings=settings,
+                            progress=progress, seed=seed)
+    windows = fitted.windows
+    verdicts = fitted.verdicts()
+    worst = next((v for v in verdicts if v["status"] == "not converged"), verdicts[0])
+    rng = np.random.default_rng(seed)
     setups = []
-    for s, label in enumerate(model.windows["setups"]):
-        conditional = model.conditional_draws(s, k_max)
-        length = model.acceptance_length_draws(s, k_max)
-        measured = set(int(k) for k in model.windows["k_measured"][s])
-        measured_max = max(measured)
+    for s, label in enumerate(windows["setups"]):
+        model, chosen = fitted.answer[s]
+        measured = windows["k_measured"][s]
+        lengths = model.acceptance_length_draws(s, k_max)
+        by_k = []
+        for k in measured:
+            pmf = model.pmf_draws(s, k)
+            survival = pmf[:, ::-1].cumsum(axis=1)[:, ::-1][:, 1:]
+            conditional = survival / np.concatenate([np.ones((len(pmf), 1)),
+                                                     survival[:, :-1]], axis=1)
+            at_k = (windows["setup"] == s) & (windows["k"] == k)
+            pooled = windows["counts"][at_k, :k + 1].sum(axis=0)
+            measured_rates = pooled[::-1].cumsum()[::-1][1:] / pooled.sum()
+            by_k.append({"k": k, "measured": [float(r) for r in measured_rates],
+                         "rates": [{"position": i + 1,
+                                    **_interval(survival[:, i], prob)}
+                                   for i in range(k)],
+                         "alpha_position": [{"position": i + 1,
+                                             **_interval(conditional[:, i], prob)}
+                                            for i in range(k)]})
+        check = measured_check(model, s, prob, rng)
+        inside = sum(c["inside"] for c in check)
+        total = sum(c["k"] for c in check)
+        if fitted.fallback.get(s):
+            why = fitted.fallback[s]
+        elif fitted.scores.get(s):
+            why = "held-out k"
+        elif structure == "auto":
+            why = "the drafter's kind (one k measured)"
+        else:
+            why = "--structure"
+        entry = {"setup": label, "labels": {c: _plain(v) for c, v in
+                                            windows["labels"][s].items()},
+                 "structure": chosen, "chosen_by": why, "k_measured": measured,
+                 "windows": int((windows["setup"] == s).sum()),
+                 "acceptance_length": [{"k": k, **_interval(lengths[:, k], prob),
+                                        "measured": k in measured,
+                                        "extrapolated": k > max(measured)}
+                                       for k in range(1, k_max + 1)],
+                 "at_measured_k": by_k, "measured_check": check,
+                 "reproduced": {"inside": inside, "positions": total,
+                                "share": inside / total if total else float("nan"),
+                                "token_process_p": fitted.fit_p.get(s)},
+                 "held_out_k": fitted.scores.get(s)}
+        if chosen in STRUCTURES:
+            entry["parameters"] = _parameters(model, s, chosen, prob)
+        setups.append(entry)
+    return {"prob": prob, "k_max": k_max, "setups": setups,
+            "convergence": worst["status"], "convergence_text": worst["text"],
+            "diagnostics": {"rhat_max": worst.get("rhat_max"),
+                            "ess_bulk_min": worst.get("ess_bulk_min"),
+                            "divergences": worst.get("divergences")}}
 
-        def interval(values):
-            lo, median, hi = np.quantile(values, [tail, 0.5, 1 - tail])
-            return {"median": float(median), "lo": float(lo), "hi": float(hi)}
 
-        setups.append({
-            "setup": label,
-            "k_measured": sorted(measured),
-            "alpha_position": [{"position": i + 1, **interval(conditional[:, i]),
-                                "extrapolated": i + 1 > measured_max}
-                               for i in range(k_max)],
-            "decay": interval(model.posterior["decay"].isel(setup=s).values.ravel()),
-            "acceptance_length": [{"k": k, **interval(length[:, k]),
-                                   "measured": k in measured, "extrapolated": k > measured_max}
-                                  for k in range(1, k_max + 1)]})
-    # The decay earns its place when it predicts held-out windows better by more than
-    # twice the standard error of the difference (and by more than 4 elpd, the usual
-    # floor below which PSIS-LOO differences are noise).
-    supported = difference > max(4.0, 2.0 * difference_se)
-    return {"prob": prob, "k_max": k_max, "setups": setups, "loo": loo,
-            "elpd_difference": difference, "elpd_difference_se": difference_se,
-            "decay_supported": bool(supported),
-            "convergence": verdict["status"], "convergence_text": verdict["text"]}
+def _plain(value):
+    from ..data import plain_value
+
+    return plain_value(value)
 
 
-def acceptance_length_draws(data: pd.DataFrame, k_max: int, *, drafter: str | None = None,
+def _parameters(model: TokenAcceptanceModel, setup: int, structure: str, prob: float) -> dict:
+    """The chain's readable parameters: persistences p (of the guessable states) and q,
+    the depth decay lambda, as used by the structure."""
+    def sigmoid(v):
+        return 1.0 / (1.0 + np.exp(-v))
+
+    x = model._draws("logit_persistence", setup)
+    switches = STRUCTURES[structure]
+    delta = model._draws("persistence_spread", setup) * switches["spread"]
+    out = {}
+    if switches["memoryless"]:
+        out["alpha"] = _interval(sigmoid(x), prob)
+        return out
+    q = sigmoid(model._draws("logit_stay_unguessable", setup))
+    if switches["spread"]:
+        out["stay_guessable_low"] = _interval(sigmoid(x - delta), prob)
+        out["stay_guessable_high"] = _interval(sigmoid(x + delta), prob)
+    else:
+        out["stay_guessable"] = _interval(sigmoid(x), prob)
+    out["stay_unguessable"] = _interval(q, prob)
+    if switches["depth"]:
+        out["depth_decay"] = _interval(model._draws("depth_decay", setup), prob)
+    return out
+
+
+def acceptance_length_draws(counters: pd.DataFrame, k_max: int, *, drafter: str | None = None,
                             settings=None) -> tuple[np.ndarray, str, dict]:
-    """Fit the decay model to per-position counters and return E(k) draws (S, k_max + 1)
-    of the setup whose drafter is ``drafter`` (the only one when None), its label and the
-    convergence verdict."""
-    model = PositionAcceptanceModel(decay=True)
-    model.fit(data, settings)
-    setups = model.windows["setups"]
-    drafters = [label.split(" + ", 1)[1] for label in setups]
+    """Fit the acceptance of counters (:func:`fit_acceptance`, structure auto) and return
+    the E(k) draws (S, k_max + 1) of the setup whose drafter is ``drafter`` (the only one
+    when None), its label and the convergence verdict."""
+    windows = counter_windows(counters)
+    setups = windows["setups"]
+    drafters = [str(lab.get("drafter") or "") for lab in windows["labels"]]
     if drafter is not None:
         chosen = [i for i, d in enumerate(drafters) if d.strip().lower() == drafter.strip().lower()]
     else:
@@ -242,4 +775,93 @@ def acceptance_length_draws(data: pd.DataFrame, k_max: int, *, drafter: str | No
                        + ("none" if not chosen else "more than one")
                        + (f" with drafter '{drafter}'" if drafter else "")
                        + ": name the drafter", argument="drafter")
+    fitted = fit_acceptance(counters, settings=settings)
+    model = fitted.model(chosen[0])
     return model.acceptance_length_draws(chosen[0], k_max), setups[chosen[0]], model.verdict()
+
+
+# ----------------------------------------------------------------------------- joint use
+# The speculative latency model's option ``acceptance_law="token"``: the token process of
+# each setup is fitted from its SD rows' per-position counters inside the latency model,
+# and E(k) of every SD group enters eq. (3) from the same draws.
+
+def token_windows_of(groups: pd.DataFrame, counters: dict, counter_group: np.ndarray,
+                     n_setups: int, source=None) -> dict:
+    """The counter windows of a speculative model's SD groups: every row with complete
+    per-position counters is a window of its group's setup. ``counters``: the model's
+    ``_counter_totals``; every SD group needs at least one window."""
+    is_sd = groups["is_sd"].to_numpy(bool)
+    setup_of_group = groups["setup_index"].to_numpy(int)
+    usable = counters["complete"] & (counter_group >= 0)
+    usable &= is_sd[np.maximum(counter_group, 0)]
+    lacking = [g for g in np.flatnonzero(is_sd) if not (usable & (counter_group == g)).any()]
+    if lacking:
+        raise BadInput(f"acceptance_law=token needs per-position counters (num_drafts and "
+                       f"accepted_tokens_pos1..k) on the SD group '{groups['label'].iloc[lacking[0]]}'",
+                       file=source, column="accepted_tokens_pos1")
+    rows = np.flatnonzero(usable)
+    k = counters["k"][rows].astype(int)
+    max_k = int(k.max())
+    drafts = counters["drafts"][rows]
+    positions = counters["positions"][rows, :max_k]
+    at_least = np.concatenate([drafts[:, None], positions, np.zeros((len(rows), 1))], axis=1)
+    at_least = np.where(np.arange(max_k + 2)[None, :] <= k[:, None], at_least, 0.0)
+    inside = np.arange(max_k + 1)[None, :] <= k[:, None]
+    counts = np.where(inside, at_least[:, :-1] - at_least[:, 1:], 0.0)
+    setup = setup_of_group[counter_group[rows]]
+    replicated = np.zeros(n_setups, dtype=bool)
+    for s in range(n_setups):
+        ks = k[setup == s]
+        replicated[s] = len(ks) > len(set(ks.tolist()))
+    return {"setup": setup, "k": k, "counts": np.round(counts), "inside": inside,
+            "max_k": max_k, "replicated": replicated, "rows": rows}
+
+
+def token_acceptance_lengths(windows: dict, structures: list[str], n_setups: int,
+                             k_max: int, counts, priors: dict | None = None):
+    """Inside a PyMC model with a ``setup`` dim: the token process of every setup, the
+    likelihood of its counter windows, and the Deterministic ``acceptance_length``
+    (setup, draft_length = 0..k_max): E(k) for the latency law. ``counts``: the model's
+    data of the windows' counts of A = a. Returns that tensor."""
+    import pymc as pm
+    import pytensor.tensor as pt
+
+    priors = {**TokenAcceptanceModel().priors, **(priors or {})}
+    switches = {name: np.array([STRUCTURES[s][name] for s in structures])
+                for name in ("memoryless", "spread", "depth")}
+    model = pm.modelcontext(None)
+    if "draft_length" not in model.coords:
+        model.add_coord("draft_length", np.arange(k_max + 1))
+    x = pm.Normal("acceptance_logit_persistence", *priors["logit_persistence"], dims="setup")
+    q = pm.Normal("acceptance_logit_stay_unguessable", *priors["logit_stay_unguessable"],
+                  dims="setup")
+    spread = pm.HalfNormal("acceptance_persistence_spread", priors["persistence_spread"],
+                           dims="setup")
+    decay = pm.HalfNormal("acceptance_depth_decay", priors["depth_decay"], dims="setup")
+    depth = max(k_max, windows["max_k"])
+    table = token_regimes_acceptance_expr(*chain_parameters(x, spread, q, decay, switches,
+                                                            depth, xp=pt), xp=pt)
+    lengths = 1.0 + (table * np.arange(depth + 1, dtype=float)).sum(axis=-1)  # (S, depth)
+    lengths = pt.concatenate([pt.ones((n_setups, 1)), lengths[:, :k_max]], axis=1)
+    pm.Deterministic("acceptance_length", lengths, dims=("setup", "draft_length"))
+    setup, k, max_k = windows["setup"], windows["k"], windows["max_k"]
+    pick = (np.arange(1, depth + 1)[None, :] == k[:, None]).astype(float)
+    pmf = (table[setup] * pick[:, :, None]).sum(axis=1)[:, :max_k + 1]
+    plain = window_log_likelihood(counts, pmf, windows["inside"], xp=pt)
+    replicated = windows["replicated"]
+    if replicated.any():
+        log_kappa = pm.Normal("acceptance_token_log_concentration",
+                              *priors["log_concentration"], dims="setup")
+        scattered = window_log_likelihood(counts, pmf, windows["inside"],
+                                          pt.exp(log_kappa)[setup], xp=pt, gammaln=pt.gammaln)
+        loglik = pt.where(replicated[setup], scattered, plain)
+    else:
+        loglik = plain
+    pm.Potential("acceptance_token_log_likelihood", loglik.sum())
+    return lengths
+
+
+#: The token process's variables in a speculative fit (its decision quantities).
+TOKEN_VARIABLES = ["acceptance_logit_persistence", "acceptance_logit_stay_unguessable",
+                   "acceptance_persistence_spread", "acceptance_depth_decay",
+                   "acceptance_token_log_concentration", "acceptance_length"]

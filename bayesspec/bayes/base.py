@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..data import (ENGINE_LIMIT_COLUMNS, assign_groups, concurrency_caps, group_label,
-                    included)
+                    has_mean_latency, included)
 from ..errors import BadInput, FitFileError
 from ..laws import queue_wait_scale
 from ..fitfile import Fit, read_tree
@@ -138,6 +138,9 @@ class LatencyModel:
     # Tuning steps and draws per chain when the user does not say (``--tune``, ``--draws``).
     default_tune: int = 1000
     default_draws: int = 1000
+    # Parameters of one group's curve (C1, C2): a group needs this many rates plus two to
+    # pin them down and see the noise (inference.design_advice).
+    curve_parameters: int = 2
 
     def __init__(self, config: dict | None = None, *, catalog=None):
         unknown = set(config or {}) - set(self.default_config)
@@ -175,8 +178,16 @@ class LatencyModel:
                           sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
+    #: Whether the model needs measured mean latencies (every model but ``tails``, which
+    #: also fits a file of percentiles alone).
+    needs_mean_latency = True
+
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
         """The likelihood rows, the groups with their scales, and each row's group."""
+        if self.needs_mean_latency and not has_mean_latency(data):
+            raise BadInput(f"the data have latency percentiles but no mean latency "
+                           f"(latency_mean_s), which the {self.name} model fits; fit them "
+                           "with --model tails", file=data.attrs.get("source_file"))
         rows = included(data).reset_index(drop=True)
         if rows.empty:
             raise BadInput("every row is saturated or excluded; nothing left to fit",
@@ -355,6 +366,11 @@ class LatencyModel:
         """Latency summaries besides the mean this fit answers (``metric_curve``)."""
         return []
 
+    def has_mean(self, fit) -> bool:
+        """Whether this fit answers mean latency (a tails fit of percentiles alone does
+        not)."""
+        return True
+
     def check_metric(self, fit, metric: str | None) -> str | None:
         """``metric`` normalised (None for the mean); a clear error when the fit has no
         law for it."""
@@ -429,6 +445,13 @@ class LatencyModel:
 
     def version_comparison(self, fit, *, rope: float, prob: float) -> dict:
         """``compare --by``: only models of two versions in one fit answer."""
+        raise BadInput("this fit is not a two-version fit; use compare A.nc B.nc or "
+                       "compare DATA --by COLUMN")
+
+    def version_curves(self, fit) -> list[dict]:
+        """``compare --by``: per group measured in both versions, (label, curve A,
+        curve B, A's fitted rows, B's fitted rows); only models of two versions in one
+        fit answer."""
         raise BadInput("this fit is not a two-version fit; use compare A.nc B.nc or "
                        "compare DATA --by COLUMN")
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pymc as pm
-import pytensor.tensor as pt
+from ..lazymodule import lazy_module
+
+pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from .base import COMMON_CONFIG, LatencyModel
 from .priors import latency_likelihood, pooled_normal

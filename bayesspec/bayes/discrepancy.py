@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pymc as pm
-import pytensor.tensor as pt
+from ..lazymodule import lazy_module
+
+pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from ..laws import curved_latency_expr
 from ..prediction import CurvedCurve, Noise
@@ -34,6 +35,7 @@ from .priors import latency_likelihood
 class DiscrepancyLatencyModel(DenseLatencyModel):
     name = "dense-discrepancy"
     version = "1"
+    curve_parameters = 3
     default_config = {
         **DenseLatencyModel.default_config,
         "bend_scale": 0.5,          # HalfNormal scale of the spread of log(1 + bend)

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pymc as pm
-import pytensor.tensor as pt
+from ..lazymodule import lazy_module
+
+pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from ..errors import BadInput
 from ..laws import expert_coverage_expr, moe_latency_expr

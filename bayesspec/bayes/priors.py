@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import pymc as pm
-import pytensor.tensor as pt
+from ..lazymodule import lazy_module
+
+pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from ..laws import (latency_expr, load_amplification_expr, load_elasticity_expr,
                     slot_queue_latency_expr)

@@ -52,14 +52,16 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pymc as pm
-import pytensor.tensor as pt
+from ..lazymodule import lazy_module
+
+pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from ..data import EXTRA_GROUP_COLUMNS, group_label, row_group_labels
 from ..errors import BadInput
-from ..laws import effective_costs_expr, expected_accepted, expected_accepted_expr
+from ..laws import costs_for_acceptance_length, expected_accepted, expected_accepted_expr
 from ..prediction import CoefficientLaw, Curve, MeasuredConfiguration, MoECurve, MoESplit
 from . import moe_split
+from .acceptance import TOKEN_VARIABLES
 from .base import (COMMON_CONFIG, LatencyModel, ModelInputs, dense_hint, engine_limits,
                    fitted_cap)
 from .priors import latency_likelihood, pooled_normal
@@ -272,6 +274,11 @@ class SpeculativeLatencyModel(LatencyModel):
         "latent_alpha": "auto",      # auto | always | never
         "acceptance": "auto",        # auto | totals | per_position (counters used)
         "acceptance_dispersion": "learned",   # learned | none (plain Binomial counts)
+        # iid: eq. (3)'s alpha (known, or latent from the counters); token: E(k) from the
+        # token process fitted to the SD rows' per-position counters (bayes.acceptance)
+        "acceptance_law": "iid",
+        "acceptance_structure": "auto",   # token: auto (by drafter kind) or a structure
+        "acceptance_k_max": 16,           # token: E(k) kept for k = 0..this, per draw
         # prior of log kappa: kappa ~ 1100, window-to-window sd of alpha ~ 0.013 at 0.8
         "acceptance_log_concentration_mean": 7.0,
         "acceptance_log_concentration_scale": 2.5,
@@ -337,7 +344,10 @@ class SpeculativeLatencyModel(LatencyModel):
             latent = is_sd & has_counters
         else:
             latent = is_sd & has_counters & np.isnan(alpha)
-        missing = is_sd & np.isnan(alpha) & ~latent
+        token = self._token_law()
+        if token:
+            latent = np.zeros(len(groups), dtype=bool)   # alpha is a label, E(k) is fitted
+        missing = is_sd & np.isnan(alpha) & ~latent & (not token)
         if missing.any():
             label = groups.loc[missing, "label"].iloc[0]
             raise BadInput(f"alpha is unknown for speculative group '{label}' and there are "
@@ -348,6 +358,12 @@ class SpeculativeLatencyModel(LatencyModel):
         groups["accepted_total"] = accepted
         inputs.extras["acceptance"], groups["acceptance_counts"] = self._acceptance_windows(
             counters, counter_group, latent, groups, source)
+        if token:
+            from .acceptance import token_windows_of
+
+            windows = token_windows_of(groups, counters, counter_group, len(setups), source)
+            inputs.extras["acceptance_token"] = windows
+            groups["acceptance_counts"] = np.where(is_sd, "token", "")
 
         moe_split.annotate(inputs, setups, self.config, source)
         self.setups = setups
@@ -403,6 +419,9 @@ class SpeculativeLatencyModel(LatencyModel):
         data see new counters too)."""
         arrays = super().data_arrays(inputs)
         arrays.update(inputs.extras.get("acceptance", {}))
+        if "acceptance_token" in inputs.extras:
+            arrays["acceptance_token_counts"] = (inputs.extras["acceptance_token"]["counts"],
+                                                 None)
         return arrays
 
     # ------------------------------------------------------------------ graph
@@ -448,9 +467,11 @@ class SpeculativeLatencyModel(LatencyModel):
                                           utilisation_logit[:len(dense_idx)], c1, c2)
             if len(sd_idx):
                 alpha = self._alpha(groups, latent_idx, known_alpha)
+                lengths = self._token_lengths(groups) if self._token_law() else None
                 c1, c2 = self._speculative_part(cfg, groups, sd_idx, setup_index, n_setups,
                                                 decode, k, alpha, rps_max,
-                                                utilisation_logit[len(dense_idx):], c1, c2)
+                                                utilisation_logit[len(dense_idx):], c1, c2,
+                                                lengths=lengths)
 
             self.likelihood(c1, c2, cfg, data, inputs)
         return model
@@ -503,11 +524,15 @@ class SpeculativeLatencyModel(LatencyModel):
         return pt.set_subtensor(alpha[latent_idx], latent_alpha)
 
     def _speculative_part(self, cfg, groups, sd_idx, setup_index, n_setups, decode, k, alpha,
-                          rps_max, utilisation_logit, c1, c2):
+                          rps_max, utilisation_logit, c1, c2, lengths=None):
         setup_of_sd = setup_index[sd_idx]
         decode_sd = decode[sd_idx]
         k_sd = k[sd_idx]
         alpha_sd = alpha[sd_idx]
+        # tokens per cycle of each SD configuration: eq. (3)'s E(alpha, k), or the token
+        # process's E(k) (``lengths``: per group)
+        length_sd = (expected_accepted_expr(alpha_sd, k_sd, xp=pt) if lengths is None
+                     else lengths[sd_idx])
 
         # Each setup is normalised at an anchor configuration (its median number of
         # cycles): the data pin the anchor's C1 down to about a percent, and expressing
@@ -518,8 +543,7 @@ class SpeculativeLatencyModel(LatencyModel):
         anchor = median_cycle_anchors(groups, sd_idx, decode_sd, k_sd,
                                       [np.flatnonzero(setup_of_sd == s)
                                        for s in range(n_setups)])
-        anchor_cycles = decode_sd[anchor] / expected_accepted_expr(
-            alpha_sd[anchor], k_sd[anchor], xp=pt)
+        anchor_cycles = decode_sd[anchor] / length_sd[anchor]
         anchor_k = k_sd[anchor]
         share = cfg["share_scale"]
 
@@ -549,9 +573,9 @@ class SpeculativeLatencyModel(LatencyModel):
         dir_c2p = prefill_fraction_c2
         dir_c2v = (1 - prefill_fraction_c2) / (anchor_cycles * (1 + anchor_k * ratio_c2))
         dir_c2d = ratio_c2 * dir_c2v
-        _, unscaled_c2 = effective_costs_expr(alpha_sd, k_sd, decode_sd, 0.0, 0.0, 0.0,
-                                              dir_c2p[setup_of_sd], dir_c2v[setup_of_sd],
-                                              dir_c2d[setup_of_sd], xp=pt)
+        _, unscaled_c2 = costs_for_acceptance_length(length_sd, k_sd, decode_sd, 0.0, 0.0, 0.0,
+                                                     dir_c2p[setup_of_sd], dir_c2v[setup_of_sd],
+                                                     dir_c2d[setup_of_sd])
         load = rps_max[sd_idx] * unscaled_c2
         # Largest utilisation per setup via a padded (setup x member) table.
         width = int(np.bincount(setup_of_sd, minlength=n_setups).max())
@@ -573,23 +597,61 @@ class SpeculativeLatencyModel(LatencyModel):
         coefficients = {"c1p": c1p, "c1v": c1v, "c1d": c1d, "c2p": c2p, "c2v": c2v, "c2d": c2d}
         for name, value in coefficients.items():
             pm.Deterministic(name, value, dims="setup")
-        c1_sd, c2_sd = effective_costs_expr(
-            alpha_sd, k_sd, decode_sd, c1p[setup_of_sd], c1v[setup_of_sd], c1d[setup_of_sd],
-            c2p[setup_of_sd], c2v[setup_of_sd], c2d[setup_of_sd], xp=pt)
+        c1_sd, c2_sd = costs_for_acceptance_length(
+            length_sd, k_sd, decode_sd, c1p[setup_of_sd], c1v[setup_of_sd], c1d[setup_of_sd],
+            c2p[setup_of_sd], c2v[setup_of_sd], c2d[setup_of_sd])
         c1 = pt.set_subtensor(c1[sd_idx], c1_sd)
         c2 = pt.set_subtensor(c2[sd_idx], c2_sd)
         return c1, c2
+
+    # ------------------------------------------------------------------ token acceptance
+    # acceptance_law="token": E(k) of each SD group from the token process of its setup,
+    # fitted to the per-position counters of the setup's rows (bayes.acceptance), so that
+    # every decision carries the acceptance uncertainty with the same draws.
+    def _token_law(self) -> bool:
+        from .acceptance import STRUCTURES
+
+        law, structure = self.config["acceptance_law"], self.config["acceptance_structure"]
+        if law not in {"iid", "token"}:
+            raise ValueError(f"acceptance_law must be iid or token, got {law!r}")
+        if structure != "auto" and structure not in STRUCTURES:
+            raise ValueError(f"acceptance_structure must be auto or one of "
+                             f"{', '.join(STRUCTURES)}, got {structure!r}")
+        return law == "token"
+
+    def check_config(self) -> None:
+        super().check_config()
+        self._token_law()
+
+    def _token_lengths(self, groups):
+        """Per group (a tensor; 1 where dense) the tokens per cycle E(k) of its setup's
+        token process, and the process's counter likelihood."""
+        import pymc as pm
+
+        from .acceptance import default_structure, token_acceptance_lengths
+
+        setups = self.inputs.extras["setups"]
+        windows = self.inputs.extras["acceptance_token"]
+        structure = self.config["acceptance_structure"]
+        structures = [default_structure(row) if structure == "auto" else structure
+                      for row in setups.to_dict("records")]
+        k = groups["k"].to_numpy(int)
+        k_max = max(int(self.config["acceptance_k_max"]), int(k.max()))
+        table = token_acceptance_lengths(windows, structures, len(setups), k_max,
+                                         pm.modelcontext(None)["acceptance_token_counts"])
+        setup = np.maximum(groups["setup_index"].to_numpy(int), 0)
+        return table[setup, k]
 
     # ------------------------------------------------------------------ reuse
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "c1p", "c1v", "c1d", "c2p", "c2v", "c2d",
                 "C1_dense", "C2_dense", "alpha_latent", "share_C1s", "share_C2s",
-                "share_C1s_dense", "share_C2s_dense"]
+                "share_C1s_dense", "share_C2s_dense"] + TOKEN_VARIABLES
 
     # ------------------------------------------------------------------ prediction contract
     def decision_variables(self) -> list[str]:
         return super().decision_variables() + list(COEFFICIENTS) + [
-            "C1_dense", "C2_dense", "alpha_latent", "C1u", "C1s", "C2u", "C2s"]
+            "C1_dense", "C2_dense", "alpha_latent", "C1u", "C1s", "C2u", "C2s"] + TOKEN_VARIABLES
 
     def _split_offset(self) -> float:
         return float(self.config["moe_token_offset"])
@@ -648,10 +710,15 @@ class SpeculativeLatencyModel(LatencyModel):
                                 setup.get("decode_tokens")) if len(sd_groups) else {})
         if limits and "wait_scale" in groups.columns:
             limits["wait_scale"] = float(groups["wait_scale"].iloc[int(sd_groups[0])])
-        return CoefficientLaw(label, dense, {n: fit.draws(n, setup=s) for n in COEFFICIENTS},
-                              float(setup["decode_tokens"]), moe=split, noise=noise,
-                              engine_limits=limits, measured_configurations=measured,
-                              dense_hint=dense_hint(setup))
+        law = CoefficientLaw(label, dense, {n: fit.draws(n, setup=s) for n in COEFFICIENTS},
+                             float(setup["decode_tokens"]), moe=split, noise=noise,
+                             engine_limits=limits, measured_configurations=measured,
+                             dense_hint=dense_hint(setup))
+        if "acceptance_length" in fit.posterior:
+            # the token process's E(k), draw by draw with the coefficients (joint)
+            law.acceptance_lengths = fit.draws("acceptance_length", setup=s)
+            law.joint_acceptance = True
+        return law
 
     def comparable_parameters(self, fit) -> dict:
         """C1, C2 per group and the six coefficients per setup."""

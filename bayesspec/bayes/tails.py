@@ -1,48 +1,79 @@
 """Tail and per-phase latency: percentiles of end-to-end latency, TTFT and ITL, fitted
-jointly with the mean law.
+jointly with the mean law (or alone, from a file of percentiles without a mean).
 
 Serving SLOs are set on p90/p99 of TTFT and of inter-token latency, not on the mean.
 Per fitted group (a configuration: dense, or SD at one (alpha, k)) the mean latency
-follows eq. (1), L = C1/(1 - x), x = RPS*C2, exactly as in the dense model. Each
-latency summary m the data report (``latency_p99_s``, ``ttft_p90_s``, ``itl_p99_s``, ...)
-follows
+follows eq. (1), L = C1 F, F = L/C1 = 1/(1 - RPS*C2) its load factor, exactly as in the
+dense model. Each latency summary m (``latency_p99_s``, ``ttft_p90_s``, ``itl_p99_s``,
+``latency_p50_s``, ...) follows
 
-    q_m(RPS) = A_m (1 - x)^(-gamma_m)        (:func:`bayesspec.laws.percentile_latency_expr`)
+    q_m(RPS) = A_m F^gamma_m                  (:func:`bayesspec.laws.percentile_latency_expr`)
 
-with the *same* x: every summary diverges at the saturation rate 1/C2 of the mean (the
-queue is unstable there), each with its own zero-load value A_m = C1 exp(offset_m) and
-its own pace gamma_m (1: grows like the mean; > 1: a waiting-time tail; < 1: dominated by
-a load-free part such as prompt processing or the spread of output lengths). Offsets
-and log-exponents are partially pooled per metric across groups; each metric has its own
-log-normal noise (plus its own sampling error growing near saturation); a load
-point's rate error is shared by its mean and all its summaries (one run) and is
-marginalised in closed form (:func:`shared_error_logp`).
+with the mean's load factor (its own saturation cost near the mean's): every summary
+diverges where the mean does (the queue is unstable there), each with its own zero-load
+value A_m and its own pace gamma_m (1: grows like the mean; > 1: a waiting-time tail;
+< 1: dominated by a load-free part such as prompt processing or the spread of output
+lengths). A law of the mean with another pole (an engine's concurrency cap) carries the
+summaries with it through F.
+
+q_m is the summary of the whole request population at that rate. What a load test
+reports is the summary of its n requests (``n_requests``): the sample p-quantile, an
+order statistic, which for few requests sits below q_m and scatters widely (a p99 of 13
+requests is about their maximum, on average the 92nd percentile). With the per-request
+log-latency locally log-normal of spread s around q_m, the reported value is
+log q_m + s (W - z_p), W = Phi^-1(U), U ~ Beta(r, n + 1 - r)
+(:func:`bayesspec.laws.quantile_sampling_moments`); its mean and variance enter the
+likelihood (a bias and a variance per observation). s, the local slope of log latency in
+the normal quantile, is read off the data by default (the ``spread`` option, ``data``:
+between the lowest and highest percentile each point reports, each at the normal score
+its order statistic sits at, pooled per group: :func:`data_spread`), or off the model's
+own curves (``model``: (log q_p - log q_p')/(z_p - z_p') between two fitted percentiles
+of the same quantity at the point's rate).
+
+Each metric has its own log-normal noise besides (what the law does not capture, plus
+its sampling error near saturation); a load point's rate error is shared by its mean and
+all its summaries (one run) and is marginalised in closed form
+(:func:`shared_errors_logp`).
 
 Answers: ``metric_curve(fit, g, metric)`` (a :class:`~bayesspec.prediction.MetricCurve`)
-and ``law(fit, selection, metric=...)``, so that ``speedup``/``crossover --metric`` and
-``slo`` use the same decision code as the mean.
+and ``law(fit, selection, metric=...)``, so that ``speedup``/``crossover --metric``,
+``predict --metric`` and ``slo`` use the same decision code as the mean.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pymc as pm
-import pytensor.tensor as pt
+from ..lazymodule import lazy_module
+
+pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 import xarray as xr
 
+from ..data import has_mean_latency, reference_latency
 from ..errors import BadInput
-from ..laws import latency_expr, load_amplification_expr, percentile_latency_expr
-from ..prediction import MetricCurve, Noise
-from ..schema import METRIC_COLUMNS, metric_description
+from ..laws import (QUANTILE_RULES, latency_expr, load_amplification_expr,
+                    load_elasticity_expr, load_factor_expr, percentile_latency_expr,
+                    quantile_sampling_moments, sampled_quantile_error_expr,
+                    slot_queue_latency_expr)
+from ..prediction import MetricCurve, Noise, SummarySampling
+from ..schema import METRIC_COLUMNS, metric_description, metric_family, metric_quantile
 from .dense import DenseLatencyModel
-from .priors import latency_likelihood, soft_utilisation_cap
+from .base import fitted_cap
+from .priors import CAP_MARGIN, latency_likelihood, soft_utilisation_cap
 
 #: Where a metric's zero-load value sits relative to C1 before the data speak: TTFT and
 #: ITL are about one step, C1 is about decode_tokens steps.
 PER_STEP_PREFIXES = ("ttft", "itl")
 #: The decode length assumed for that centre when the data do not give one.
 FALLBACK_DECODE_TOKENS = 256
+#: Per-request log-latency spread assumed where neither the model's curves nor the data
+#: give one (a summary fitted alone, with no other percentile of its quantity and no
+#: latency_std_s): 0.25 is the order of the simulator's TTFT and end-to-end spreads with
+#: log-normal lengths of cv 0.5.
+FALLBACK_SPREAD = 0.25
+#: Bounds of a spread read off the model's curves (curves that cross in a draw would
+#: give a negative one).
+SPREAD_BOUNDS = (0.005, 2.0)
 
 
 def _observed(rows: pd.DataFrame, column: str) -> np.ndarray:
@@ -107,18 +138,88 @@ def shared_run_errors(residual_mean, slope_mean, run_sd, rate_sd, own_variance_m
     return mean, covariance
 
 
+def spread_pairs(metrics: list[str]) -> list[tuple[int, int] | None]:
+    """Per fitted metric, the two fitted percentiles of the same quantity (indices into
+    ``metrics``, higher quantile first) whose curves give its per-request spread: for a
+    percentile its next lower one (a thin sample's percentile sits below its level, where
+    that slope applies), else its next higher; for a mean the two lowest; None when the
+    quantity has fewer than two fitted percentiles."""
+    pairs = []
+    for metric in metrics:
+        same = sorted((metric_quantile(m), i) for i, m in enumerate(metrics)
+                      if metric_family(m) == metric_family(metric)
+                      and np.isfinite(metric_quantile(m)))
+        if len(same) < 2:
+            pairs.append(None)
+            continue
+        levels = [q for q, _ in same]
+        quantile = metric_quantile(metric)
+        if not np.isfinite(quantile):
+            position = 1
+        else:
+            position = max(levels.index(quantile), 1)
+        pairs.append((same[position][1], same[position - 1][1]))
+    return pairs
+
+
+def data_spread(rows: pd.DataFrame, group_index: np.ndarray, family: str,
+                rule: str = "linear") -> np.ndarray:
+    """Per row, the per-request log-latency spread of ``family`` (latency, ttft, itl)
+    read off the point's own summaries: between the lowest and the highest percentile it
+    reports, each at the normal quantile its order statistic sits at on average
+    (:func:`~bayesspec.laws.quantile_sampling_moments`: a thin sample's spread is not
+    read as narrow), or, for end-to-end latency with only a mean, from latency_std_s (a
+    log-normal's). Pooled per group (the median of its points: one thin point's spread
+    scatters by tens of percent); :data:`FALLBACK_SPREAD` where a group has none."""
+    from scipy.special import ndtri
+
+    columns = [(metric_quantile(m), c) for m, c in METRIC_COLUMNS.items()
+               if metric_family(m) == family and np.isfinite(metric_quantile(m))
+               and c in rows.columns]
+    count = (pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
+             if "n_requests" in rows.columns else np.full(len(rows), np.nan))
+    spread = np.full(len(rows), np.nan)
+    if len(columns) >= 2:
+        values = np.column_stack([pd.to_numeric(rows[c], errors="coerce").to_numpy(float)
+                                  for _, c in columns])
+        levels = np.array([q for q, _ in columns])
+        for i in range(len(rows)):
+            seen = np.flatnonzero(np.isfinite(values[i]) & (values[i] > 0))
+            if len(seen) < 2:
+                continue
+            lo, hi = seen[0], seen[-1]
+            shift = quantile_sampling_moments(levels[[hi, lo]], count[i], rule)[0]
+            distance = (ndtri(levels[hi]) + shift[0]) - (ndtri(levels[lo]) + shift[1])
+            if distance > 0.1:
+                spread[i] = np.log(values[i, hi] / values[i, lo]) / distance
+    if family == "latency" and {"latency_std_s", "latency_mean_s"} <= set(rows.columns):
+        cv = (pd.to_numeric(rows["latency_std_s"], errors="coerce").to_numpy(float)
+              / pd.to_numeric(rows["latency_mean_s"], errors="coerce").to_numpy(float))
+        spread = np.where(np.isnan(spread) & (cv > 0), np.sqrt(np.log1p(cv**2)), spread)
+    pooled = np.full(len(rows), FALLBACK_SPREAD)
+    for g in np.unique(group_index):
+        members = group_index == g
+        known = spread[members][np.isfinite(spread[members]) & (spread[members] > 0)]
+        if known.size:
+            pooled[members] = float(np.median(known))
+    return np.clip(pooled, *SPREAD_BOUNDS)
+
+
 class TailLatencyModel(DenseLatencyModel):
     name = "tails"
-    version = "1"
+    version = "2"
+    needs_mean_latency = False
     default_config = {
         **DenseLatencyModel.default_config,
         "offset_scale": 2.0,         # prior sd of log A around log C1 + the metric's centre
         "exponent_log_scale": 0.5,   # prior sd of log(gamma) around 0
-        "tail_noise_median": 0.03,   # a percentile of ~1000 requests scatters more than a mean
+        # What the law leaves over of a summary, its sampling error apart.
+        "tail_noise_median": 0.03,
         # Summaries fitted when the data have them: the tails SLOs are set on. Medians and
         # means of fixed-length requests are near-copies of the mean latency that add
         # nothing to it but a second opinion on its noise (measured: bimodal noise
         # scales on the README walkthrough with all 14); name them here to fit them.
+        # Without a mean latency in the data, the medians are fitted too.
         "metrics": ("p90", "p99", "ttft_p90", "ttft_p99", "itl_p90", "itl_p99"),
         # True: the mean's noise_base is also a run effect shared with the summaries (the
         # fuller model of one run; bimodal noise scales on the fixed-length README sweeps,
@@ -129,41 +230,113 @@ class TailLatencyModel(DenseLatencyModel):
         "free_exponent": True,
         # Log-sd of a summary's saturation cost around the mean's C2 (0: the same C2).
         "saturation_spread": 0.1,
+        # A reported percentile of n_requests requests is an order statistic: its bias and
+        # scatter enter the likelihood (False: a summary is read as the population's).
+        "sampling_error": True,
+        # Where the per-request log-latency spread comes from: "data" (the points' own
+        # percentiles, pooled per group) or "model" (the fitted curves of two percentiles
+        # of the same quantity; the data's where there are not two). Measured on thin
+        # simulated runs (benchmarks/thin_slo.py): "data" agrees with the long-run truth
+        # more often (0.984 against 0.970) and samples twice as fast; "model" can widen
+        # the spread to excuse a curve's misfit (a spread of 0.59 where the truth has 0.35).
+        "spread": "data",
+        # How the percentiles were computed (QUANTILE_RULES): "linear" is numpy's, vllm
+        # bench's and the simulator's, "inverted_cdf" GuideLLM's.
+        "quantile_rule": "linear",
     }
+
+    def check_config(self) -> None:
+        if self.config["spread"] not in ("model", "data"):
+            raise ValueError(f"spread must be 'model' or 'data', got {self.config['spread']!r}")
+        if self.config["quantile_rule"] not in QUANTILE_RULES:
+            raise ValueError(f"quantile_rule must be one of {QUANTILE_RULES}, got "
+                             f"{self.config['quantile_rule']!r}")
 
     # ------------------------------------------------------------------ data
     def prepare(self, data: pd.DataFrame):
+        has_mean = has_mean_latency(data)
+        if not has_mean:
+            # The group scales (rps_max, the latency at the lowest rate) are read off a
+            # stand-in; nothing of it enters the likelihood.
+            data = data.assign(latency_mean_s=reference_latency(data))
         inputs = super().prepare(data)
         rows, groups = inputs.rows, inputs.groups
-        unknown = set(self.config["metrics"]) - set(METRIC_COLUMNS)
+        wanted = list(self.config["metrics"])
+        if not has_mean:
+            wanted += [m for m in ("p50", "ttft_p50", "itl_p50") if m not in wanted]
+        unknown = set(wanted) - set(METRIC_COLUMNS)
         if unknown:
             raise BadInput(f"unknown metric(s) {sorted(unknown)}; known: "
                            f"{', '.join(METRIC_COLUMNS)}", argument="metrics")
-        metrics = [m for m in METRIC_COLUMNS if m in self.config["metrics"]
+        metrics = [m for m in METRIC_COLUMNS if m in wanted
                    and _observed(rows, METRIC_COLUMNS[m]).any()]
         if not metrics:
             raise BadInput("the tails model needs at least one latency percentile, TTFT or "
                            "ITL column among "
-                           f"{', '.join(METRIC_COLUMNS[m] for m in self.config['metrics'])};"
+                           f"{', '.join(METRIC_COLUMNS[m] for m in wanted)};"
                            " these data have none", argument="model")
-        points, metric_index, values = [], [], []
+        count = (pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
+                 if "n_requests" in rows.columns else np.full(len(rows), np.nan))
+        if not self.config["sampling_error"]:
+            count = np.full(len(rows), np.nan)
+        rule = self.config["quantile_rule"]
+        spreads = {family: data_spread(rows, inputs.group_index, family, rule)
+                   for family in {metric_family(m) for m in metrics}}
+        for family, values in spreads.items():
+            first = np.unique(inputs.group_index, return_index=True)[1]
+            groups[f"spread_{family}"] = values[first]
+        points, metric_index, values, shift, variance, spread = [], [], [], [], [], []
         for m, metric in enumerate(metrics):
             column = METRIC_COLUMNS[metric]
             seen = _observed(rows, column)
             points.append(np.flatnonzero(seen))
             metric_index.append(np.full(int(seen.sum()), m))
             values.append(pd.to_numeric(rows[column], errors="coerce").to_numpy(float)[seen])
+            moments = quantile_sampling_moments(metric_quantile(metric), count[seen], rule)
+            shift.append(np.broadcast_to(moments[0], (int(seen.sum()),)))
+            variance.append(np.broadcast_to(moments[1], (int(seen.sum()),)))
+            spread.append(spreads[metric_family(metric)][seen])
             groups[f"observed_{metric}"] = np.bincount(inputs.group_index[seen],
                                                        minlength=len(groups))
+        groups["observed_mean"] = (np.bincount(inputs.group_index, minlength=len(groups))
+                                   if has_mean else 0)
         decode = (pd.to_numeric(groups["decode_tokens"], errors="coerce").to_numpy(float)
                   if "decode_tokens" in groups.columns else np.full(len(groups), np.nan))
         decode = np.where(np.isfinite(decode) & (decode > 0), decode, FALLBACK_DECODE_TOKENS)
-        centre = np.array([[-np.log(decode[g]) if metric.startswith(PER_STEP_PREFIXES) else 0.0
-                            for g in range(len(groups))] for metric in metrics])
-        inputs.extras.update(metrics=metrics, tail_point=np.concatenate(points),
-                             tail_metric=np.concatenate(metric_index),
-                             tail_values=np.concatenate(values), offset_centre=centre)
+        if has_mean:
+            # Around log C1: TTFT and ITL are about one step, C1 about decode_tokens steps.
+            centre = np.array([[-np.log(decode[g]) if metric.startswith(PER_STEP_PREFIXES)
+                                else 0.0 for g in range(len(groups))] for metric in metrics])
+        else:
+            centre = self._data_centres(rows, inputs.group_index, len(groups), metrics)
+        pairs = spread_pairs(metrics) if self.config["spread"] == "model" else [None] * len(
+            metrics)
+        inputs.extras.update(
+            metrics=metrics, has_mean=has_mean, tail_point=np.concatenate(points),
+            tail_metric=np.concatenate(metric_index), tail_values=np.concatenate(values),
+            offset_centre=centre, sampling_shift=np.concatenate(shift),
+            sampling_variance=np.concatenate(variance), data_spread=np.concatenate(spread),
+            spread_pairs=pairs)
+        if not has_mean:
+            inputs.extras["log_se"] = np.zeros(len(rows))
         return inputs
+
+    @staticmethod
+    def _data_centres(rows, group_index, n_groups: int, metrics: list[str]) -> np.ndarray:
+        """Without a mean (no C1 to centre on): per (metric, group) the log of the
+        summary at the group's lowest rate that has it (the metric's median over groups
+        for a group without it). A prior of log-sd ``offset_scale`` around it."""
+        rps = rows["rps"].to_numpy(float)
+        centre = np.full((len(metrics), n_groups), np.nan)
+        for m, metric in enumerate(metrics):
+            values = pd.to_numeric(rows[METRIC_COLUMNS[metric]], errors="coerce").to_numpy(float)
+            seen = np.isfinite(values) & (values > 0)
+            for g in range(n_groups):
+                members = np.flatnonzero(seen & (group_index == g))
+                if members.size:
+                    centre[m, g] = np.log(values[members[np.argmin(rps[members])]])
+            centre[m] = np.where(np.isnan(centre[m]), np.nanmedian(centre[m]), centre[m])
+        return centre
 
     def empty_model(self, data: pd.DataFrame):
         inputs, model = super().empty_model(data)
@@ -179,7 +352,13 @@ class TailLatencyModel(DenseLatencyModel):
             "tail_metric": (extras["tail_metric"], "tail_observation"),
             "observed_log_tail": (np.log(extras["tail_values"]), "tail_observation"),
             "offset_centre": (extras["offset_centre"], None),
+            "sampling_shift": (extras["sampling_shift"], "tail_observation"),
+            "sampling_variance": (extras["sampling_variance"], "tail_observation"),
+            "data_spread": (extras["data_spread"], "tail_observation"),
         })
+        if not extras["has_mean"]:
+            # The stand-in latency is not data: no mean likelihood reads it.
+            del arrays["observed_log_latency"], arrays["log_C1_center"]
         return arrays
 
     # ------------------------------------------------------------------ model
@@ -187,13 +366,26 @@ class TailLatencyModel(DenseLatencyModel):
         inputs, model = self.empty_model(data)
         cfg = self.config
         n_groups = len(inputs.groups)
+        has_mean = inputs.extras["has_mean"]
         with model:
             data = self.add_data(inputs)
-            log_c1, utilisation = self.group_costs(data, n_groups)
-            c1, c2 = pt.exp(log_c1), utilisation / data["rps_max"]
-            latency_likelihood(c1, c2, cfg, data)
-            log_scale, log_exponent = self._tail_parameters(
-                log_c1, data["offset_centre"], n_groups)
+            if has_mean:
+                log_c1, utilisation = self.group_costs(data, n_groups)
+                c1, c2 = pt.exp(log_c1), utilisation / data["rps_max"]
+                latency_likelihood(c1, c2, cfg, data)
+                centre = log_c1[None, :] + data["offset_centre"]
+            else:
+                # No mean latency measured: no C1 (its zero-load value), only the
+                # saturation cost every summary shares, and the rate error of a run.
+                utilisation = pm.math.sigmoid(pm.Normal(
+                    "utilisation_logit", cfg["utilisation_logit_mean"],
+                    cfg["utilisation_logit_scale"], dims="group"))
+                c2 = pm.Deterministic("C2", utilisation / data["rps_max"], dims="group")
+                pm.Deterministic("saturation_rps", 1.0 / c2, dims="group")
+                pm.LogNormal("noise_load", np.log(cfg["noise_load_median"]),
+                             cfg["noise_log_sd"])
+                centre = data["offset_centre"]
+            log_scale, log_exponent = self._tail_parameters(centre)
             scale = pm.Deterministic("tail_scale", pt.exp(log_scale), dims=("metric", "group"))
             exponent = pm.Deterministic("tail_exponent", pt.exp(log_exponent),
                                         dims=("metric", "group"))
@@ -203,8 +395,6 @@ class TailLatencyModel(DenseLatencyModel):
                                            cfg["noise_log_sd"])
             point, metric = data["tail_point"], data["tail_metric"]
             group = data["group_index"][point]
-            rps = data["rps"][point]
-            gamma = exponent[metric, group]
             if cfg["saturation_spread"] > 0:
                 # Each summary's own saturation cost, near the mean's: within the data A
                 # and gamma absorb a small shift, beyond them it widens the prediction.
@@ -212,11 +402,36 @@ class TailLatencyModel(DenseLatencyModel):
                     "tail_saturation_z", 0.0, 1.0, dims=("metric", "group"))
                 c2_tail = pm.Deterministic("tail_C2", c2[None, :] * pt.exp(shift),
                                            dims=("metric", "group"))
-                c2_summary = soft_utilisation_cap(rps, c2_tail[metric, group])
             else:
-                c2_summary = c2[group]
-            log_q = pt.log(percentile_latency_expr(rps, scale[metric, group], c2_summary, gamma,
-                                                   xp=pt))
+                c2_tail = pt.broadcast_to(c2[None, :], (len(inputs.extras["metrics"]),
+                                                        n_groups))
+
+            # Every fitted summary's law at every point (metric, point): the observations
+            # read their own, the spread reads two of the same quantity.
+            every_rps = data["rps"][None, :]
+            every_group = data["group_index"]
+            c2_summary = soft_utilisation_cap(every_rps, c2_tail[:, every_group])
+            capped = has_mean and "cap" in data
+            if capped:
+                # The mean law's load factor L/C1 with the engine's cap (the slot
+                # queue) in the groups that have one, at each summary's own C2.
+                at_cap = data["has_cap"][every_group][None, :] > 0
+                c1_every = c1[every_group][None, :]
+                load_factor = pt.where(at_cap, slot_queue_latency_expr(
+                    every_rps, c1_every, c2_summary, data["cap"][every_group][None, :],
+                    xp=pt, wait_scale=data["wait_scale"][every_group][None, :],
+                    soft_margin=CAP_MARGIN) / c1_every,
+                    load_factor_expr(every_rps, c2_summary))
+            else:
+                load_factor = load_factor_expr(every_rps, c2_summary)
+            log_q_all = pt.log(percentile_latency_expr(
+                load_factor, scale[:, every_group], exponent[:, every_group], xp=pt))
+
+            gamma = exponent[metric, group]
+            log_q = log_q_all[metric, point]
+            bias, sampling_variance = sampled_quantile_error_expr(
+                self._spread(inputs.extras, data, metric, point, log_q_all),
+                data["sampling_shift"], data["sampling_variance"])
             # A load point is one run: its mean and all its summaries share the run's
             # errors, the rate it actually felt (the mean's noise_load * x/(1-x)) and a
             # run effect (the mean's noise_base: a slow stretch moves every summary).
@@ -227,22 +442,46 @@ class TailLatencyModel(DenseLatencyModel):
             # (bimodal noise scales on the README walkthrough). The summaries'
             # likelihood is their law given the mean's residual, the shared errors
             # marginalised in closed form (no latent per point); what a summary adds of
-            # its own is tail_noise, and its sampling error near saturation,
-            # tail_noise_load.
+            # its own is its sampling error as an order statistic, tail_noise, and its
+            # sampling error near saturation, tail_noise_load.
             g_mean = data["group_index"]
             slope_mean = load_amplification_expr(data["rps"], c2[g_mean])
-            residual_mean = data["observed_log_latency"] - pt.log(
-                latency_expr(data["rps"], c1[g_mean], c2[g_mean]))
-            run_sd = model["noise_base"] if cfg["shared_run_effect"] else 0.0
-            (shift_rate, shift_run), covariance = shared_run_errors(
-                residual_mean, slope_mean, run_sd, model["noise_load"], data["log_se"] ** 2)
+            n_points = len(inputs.rows)
+            if capped:
+                with_cap = data["has_cap"][g_mean] > 0
+
+                def mean_latency(at):
+                    return pt.where(with_cap, slot_queue_latency_expr(
+                        at, c1[g_mean], c2[g_mean], data["cap"][g_mean], xp=pt,
+                        wait_scale=data["wait_scale"][g_mean], soft_margin=CAP_MARGIN),
+                        latency_expr(at, c1[g_mean], c2[g_mean]))
+
+                # How a rate error moves the mean (and, times gamma, a summary).
+                slope_mean = pt.where(with_cap, load_elasticity_expr(
+                    mean_latency, data["rps"], xp=pt), slope_mean)
+            elif has_mean:
+                def mean_latency(at):
+                    return latency_expr(at, c1[g_mean], c2[g_mean])
+            if has_mean:
+                residual_mean = data["observed_log_latency"] - pt.log(
+                    mean_latency(data["rps"]))
+                run_sd = model["noise_base"] if cfg["shared_run_effect"] else 0.0
+                (shift_rate, shift_run), covariance = shared_run_errors(
+                    residual_mean, slope_mean, run_sd, model["noise_load"],
+                    data["log_se"] ** 2)
+            else:
+                # Nothing to condition on: the rate error's prior, shared by the summaries.
+                shift_rate = shift_run = pt.zeros(n_points)
+                covariance = (pt.ones(n_points) * model["noise_load"] ** 2,
+                              pt.zeros(n_points), pt.zeros(n_points))
             slope = gamma * slope_mean[point]
-            own = noise[metric] ** 2 + (gamma * noise_tail_load * slope_mean[point]) ** 2
-            residual = (data["observed_log_tail"] - log_q - slope * shift_rate[point]
+            own = (noise[metric] ** 2 + (gamma * noise_tail_load * slope_mean[point]) ** 2
+                   + sampling_variance)
+            residual = (data["observed_log_tail"] - log_q - bias - slope * shift_rate[point]
                         - shift_run[point])
             weight = (data["fit_mask"][point] > 0) if "fit_mask" in data else 1.0
             by_point = shared_errors_logp(residual, (slope, pt.ones_like(slope)), own,
-                                          covariance, point, weight, len(inputs.rows),
+                                          covariance, point, weight, n_points,
                                           per_point=True)
             pm.Potential("log_tail", pt.sum(by_point))
             # Kept per load point for PSIS-LOO over the summaries (with the mean's
@@ -250,10 +489,33 @@ class TailLatencyModel(DenseLatencyModel):
             pm.Deterministic("log_tail_point", by_point, dims="point")
         return model
 
-    def _tail_parameters(self, log_c1, centre, n_groups: int):
-        """Per (metric, group): log A (the zero-load value) around log C1 plus the
-        metric's centre, and log gamma around 0 (gamma = 1: the summary grows like the
-        mean).
+    @staticmethod
+    def _spread(extras: dict, data, metric, point, log_q_all):
+        """Per tail observation, the per-request log-latency spread s around its
+        summary: from the fitted curves of two percentiles of the same quantity at the
+        point's rate where the metric has such a pair (``spread_pairs``), from the data
+        otherwise."""
+        pairs = extras["spread_pairs"]
+        if not any(pairs):
+            return data["data_spread"]
+        from scipy.special import ndtri
+
+        metrics = extras["metrics"]
+        upper = np.array([p[0] if p else i for i, p in enumerate(pairs)])
+        lower = np.array([p[1] if p else i for i, p in enumerate(pairs)])
+        levels = np.array([metric_quantile(m) for m in metrics])
+        distance = np.where(upper != lower, ndtri(levels[upper]) - ndtri(levels[lower]), 1.0)
+        paired = np.array([p is not None for p in pairs])
+        from_curves = ((log_q_all[pt.as_tensor(upper)[metric], point]
+                        - log_q_all[pt.as_tensor(lower)[metric], point])
+                       / pt.as_tensor(distance)[metric])
+        return pt.where(pt.as_tensor(paired)[metric], pt.clip(from_curves, *SPREAD_BOUNDS),
+                        data["data_spread"])
+
+    def _tail_parameters(self, centre):
+        """Per (metric, group): log A (the zero-load value) around ``centre`` (log C1
+        plus the metric's centre, or the data's value without a mean), and log gamma
+        around 0 (gamma = 1: the summary grows like the mean).
 
         Not pooled across groups: every measured (metric, group) has a whole sweep that
         pins A and gamma down, and the groups of one metric agree closely (the ITL of
@@ -262,7 +524,7 @@ class TailLatencyModel(DenseLatencyModel):
         coordinate is log A itself, not its offset from log C1: an offset coordinate
         would be correlated with C1 in every metric at once."""
         cfg = self.config
-        log_scale = pm.Normal("tail_log_scale", log_c1[None, :] + centre, cfg["offset_scale"],
+        log_scale = pm.Normal("tail_log_scale", centre, cfg["offset_scale"],
                               dims=("metric", "group"))
         if not cfg["free_exponent"]:
             return log_scale, pt.zeros_like(log_scale)
@@ -279,21 +541,62 @@ class TailLatencyModel(DenseLatencyModel):
 
     def joint_loo(self, fit):
         """PSIS-LOO over load points of the mean and its summaries together (each point's
-        log p(mean) + log p(summaries | mean)): what compares two tails models fitted to
-        the same data. (``compare-models`` compares on the mean alone, which any model
-        has.)"""
+        log p(mean) + log p(summaries | mean); the summaries alone without a mean): what
+        compares two tails models fitted to the same data. (``compare-models`` compares
+        on the mean alone, which any other model has.)"""
         import arviz as az
 
         from ..inference import add_log_likelihood
 
-        add_log_likelihood(fit)
-        joint = fit.tree["log_likelihood"]["log_latency"] + fit.posterior["log_tail_point"]
+        joint = fit.posterior["log_tail_point"]
+        if self.has_mean(fit):
+            add_log_likelihood(fit)
+            joint = fit.tree["log_likelihood"]["log_latency"] + joint
         tree = xr.DataTree.from_dict({"posterior": fit.posterior,
                                       "log_likelihood": xr.Dataset({"joint": joint})})
         return az.loo(tree, var_name="joint")
 
     def metrics(self, fit) -> list[str]:
         return [str(m) for m in fit.posterior["tail_scale"].coords["metric"].values]
+
+    def has_mean(self, fit) -> bool:
+        """Whether the fitted data measured mean latency (a file of percentiles alone
+        did not: then only the summaries have laws)."""
+        return "C1" in fit.posterior
+
+    def group_curve(self, fit, group: int):
+        if not self.has_mean(fit):
+            raise BadInput("this tails fit has no mean latency (its data had percentiles "
+                           f"only); ask for a summary it fitted: --metric "
+                           f"{' | '.join(self.metrics(fit))}", argument="metric")
+        return super().group_curve(fit, group)
+
+    def _raw_curve(self, fit, group: int, metric: str) -> MetricCurve:
+        """The law of ``metric`` in ``group`` from its draws, without sampling model."""
+        row = fit.groups.iloc[group]
+        label = str(row["label"])
+
+        def pick(name):
+            values = fit.posterior[name].sel(metric=metric).isel(group=group)
+            return np.asarray(values.stack(sample=("chain", "draw")).values, dtype=float)
+
+        exponent = pick("tail_exponent")
+        noise_scale = fit.posterior["tail_noise"].sel(metric=metric)
+        # A new summary's rate error (the run's, shared with the mean) and its own
+        # sampling error near saturation both grow with gamma * x/(1-x).
+        rate_error = np.sqrt(fit.draws("noise_load") ** 2 + fit.draws("tail_noise_load") ** 2)
+        noise = Noise(np.asarray(noise_scale.stack(sample=("chain", "draw")).values, float),
+                      exponent * rate_error)
+        c2 = pick("tail_C2") if "tail_C2" in fit.posterior else fit.draws("C2", group)
+        # With the engine's cap the summaries follow the slot queue's load factor, which
+        # needs the mean's C1 (a fit of percentiles alone has none: eq. (1)'s).
+        cap = fitted_cap(fit.groups, group) if self.has_mean(fit) else {}
+        curve = MetricCurve(pick("tail_scale"), c2, exponent,
+                            metric=metric, label=f"{label} {metric}", group=label,
+                            noise=noise, mean_c1=fit.draws("C1", group) if cap else None,
+                            **cap)
+        curve.rps_fitted_max = float(row["rps_max"])
+        return curve
 
     def metric_curve(self, fit, group: int, metric: str) -> MetricCurve:
         self.check_metric(fit, metric)
@@ -303,21 +606,34 @@ class TailLatencyModel(DenseLatencyModel):
             raise BadInput(f"group '{label}' has fewer than two measured points of "
                            f"{metric_description(metric)} ({METRIC_COLUMNS[metric]}); its law "
                            "would be the prior's", argument="metric")
-
-        def pick(name):
-            values = fit.posterior[name].sel(metric=metric).isel(group=group)
-            return np.asarray(values.stack(sample=("chain", "draw")).values, dtype=float)
-
-        exponent = pick("tail_exponent")
-        noise_scale = fit.posterior["tail_noise"].sel(metric=metric)
-        noise = Noise(np.asarray(noise_scale.stack(sample=("chain", "draw")).values, float),
-                      exponent * fit.draws("noise_load"))
-        c2 = pick("tail_C2") if "tail_C2" in fit.posterior else fit.draws("C2", group)
-        curve = MetricCurve(pick("tail_scale"), c2, exponent,
-                            metric=metric, label=f"{label} {metric}", group=label,
-                            noise=noise)
-        curve.rps_fitted_max = float(row["rps_max"])
+        curve = self._raw_curve(fit, group, metric)
+        curve.sampling = SummarySampling(metric_quantile(metric),
+                                         self._spread_of(fit, group, metric),
+                                         self.config["quantile_rule"])
         return curve
+
+    def _spread_of(self, fit, group: int, metric: str):
+        """``spread(rps)`` of :class:`~bayesspec.prediction.SummarySampling`, as the
+        likelihood has it (:meth:`_spread`)."""
+        from scipy.special import ndtri
+
+        metrics = self.metrics(fit)
+        pair = (spread_pairs(metrics)[metrics.index(metric)]
+                if self.config["spread"] == "model" else None)
+        if pair is None:
+            column = f"spread_{metric_family(metric)}"
+            value = (float(fit.groups[column].iloc[group]) if column in fit.groups.columns
+                     else FALLBACK_SPREAD)
+            return lambda rps: np.full(np.shape(rps), value)
+        upper, lower = (self._raw_curve(fit, group, metrics[i]) for i in pair)
+        distance = ndtri(metric_quantile(metrics[pair[0]])) - ndtri(metric_quantile(
+            metrics[pair[1]]))
+
+        def spread(rps):
+            with np.errstate(invalid="ignore", divide="ignore"):
+                slope = (np.log(upper.latency(rps)) - np.log(lower.latency(rps))) / distance
+            return np.clip(np.nan_to_num(slope, nan=SPREAD_BOUNDS[1]), *SPREAD_BOUNDS)
+        return spread
 
     def comparable_parameters(self, fit) -> dict[str, dict[str, np.ndarray]]:
         families = super().comparable_parameters(fit)

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pymc as pm
-import pytensor.tensor as pt
+from ..lazymodule import lazy_module
+
+pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from ..laws import two_regime_latency_expr
 from ..prediction import TwoRegimeCurve
@@ -39,6 +40,7 @@ from .priors import latency_likelihood
 class TwoRegimeLatencyModel(DenseLatencyModel):
     name = "dense-roofline"
     version = "1"
+    curve_parameters = 4
     default_config = {
         **DenseLatencyModel.default_config,
         "share_logit_scale": 1.5,

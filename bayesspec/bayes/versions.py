@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pymc as pm
-import pytensor.tensor as pt
+from ..lazymodule import lazy_module
+
+pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from ..data import EXTRA_GROUP_COLUMNS, GROUP_COLUMNS, group_label
 from ..errors import BadInput
 from ..laws import effective_costs_expr, expected_accepted_expr
-from ..uncertainty import ratio_entry
+from ..prediction import Curve
+from ..uncertainty import ratio_entry, uncertain
 from .base import COMMON_CONFIG, LatencyModel, ModelInputs
 from .priors import latency_likelihood, pooled_normal
 from .speculative import (COEFFICIENTS, SpeculativeLatencyModel, _setup_label,
@@ -34,12 +36,20 @@ from .speculative import (COEFFICIENTS, SpeculativeLatencyModel, _setup_label,
 
 class VersionEffectModel(LatencyModel):
     name = "versions"
-    version = "2"
+    version = "3"
     target_accept = 0.95
+    # Run effects with a handful of runs leave a mild funnel in their spread.
+    retry_target_accept = 0.99
     default_config = {
         **COMMON_CONFIG,
         "effect_scale": 0.2,          # prior sd of the population log effect
         "effect_spread_scale": 0.1,   # prior scale of its spread across groups
+        # Prior median of the run-to-run spread of log C1 and log C2 when the data hold
+        # repeated runs (a ``run`` column), log-normal with log-sd 1 (95% between 0.14%
+        # and 7%): some drift between load tests of one build is the rule (another node,
+        # another day). Log-normal, not half-normal: a spread allowed to reach zero is a
+        # funnel with a handful of runs (measured: divergences at target 0.99).
+        "run_effect_median": 0.01,
         "by": "engine_version",
     }
 
@@ -50,24 +60,36 @@ class VersionEffectModel(LatencyModel):
         inputs = super().prepare(data)
         groups = inputs.groups
         columns = [c for c in GROUP_COLUMNS + EXTRA_GROUP_COLUMNS
-                   if c in groups.columns and c != by]
+                   if c in groups.columns and c not in (by, "run")]
         records = groups.to_dict("records")
         groups["base"] = [group_label({**r, by: ""}, columns) for r in records]
         groups["version_index"] = [levels.index(str(r[by])) for r in records]
         bases = list(dict.fromkeys(groups["base"]))
         groups["base_index"] = [bases.index(b) for b in groups["base"]]
-        table = _pairs(groups["base"], groups["version_index"], levels, source, by)
-        inputs.extras.update({"bases": bases, "levels": levels, "table": table})
+        # A run is one load test of one version; without a run column each version is
+        # one run and there is no run effect (the version effect is the whole change).
+        runs_given = "run" in groups.columns
+        keys = [f"{levels[v]}|{r.get('run', '') if runs_given else ''}"
+                for v, r in zip(groups["version_index"], records)]
+        runs = list(dict.fromkeys(keys))
+        groups["run_index"] = [runs.index(key) for key in keys]
+        _members(groups["base"], groups["version_index"], levels, source, by)
+        inputs.extras.update({"bases": bases, "levels": levels, "runs": runs,
+                              "run_effects": len(runs) > 2})
         return inputs
 
     def build(self, data: pd.DataFrame) -> pm.Model:
         inputs = self.prepare(data)
         cfg = self.config
         groups = inputs.groups
-        bases, table = inputs.extras["bases"], inputs.extras["table"]
+        bases, levels, runs = (inputs.extras[k] for k in ("bases", "levels", "runs"))
         n_bases = len(bases)
+        base = groups["base_index"].to_numpy(int)
+        is_b = groups["version_index"].to_numpy(float)
         coords = {"group": groups["label"].tolist(), "point": np.arange(len(inputs.rows)),
-                  "base": bases}
+                  "base": bases, "version": levels}
+        if inputs.extras["run_effects"]:
+            coords["run"] = runs
         with pm.Model(coords=coords) as model:
             data = self.add_data(inputs)
             rps_max = data["rps_max"]
@@ -77,38 +99,48 @@ class VersionEffectModel(LatencyModel):
             utilisation = pm.math.sigmoid(pm.Normal(
                 "utilisation_logit", cfg["utilisation_logit_mean"],
                 cfg["utilisation_logit_scale"], dims="base"))
-            effects = {}
-            for name in ("C1", "C2"):
-                mean = pm.Normal(f"log_effect_{name}_mean", 0.0, cfg["effect_scale"])
-                spread = pm.HalfNormal(f"log_effect_{name}_sd", cfg["effect_spread_scale"])
-                z = pm.Normal(f"log_effect_{name}_z", 0.0, 1.0, dims="base")
-                effects[name] = pm.Deterministic(f"log_effect_{name}", mean + spread * z,
-                                                 dims="base")
-                pm.Deterministic(f"ratio_{name}", pt.exp(effects[name]), dims="base")
-                pm.Deterministic(f"ratio_{name}_population", pt.exp(mean))
-            sharp = 40.0
-            log_reach = pt.stack([pt.log(rps_max[table[:, 0]]),
-                                  pt.log(rps_max[table[:, 1]]) + effects["C2"]], axis=1)
-            reach = pt.exp(pt.logsumexp(sharp * log_reach, axis=1) / sharp)
+            # Pooled across base groups from three on; with fewer the spread cannot be
+            # learned (a funnel: divergences) and each group gets the population prior.
+            effects = {name: version_effect(name, n_bases, "base", cfg)
+                       for name in ("C1", "C2")}
+            # Each group's log factor on version A's costs: the version effect, plus its
+            # run's effect when the data hold repeated runs.
+            shift = {name: is_b * effects[name][base] for name in ("C1", "C2")}
+            if inputs.extras["run_effects"]:
+                run_index = groups["run_index"].to_numpy(int)
+                for name in ("C1", "C2"):
+                    spread = pm.LogNormal(f"run_{name}_sd", np.log(cfg["run_effect_median"]),
+                                          1.0)
+                    z = pm.Normal(f"run_{name}_z", 0.0, 1.0, dims="run")
+                    run_effect = pm.Deterministic(f"run_effect_{name}", spread * z, dims="run")
+                    shift[name] = shift[name] + run_effect[run_index]
+            table, mask = _padded([np.flatnonzero(base == b) for b in range(n_bases)])
+            reach = _smooth_max((pt.log(rps_max) + shift["C2"])[table], mask)
             c1_a = pt.exp(log_c1_a)
             c2_a = utilisation / reach
-            c1 = pt.zeros(len(groups))
-            c2 = pt.zeros(len(groups))
-            c1 = pt.set_subtensor(c1[table[:, 0]], c1_a)
-            c1 = pt.set_subtensor(c1[table[:, 1]], c1_a * pt.exp(effects["C1"]))
-            c2 = pt.set_subtensor(c2[table[:, 0]], c2_a)
-            c2 = pt.set_subtensor(c2[table[:, 1]], c2_a * pt.exp(effects["C2"]))
+            c1 = c1_a[base] * pt.exp(shift["C1"])
+            c2 = c2_a[base] * pt.exp(shift["C2"])
+            # The versions' own curves (run effects averaged out): what `compare` reads.
+            versions = pt.as_tensor_variable(np.arange(2, dtype=float))
+            for name, version_a in (("C1", c1_a), ("C2", c2_a)):
+                pm.Deterministic(f"{name}_version", version_a[:, None]
+                                 * pt.exp(versions[None, :] * effects[name][:, None]),
+                                 dims=("base", "version"))
             latency_likelihood(c1, c2, cfg, data)
         return model
 
     def posterior_variables(self) -> list[str]:
-        return ["noise_base", "noise_load", "log_effect_C1_mean", "log_effect_C1_sd",
-                "log_effect_C2_mean", "log_effect_C2_sd"]
+        names = ["noise_base", "noise_load", "log_effect_C1_mean", "log_effect_C1_sd",
+                 "log_effect_C2_mean", "log_effect_C2_sd"]
+        if self.inputs is None or self.inputs.extras.get("run_effects"):
+            names += ["run_C1_sd", "run_C2_sd"]
+        return names
 
     def version_comparison(self, fit, *, rope: float, prob: float) -> dict:
         """CONTRACT ``compare`` from the joint fit: per base group the ratio B/A is
         exp(version effect); ``C1``/``C2`` are the population ratios (the mean effect
-        across groups, partially pooled)."""
+        across groups, partially pooled). With repeated runs the run-to-run spread is
+        reported too (``runs``): the version effect is what is left beyond it."""
         bases = [str(b) for b in fit.posterior["base"].values]
         parameters = {}
         for name in ("C1", "C2"):
@@ -120,8 +152,47 @@ class VersionEffectModel(LatencyModel):
         verdict = (f"{levels[1]} vs {levels[0]}: C1 {parameters['C1']['verdict']}; C2 "
                    f"{parameters['C2']['verdict']} (population effect over {len(bases)} "
                    "groups)")
-        return {"parameters": parameters, "verdict": verdict, "shared_groups": len(bases),
-                "a": levels[0], "b": levels[1], "rope": rope, "prob": prob}
+        document = {"parameters": parameters, "verdict": verdict, "shared_groups": len(bases),
+                    "a": levels[0], "b": levels[1], "rope": rope, "prob": prob}
+        if "run_C1_sd" in fit.posterior:
+            runs = [str(r) for r in fit.posterior["run"].values]
+            document["runs"] = {
+                "per_version": {level: sum(r.startswith(f"{level}|") for r in runs)
+                                for level in levels},
+                "C1_sd": uncertain(fit.draws("run_C1_sd"), prob),
+                "C2_sd": uncertain(fit.draws("run_C2_sd"), prob)}
+            document["verdict"] += (f"; run-to-run spread of C1 "
+                                    f"{_percent(document['runs']['C1_sd'])}, of C2 "
+                                    f"{_percent(document['runs']['C2_sd'])} (set apart from "
+                                    "the version effect)")
+        return document
+
+    def version_curves(self, fit) -> list[dict]:
+        """Per base group (label, curve A, curve B, A's fitted rows, B's fitted rows):
+        the two versions' mean-latency curves, run effects averaged out."""
+        groups = fit.groups
+        bases = [str(b) for b in fit.posterior["base"].values]
+        noise = self.noise(fit)
+        data = fit.data
+        fitted = data.loc[~data["excluded"].astype(bool)]
+        pairs = []
+        for j, base in enumerate(bases):
+            curves, rows = [], []
+            for v in (0, 1):
+                labels = groups.loc[(groups["base"] == base)
+                                    & (groups["version_index"] == v), "label"]
+                members = groups.index[groups["label"].isin(labels)]
+                curve = Curve(fit.draws("C1_version")[:, j, v],
+                              fit.draws("C2_version")[:, j, v], label=base, noise=noise)
+                curve.rps_fitted_max = float(groups.loc[members, "rps_max"].max())
+                curves.append(curve)
+                rows.append(fitted.loc[fitted["group"].isin(labels)])
+            pairs.append((base, curves[0], curves[1], rows[0], rows[1]))
+        return pairs
+
+
+def _percent(u: dict) -> str:
+    return f"{u['median']:.1%} [{u['lo']:.1%}, {u['hi']:.1%}]"
 
 
 # --------------------------------------------------------------------------------------
@@ -215,6 +286,10 @@ class SpeculativeVersionEffectModel(SpeculativeLatencyModel):
                            f"{', '.join(EXTRA_GROUP_COLUMNS)}", file=source, column=by)
         inputs = super().prepare(data)
         groups, setups = inputs.groups, inputs.extras["setups"]
+        if "run" in groups.columns:
+            raise BadInput("repeated runs (a run column) get a run-level effect in the dense "
+                           "two-version model only; compare the dense rows, or one run per "
+                           "version", file=source, column="run")
         group_cols = [c for c in GROUP_COLUMNS + EXTRA_GROUP_COLUMNS
                       if c in groups.columns and c != by]
         records = groups.to_dict("records")
@@ -441,6 +516,26 @@ class SpeculativeVersionEffectModel(SpeculativeLatencyModel):
                 "tradeoffs": tradeoffs,
                 "a": levels[0], "b": levels[1], "rope": rope, "prob": prob}
 
+    def version_curves(self, fit) -> list[dict]:
+        """Per configuration measured in both versions (the dense baseline and every SD
+        (alpha, k)): (label, curve A, curve B, A's fitted rows, B's fitted rows) from the
+        joint posterior."""
+        groups = fit.groups
+        data = fit.data
+        fitted = data.loc[~data["excluded"].astype(bool)]
+        by_base: dict[str, dict[int, int]] = {}
+        for g, (base, version) in enumerate(zip(groups["base"], groups["version_index"])):
+            by_base.setdefault(str(base), {})[int(version)] = g
+        pairs = []
+        for base, members in by_base.items():
+            if set(members) != {0, 1}:
+                continue
+            a, b = members[0], members[1]
+            pairs.append((base, fit.group_curve(a), fit.group_curve(b),
+                          fitted.loc[fitted["group"].eq(groups["label"].iloc[a])],
+                          fitted.loc[fitted["group"].eq(groups["label"].iloc[b])]))
+        return pairs
+
     def posterior_variables(self) -> list[str]:
         names = ["noise_base", "noise_load"] + [f"ratio_{n}" for n in COEFFICIENTS]
         names += ["alpha_latent"]
@@ -458,6 +553,17 @@ def _two_levels(data: pd.DataFrame, by: str) -> list[str]:
         raise BadInput(f"needs exactly two values to compare, found {len(levels)}: "
                        f"{', '.join(levels[:5])}", file=source, column=by)
     return levels
+
+
+def _members(bases, versions, levels, source, by) -> None:
+    """Every base group measured in both versions (any number of runs each)."""
+    seen: dict[str, set] = {}
+    for b, v in zip(bases, versions):
+        seen.setdefault(b, set()).add(int(v))
+    for b, found in seen.items():
+        if found != {0, 1}:
+            raise BadInput(f"group '{b}' is measured in only one of {levels}; compare "
+                           "needs both versions of every group", file=source, column=by)
 
 
 def _pairs(bases, versions, levels, source, by) -> np.ndarray:

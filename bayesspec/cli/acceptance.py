@@ -1,24 +1,34 @@
-"""``bayesspec acceptance``: acceptance by draft position from vLLM's per-position
+"""``bayesspec acceptance``: acceptance as a token process from vLLM's per-position
 counters, and the acceptance length of any k (measured or not) with intervals."""
 
 from __future__ import annotations
 
-from ..data import read_tidy
-from ..outputs import emit_json
+from ..outputs import emit_json, log
 from .common import (add_common, add_sampler_options, check_output_path, check_prob, fmt,
                      sampler_settings, strict_exit)
+
+STRUCTURE_CHOICES = ("auto", "iid", "chain", "chain+depth", "spread", "spread+depth",
+                     "free", "position")
 
 
 def register(verbs) -> None:
     parser = verbs.add_parser(
-        "acceptance", help="acceptance by draft position (decay vs i.i.d., PSIS-LOO) and "
-                           "the acceptance length of any k, from per-position counters")
-    parser.add_argument("data", help="tidy CSV or Parquet file with num_drafts and "
-                                     "accepted_tokens_pos1..k (`bayesspec ingest --metrics`)")
+        "acceptance", help="acceptance as a token process (where cycles start depends on k) "
+                           "and the acceptance length of any k, from per-position counters")
+    parser.add_argument("data", help="CSV or Parquet with k, num_drafts and "
+                                     "accepted_tokens_pos1..k (a tidy file or counters alone; "
+                                     "`bayesspec ingest --metrics` writes them)")
     parser.add_argument("--k-max", type=int, default=8,
                         help="answer E(k) for k = 1..K (default 8)")
+    parser.add_argument("--structure", choices=STRUCTURE_CHOICES, default="auto",
+                        help="auto (default): the token process, its structure chosen by "
+                             "held-out k where a setup has two or more k, else by the "
+                             "drafter's kind (spread for n-gram, spread+depth for a trained "
+                             "drafter), free per-position rates where it does not reproduce "
+                             "the measured counters; free: those rates (no k dependence); "
+                             "position: the previous per-position decay, for comparison")
     parser.add_argument("--plot", default=None, metavar="PNG",
-                        help="alpha_i per position and E(k) with intervals")
+                        help="per-position rates at the measured k and E(k) with intervals")
     add_sampler_options(parser)
     add_common(parser)
     parser.set_defaults(handler=run)
@@ -26,6 +36,7 @@ def register(verbs) -> None:
 
 def run(args) -> int:
     from ..bayes.acceptance import acceptance_report
+    from ..data import read_counters
     from ..errors import BadInput
 
     check_prob(args)
@@ -36,8 +47,10 @@ def run(args) -> int:
     settings = sampler_settings(args)
     # Every window's counters count, saturated load points too (acceptance does not
     # depend on load), so no saturation rule and no list of points set aside.
-    data = read_tidy(args.data)
-    report = acceptance_report(data, k_max=args.k_max, prob=args.prob, settings=settings)
+    counters = read_counters(args.data)
+    report = acceptance_report(counters, k_max=args.k_max, prob=args.prob, settings=settings,
+                               structure=args.structure,
+                               progress=lambda text: log(text, settings.progress))
     if args.plot:
         from ..plots import acceptance_plot, save_figure
 
@@ -45,22 +58,36 @@ def run(args) -> int:
     if args.json:
         emit_json(report)
     else:
-        loo = report["loo"]
-        print(f"acceptance by position: decay vs i.i.d. elpd_loo "
-              f"{report['elpd_difference']:+.1f} +- {report['elpd_difference_se']:.1f} -> "
-              + ("the decay is supported: use E(k) below, not eq. (3)'s i.i.d. alpha"
-                 if report["decay_supported"] else
-                 "no clear decay: the i.i.d. alpha of eq. (3) is adequate")
-              + f" (decay {loo['decay']['elpd_loo']:.1f}, i.i.d. {loo['iid']['elpd_loo']:.1f})")
-        for setup in report["setups"]:
-            print(f"{setup['setup']} (k measured: {', '.join(map(str, setup['k_measured']))};"
-                  f" decay b {fmt(setup['decay'], 3)} in logit alpha_i = a + b log i)")
-            print("   k   alpha_k (conditional)      E(k) tokens per cycle")
-            for a, e in zip(setup["alpha_position"], setup["acceptance_length"]):
-                mark = "measured" if e["measured"] else ("extrapolated" if e["extrapolated"]
-                                                         else "")
-                print(f"  {e['k']:2d}   {fmt(a, 3):24s}   {fmt(e, 3):24s} {mark}")
-        print(f"convergence: {report['convergence_text']}")
-        if args.plot:
-            print(f"plot: {args.plot}")
+        _print(report, args)
     return strict_exit(args, [{"status": report["convergence"]}])
+
+
+def _print(report: dict, args) -> None:
+    for setup in report["setups"]:
+        measured = ", ".join(map(str, setup["k_measured"]))
+        print(f"{setup['setup']}: {setup['windows']} window(s) at k = {measured}")
+        print(f"  structure {setup['structure']} (chosen by {setup['chosen_by']})"
+              + "".join(f"; {name} {fmt(value, 3)}" for name, value in
+                        setup.get("parameters", {}).items()))
+        if setup.get("held_out_k"):
+            best = max(setup["held_out_k"].values())
+            print("  held-out k log density: " + ", ".join(
+                f"{name} {score - best:+.1f}" for name, score in
+                sorted(setup["held_out_k"].items(), key=lambda item: -item[1])))
+        for entry in setup["at_measured_k"]:
+            print(f"  k = {entry['k']}: position  measured   fitted P(A >= i)"
+                  "          alpha_i (conditional)")
+            for i, (rate, alpha) in enumerate(zip(entry["rates"], entry["alpha_position"])):
+                print(f"           {i + 1:8d}  {entry['measured'][i]:8.4f}   "
+                      f"{fmt(rate, 4):24s}  {fmt(alpha, 4)}")
+        share = setup["reproduced"]
+        print(f"  measured counters reproduced: {share['inside']} of {share['positions']} "
+              f"position rates inside their {report['prob']:.0%} predictive intervals")
+        print("   k   E(k) tokens per cycle")
+        for e in setup["acceptance_length"]:
+            mark = ("measured" if e["measured"] else
+                    "extrapolated" if e["extrapolated"] else "")
+            print(f"  {e['k']:2d}   {fmt(e, 3):24s} {mark}")
+    print(f"convergence: {report['convergence_text']}")
+    if args.plot:
+        print(f"plot: {args.plot}")

@@ -73,6 +73,10 @@ def run(args) -> int:
             print(f"prior predictive ({document['draws']} draws, physics priors "
                   f"{'on' if document['physics_priors'] else 'off'}): observed points inside "
                   + ", ".join(f"{float(p):.0%} interval {v:.1%}" for p, v in inside.items()))
+            print(document["verdict"])
+        if args.strict and not document["admits"]:
+            log("bayesspec: --strict: exiting with status 3 (the priors exclude the data)")
+            return 3
         return 0
     by_verifier = args.leave_out_model is not None
     document = checks.leave_out_check(
@@ -168,7 +172,7 @@ def run_predictive_check(args, settings) -> int:
                                  f"{part['points']}{left_out} (R^2 {part['r2']:.3f})")
             pattern = " ".join(f"{band} {value:+.1%}" for band, value in
                                entry["residual_by_utilisation"].items())
-            mark = "  MISFIT" if entry["flagged"] else ""
+            mark = f"  MISFIT: {', '.join(entry['misfit'])}" if entry["flagged"] else ""
             print(f"  {entry['group']}: {'; '.join(cells)}; mean residual by load: "
                   f"{pattern}{mark}")
         print(document["verdict"])
@@ -221,7 +225,7 @@ def run_fold_check(args, settings) -> int:
               f"points inside; {len(below)} of {len(document['groups'])} groups below 70% "
               f"({document['seconds']:.0f} s)")
         for entry in document["groups"]:
-            mark = "  MISFIT" if entry["p_too_many_outside"] < misfit.FLAG_LEVEL else ""
+            mark = f"  MISFIT: {', '.join(entry['misfit'])}" if entry["flagged"] else ""
             print(f"  {entry['group']}: {entry['coverage']:.0%} of {entry['points']} "
                   f"(R^2 {entry['r2']:.3f}){mark}")
         for path in document.get("plots", []):

@@ -204,6 +204,16 @@ def add_saturation_options(parser) -> None:
                         help="set aside only the points the file marks as saturated (not "
                              "those the numbers show: a plateau, or a jump far above the "
                              "law)")
+    add_units(parser)
+
+
+def add_units(parser) -> None:
+    """``--units``: the file's rates or latencies are not per second / in seconds."""
+    parser.add_argument("--units", default=None, metavar="rpm|ms|rpm,ms",
+                        help="the data file's rates are requests per minute (rpm) and/or its "
+                             "latencies milliseconds (ms): converted on reading (a file "
+                             "whose numbers are impossible for its verifier and GPU in the "
+                             "catalog is refused, naming the likely unit)")
 
 
 def add_engine_limit_options(parser) -> None:
@@ -233,14 +243,20 @@ def read_data(path: str, args):
     were set aside as saturated and why."""
     from ..data import SaturationRule, describe_exclusions, read_tidy
 
+    from ..units import UNITS, parse_units
+
     rule = SaturationRule(max_rps=getattr(args, "max_rps", None),
                           detect=not getattr(args, "no_saturation_detection", False))
+    units = parse_units(getattr(args, "units", None))
     data = read_tidy(path, catalog=catalog_of(args), saturation=rule,
-                     engine_limits=engine_limits_of(args))
+                     engine_limits=engine_limits_of(args), units=units)
+    if units:
+        log(f"converted on reading: {' and '.join(UNITS[u] for u in units)}, to requests "
+            "per second and seconds")
     lines = describe_exclusions(data)
     if lines:
-        log(f"warning: {len(lines)} of {len(data)} points set aside as saturated (not in the "
-            "likelihood):")
+        log(f"warning: {len(lines)} of {len(data)} points set aside (not in the likelihood), "
+            "each with why and what to do:")
         for line in lines[:20]:
             log(f"  {line}")
         if len(lines) > 20:

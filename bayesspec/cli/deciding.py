@@ -13,13 +13,23 @@ from .common import (add_common, add_group_options, check_alpha_k, check_output_
                      strict_exit)
 
 STRICT_HELP = "exit with status 3 when the posterior did not converge"
+ALPHA_HELP = ("acceptance rate (required by a speculative fit, which answers any; a fit per "
+              "configuration answers its fitted groups, and needs it only to choose "
+              "between groups at one k)")
 EXTRAPOLATED = "*"   # marks rates above the highest rate the data reached
 
 
 def register(verbs) -> None:
-    predict = verbs.add_parser("predict", help="mean latency with intervals at given rates")
+    predict = verbs.add_parser("predict", help="mean latency (or, with --metric, a latency "
+                                              "summary) with intervals at given rates")
     predict.add_argument("fit", help="fit file")
     predict.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
+    add_metric_option(predict, compared=False)
+    predict.add_argument("--requests", type=float, metavar="N",
+                         help="with --metric: the new measurement is a load test's summary "
+                              "of N requests per rate (a p99 of few requests reads low and "
+                              "scatters; default: the median request count of the group's "
+                              "fitted points, when the data give one)")
     add_group_options(predict)
     predict.add_argument("--strict", action="store_true", help=STRICT_HELP)
     add_common(predict)
@@ -27,7 +37,8 @@ def register(verbs) -> None:
 
     speedup = verbs.add_parser("speedup", help="speedup curve of SD vs dense with intervals")
     speedup.add_argument("fit", help="fit file")
-    speedup.add_argument("--alpha", type=float, required=True, help="acceptance rate")
+    speedup.add_argument("--alpha", type=float, default=None,
+                         help=ALPHA_HELP)
     speedup.add_argument("--k", type=int, required=True, help="draft length")
     speedup.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
     speedup.add_argument("--plot", help="write speedup bands for several k to this PNG")
@@ -39,7 +50,7 @@ def register(verbs) -> None:
 
     cross = verbs.add_parser("crossover", help="RPS* above which SD stops paying")
     cross.add_argument("fit", help="fit file")
-    cross.add_argument("--alpha", type=float, required=True, help="acceptance rate")
+    cross.add_argument("--alpha", type=float, default=None, help=ALPHA_HELP)
     cross.add_argument("--k", type=int, required=True, help="draft length")
     add_metric_option(cross)
     add_group_options(cross, design=False)
@@ -96,9 +107,10 @@ SLO_FLAGS = {"--ttft-p99": "ttft_p99", "--ttft-p90": "ttft_p90", "--itl-p99": "i
              "--itl-p90": "itl_p90", "--e2e-p99": "p99", "--e2e-p90": "p90"}
 
 
-def add_metric_option(parser) -> None:
+def add_metric_option(parser, *, compared: bool = True) -> None:
+    what = "compared" if compared else "predicted"
     parser.add_argument("--metric", default="mean", metavar="METRIC",
-                        help="latency summary compared: mean (default), p50/p90/p95/p99 of "
+                        help=f"latency summary {what}: mean (default), p50/p90/p95/p99 of "
                              "end-to-end latency, ttft_mean/ttft_pNN, itl_mean/itl_pNN "
                              "(summaries need a `--model tails` fit)")
 
@@ -129,8 +141,30 @@ def _binding(what: str) -> str:
             else "1/C2: the engine's cap unknown")
 
 
+def _alpha_text(alpha: float, law=None) -> str:
+    if getattr(law, "joint_acceptance", False):
+        return "acceptance from the counters"
+    return "alpha as measured" if np.isnan(alpha) else f"alpha {alpha:g}"
+
+
 def _mark(point: dict) -> str:
     return EXTRAPOLATED if point.get("extrapolated") else " "
+
+
+def _request_count(fit, group: int, args) -> float | None:
+    """``--requests``, or the median request count of the group's fitted points."""
+    if args.requests is not None:
+        if not (np.isfinite(args.requests) and args.requests >= 1):
+            raise BadInput(f"must be a number of requests >= 1, got {args.requests:g}",
+                           option="--requests")
+        return float(args.requests)
+    data = fit.data
+    if "n_requests" not in data.columns:
+        return None
+    label = fit.groups["label"].iloc[group]
+    counts = data.loc[(data["group"] == label) & ~data["excluded"].astype(bool), "n_requests"]
+    counts = counts.astype(float).dropna()
+    return float(counts.median()) if len(counts) else None
 
 
 def run_predict(args) -> int:
@@ -138,14 +172,27 @@ def run_predict(args) -> int:
 
     check_prob(args)
     rps = rates(args.rps)
+    if args.requests is not None and args.metric == "mean":
+        raise BadInput("a request count applies to a summary's sampling error: give it with "
+                       "--metric (p99, ttft_p99, ...)", option="--requests")
     fit = load_fit(args.fit)
     group = fit.select_group(**group_criteria(args))
-    document = finish(predict_group(fit, group, rps, prob=args.prob), fit.diagnostics, args)
+    metric = fit.model().check_metric(fit, args.metric)
+    requests = _request_count(fit, group, args) if metric else None
+    document = finish(predict_group(fit, group, rps, prob=args.prob, metric=metric,
+                                    n_requests=requests), fit.diagnostics, args)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
     print(f"group: {document['group']}   ({args.prob:.0%} intervals)")
-    print(f"{'RPS':>11}  {'mean latency s [interval]':>34}  {'new measurement s':>34}  "
+    what = ("mean latency s" if metric is None
+            else f"{metric_description(metric)} s")
+    if metric is not None:
+        print(f"{metric_description(metric)}: the curve is the summary of every request at "
+              "that rate; a new measurement is "
+              + (f"a load test's summary of {requests:.0f} requests" if requests
+                 else "the law's value with the fitted noise (no request count)"))
+    print(f"{'RPS':>11}  {what + ' [interval]':>34}  {'new measurement s':>34}  "
           f"{'P(saturated)':>12}")
     top = document["rps_measured_max"]
     for point in document["points"]:
@@ -175,16 +222,64 @@ def _recommended_k(law, alpha: float, rps: np.ndarray) -> int | None:
     return row["k"] if row["k"] > 0 else None
 
 
+def _speculative_law(args, fit, *, any_k: bool = False):
+    """The setup's law for a question comparing SD with dense, refused at once (with what
+    to add) when the fit has no SD rows, and with ``--alpha`` resolved: required where
+    the fit answers any alpha; where it answers only its fitted groups, taken from the
+    group at ``--k`` when not given, and said to be unused when that group has none.
+    Returns (law, alpha, note): the note says what was ignored ("" when nothing)."""
+    groups = fit.groups
+    fit.model().check_metric(fit, getattr(args, "metric", None))   # a metric the fit lacks
+    if not (groups["k"].to_numpy(int) > 0).any():
+        raise BadInput("this fit has only dense groups (k = 0): speedup, crossover and k* "
+                       "compare speculative decoding with plain decoding of the same "
+                       "verifier and lengths. Add load tests with speculation (rows with "
+                       "k > 0 and their alpha, or vLLM's acceptance counters), put them in "
+                       "one file with these and fit --model speculative", file=args.fit)
+    law = fit.law(group_criteria(args), metric=getattr(args, "metric", None))
+    if getattr(law, "joint_acceptance", False) and not any_k:
+        # acceptance_law=token: E(k) comes from the fit's counters, drawn with the costs
+        if args.alpha is not None:
+            raise BadInput("this fit's acceptance comes from its counters (acceptance_law="
+                           "token: E(k) per draw); drop --alpha", option="--alpha")
+        return law, float("nan"), ""
+    if any_k:
+        if not law.answers_any_configuration:
+            raise BadInput("k* compares draft lengths, which needs the six cycle "
+                           "coefficients shared by every alpha and k: refit the same data "
+                           "with --model speculative", file=args.fit)
+        return law, args.alpha, ""
+    alpha, note = args.alpha, ""
+    if law.answers_any_configuration:
+        if alpha is None:
+            raise BadInput("required: the speculative fit answers any acceptance rate",
+                           option="--alpha")
+        return law, alpha, note
+    fitted = [a for a, k in getattr(law, "configurations", {}) if k == args.k]
+    if alpha is None:
+        if len(fitted) > 1:
+            raise BadInput(f"the fit has groups at k {args.k} with alpha "
+                           + ", ".join(f"{a:g}" for a in sorted(fitted))
+                           + ": choose one", option="--alpha")
+        alpha = fitted[0] if fitted else None
+    elif fitted == [None]:
+        note = (f"--alpha {alpha:g} is not used: the fitted group at k {args.k} has no "
+                "alpha (its acceptance is what was measured); the answer is that group's")
+        log(f"note: {note}")
+    return law, (float("nan") if alpha is None else alpha), note
+
+
 def run_speedup(args) -> int:
     from ..decisions import speedup_curve
 
     check_prob(args)
-    check_alpha_k(args.alpha, args.k)
+    check_alpha_k(0.5 if args.alpha is None else args.alpha, args.k)
     rps = rates(args.rps)
     fit = load_fit(args.fit)
-    law = fit.law(group_criteria(args), metric=args.metric)
+    law, args.alpha, ignored = _speculative_law(args, fit)
     document = finish({**speedup_curve(law, args.alpha, args.k, rps, prob=args.prob),
-                       "metric": args.metric}, fit.diagnostics, args)
+                       "metric": args.metric, **({"ignored": ignored} if ignored else {})},
+                      fit.diagnostics, args)
     if args.plot:
         from ..plots import save_figure, speedup_bands_plot
 
@@ -200,7 +295,7 @@ def run_speedup(args) -> int:
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
-    print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}   "
+    print(f"setup: {document['setup']}   {_alpha_text(args.alpha, law)}, k {args.k}   "
           f"({args.prob:.0%} intervals)")
     if args.metric != "mean":
         print(f"speedup of {metric_description(args.metric)}: dense over SD")
@@ -225,15 +320,16 @@ def run_crossover(args) -> int:
     from ..decisions import crossover
 
     check_prob(args)
-    check_alpha_k(args.alpha, args.k)
+    check_alpha_k(0.5 if args.alpha is None else args.alpha, args.k)
     fit = load_fit(args.fit)
-    law = fit.law(group_criteria(args), metric=args.metric)
+    law, args.alpha, ignored = _speculative_law(args, fit)
     document = finish({**crossover(law, args.alpha, args.k, prob=args.prob),
-                       "metric": args.metric}, fit.diagnostics, args)
+                       "metric": args.metric, **({"ignored": ignored} if ignored else {})},
+                      fit.diagnostics, args)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
-    print(f"setup: {document['setup']}   alpha {args.alpha:g}, k {args.k}")
+    print(f"setup: {document['setup']}   {_alpha_text(args.alpha, law)}, k {args.k}")
     if args.metric != "mean":
         print(f"crossover of {metric_description(args.metric)}: the rate above which SD "
               "makes it worse")
@@ -268,10 +364,10 @@ def run_kstar(args) -> int:
     from ..decisions import kstar_table
 
     check_prob(args)
-    if (args.alpha is None) == (args.acceptance is None):
+    if args.alpha is not None and args.acceptance is not None:
         raise BadInput("give one of --alpha (acceptance rates) and --acceptance (a file of "
                        "per-position counters)", option="--alpha")
-    if args.acceptance is None:
+    if args.alpha is not None:
         alphas = parse_list(args.alpha, option="--alpha")
         if np.any((alphas < 0) | (alphas > 1)):
             raise BadInput("values must be within [0, 1]", option="--alpha")
@@ -284,23 +380,35 @@ def run_kstar(args) -> int:
     if not 1 <= args.kmax <= 64:
         raise BadInput(f"must be within 1..64, got {args.kmax}", option="--kmax")
     fit = load_fit(args.fit)
-    law = fit.law(group_criteria(args))
+    law, _, _ = _speculative_law(args, fit, any_k=True)
     verdicts = [fit.diagnostics]
+    joint = getattr(law, "joint_acceptance", False)
+    if args.alpha is None and args.acceptance is None:
+        if not joint:
+            raise BadInput("give one of --alpha (acceptance rates) and --acceptance (a file "
+                           "of per-position counters), or fit with --option "
+                           "acceptance_law=token on rows with per-position counters",
+                           option="--alpha")
+        alphas = np.array([np.nan])   # the fit's own E(k), drawn with its costs
+        if args.plot:
+            raise BadInput("the k* map is over alpha; this fit's acceptance comes from its "
+                           "counters (see `bayesspec acceptance --plot`)", option="--plot")
+    elif joint:
+        raise BadInput("this fit's acceptance comes from its counters (acceptance_law=token: "
+                       "E(k) per draw); drop " + ("--alpha" if args.alpha is not None
+                                                  else "--acceptance"),
+                       option="--alpha" if args.alpha is not None else "--acceptance")
     if args.acceptance is not None:
         from ..bayes.acceptance import acceptance_length_draws
+        from ..data import read_counters
 
-        if not law.answers_any_configuration:
-            raise BadInput("k* needs the speculative model (six cycle coefficients); fit "
-                           "with --model speculative", file=args.fit)
-        from ..data import read_tidy
-
-        counters = read_tidy(args.acceptance)   # every window counts, saturated ones too
+        counters = read_counters(args.acceptance)   # every window counts, saturated too
         from ..inference import SamplerSettings
 
         lengths, setup, verdict = acceptance_length_draws(
             counters, args.kmax, drafter=getattr(args, "drafter", None),
             settings=SamplerSettings(seed=0, progress=False))
-        counted_drafter = setup.split(" + ", 1)[-1]
+        counted_drafter = setup.split(" + ", 1)[-1].split(" (", 1)[0]
         if counted_drafter.lower() not in law.label.lower():
             log(f"warning: the counters are of drafter '{counted_drafter}', the fitted setup "
                 f"is '{law.label}': the acceptance of one drafter is applied to the costs of "
@@ -337,6 +445,9 @@ def run_kstar(args) -> int:
     if args.acceptance is not None:
         print(f"acceptance: E(k) from the per-position counters of {setup} in "
               f"{args.acceptance} (alpha column: measured)")
+    elif joint:
+        print("acceptance: E(k) of the token process fitted to the rows' counters, drawn "
+              "with the costs (alpha column: measured)")
     print(f"setup: {document['setup']}   objective: {args.objective}   k = 0 means "
           f"'do not speculate'")
     print(f"{'alpha':>6} {'RPS':>10} {'k*':>5} {'P(best)':>8} {'speedup [interval]':>28} "
@@ -432,7 +543,8 @@ def run_slo(args) -> int:
         raise BadInput(f"this fit has no law for {', '.join(missing)}; it answers "
                        f"{', '.join(known)}", option="--target")
     selection = group_criteria(args)
-    mean_law = fit.law(selection)
+    ranked_by = ranking_metric(fit, targets)
+    mean_law = fit.law(selection, metric=None if ranked_by == "mean" else ranked_by)
     laws = {metric: fit.law(selection, metric=metric) for metric in targets}
     if args.rps is not None:
         rps = rates(args.rps, positive=True)
@@ -442,7 +554,7 @@ def run_slo(args) -> int:
             top = float(np.median(mean_law.dense.ceiling))
         rps = np.round(np.linspace(top / 12, top, 12), 4)
     document = finish(slo_decision(laws, mean_law, targets, rps, slo_prob=args.slo_prob,
-                                   prob=args.prob), fit.diagnostics, args)
+                                   prob=args.prob, ranked_by=ranked_by), fit.diagnostics, args)
     if args.plot:
         from ..plots import save_figure, slo_plot
 
@@ -456,6 +568,16 @@ def run_slo(args) -> int:
     if args.plot:
         print(f"plot: {args.plot}")
     return strict_exit(args, fit.diagnostics)
+
+
+def ranking_metric(fit, targets: dict) -> str:
+    """What ranks the configurations that meet an SLO: the mean latency, or for a fit of
+    percentiles alone (no mean) the median end-to-end latency, else the first target's
+    summary."""
+    model = fit.model()
+    if model.has_mean(fit):
+        return "mean"
+    return "p50" if "p50" in model.metrics(fit) else next(iter(targets))
 
 
 def slo_text(document: dict, prob: float) -> str:
@@ -480,8 +602,9 @@ def slo_text(document: dict, prob: float) -> str:
     if beyond:
         lines.append("+: above the highest unsaturated rate fitted, read off the law's "
                      "extrapolation (its interval is too narrow there): " + "; ".join(beyond))
+    ranked_by = document.get("ranked_by", "mean")
     lines += ["", f"best configuration per rate (meets the SLO with P >= {need:g}, then lowest "
-              "mean latency):",
+              f"{metric_description(ranked_by)}):",
               f"{'RPS':>11}  {'best':<22} {'P(best)':>8}  P(meets SLO) per configuration"]
     for row in document["best_by_rps"]:
         meets = "  ".join(f"{name.split(',')[0]}: {p:.2f}" for name, p in row["p_meets"].items())

@@ -28,7 +28,7 @@ def register(verbs) -> None:
     fit.add_argument("data", help="tidy CSV or Parquet file (`bayesspec ingest` makes one "
                                   "from GuideLLM / vllm bench files)")
     fit.add_argument("-o", "--output", required=True, help="fit file to write (NetCDF)")
-    fit.add_argument("--model", default="dense", help=MODEL_HELP)
+    fit.add_argument("--model", default="dense", help=f"{MODEL_HELP} (default: dense)")
     add_model_options(fit, "cell_c2_deviations=non_centred (hierarchical)")
     add_saturation_options(fit)
     add_engine_limit_options(fit)
@@ -132,10 +132,16 @@ def run_fit(args) -> int:
     if not args.no_loo:
         _store_loo(result)
     result.save(args.output)
+    from ..inference import thin_groups
+    from ..reports import answerable
+
+    questions = answerable(result)
+    thin = thin_groups(result.data, getattr(result.model(), "curve_parameters", 2))
     document = {"fit": args.output, "model": args.model, "options": options,
                 "groups": len(result.groups),
                 "rows": len(data), "excluded": int(data["excluded"].sum()),
                 "set_aside": set_aside(data), "concurrency_cap": cap_note,
+                "questions": questions, "thin_groups": thin,
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),
                 "diagnostics": diagnostics_json(verdict),
                 "method": approximation_json(result.tree.attrs, settings.method)}
@@ -146,8 +152,23 @@ def run_fit(args) -> int:
     else:
         print(f"fitted {args.model} model to {len(data)} rows in {len(result.groups)} groups "
               f"in {result.tree.attrs.get('fit_seconds', 0):.1f} s -> {args.output}")
+        print(questions_text(questions))
+        if thin:
+            from ..inference import design_advice
+
+            print(f"note: {len(thin)} group(s) have fewer rates than a curve needs: "
+                  f"{design_advice(thin)}")
         print(verdict_line(verdict))
     return strict_exit(args, verdict)
+
+
+def questions_text(questions: list[dict]) -> str:
+    """What the fit answers and cannot, per setup, as lines a person reads."""
+    lines = ["questions this fit answers:"]
+    for entry in questions:
+        lines.append(f"  {entry['setup']}: " + "; ".join(entry["answers"]))
+        lines += [f"    cannot: {item}" for item in entry["cannot"]]
+    return "\n".join(lines)
 
 
 def _store_loo(result) -> None:

@@ -10,7 +10,7 @@ import pandas as pd
 from ..errors import BadInput
 from ..outputs import emit_json, json_text, write_text_atomic
 from ..sbc import DEFAULT_THIN_TO, MAX_LATENCY_RATIO
-from .common import (add_catalog, add_method_options, add_model_options,
+from .common import (add_catalog, add_method_options, add_model_options, add_units,
                      add_parallel_options, method_settings, model_options,
                      parallel_options, read_data)
 
@@ -50,6 +50,7 @@ def add_arguments(parser) -> None:
                              f"{MAX_LATENCY_RATIO:g}; 0: keep all)")
     parser.add_argument("--max-rps", type=float, default=None,
                         help="treat points above this rate as saturated")
+    add_units(parser)
     add_catalog(parser)
     add_parallel_options(parser)
     parser.add_argument("--plot", help="write the rank ECDF plot to this PNG")

@@ -9,7 +9,6 @@ times drifted from simulated ones and, with ``--stats``, writes them as JSON (at
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import signal
@@ -55,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="forced per-token acceptance probability (i.i.d.)")
     what.add_argument("--acceptance-rates", default=None, metavar="R1,..,Rk",
                       help="forced unconditional per-position acceptance rates")
+    from .simulate import add_token_persistence
+
+    add_token_persistence(what)
     what.add_argument("--max-num-seqs", type=int, default=1024)
     what.add_argument("--max-num-batched-tokens", type=int, default=8192)
     what.add_argument("--kv-capacity", type=int, default=None,
@@ -90,12 +92,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def build_setup(args):
     """The simulator :class:`~bayesspec.simulate.Setup` the options describe."""
     from ..simulate.sweep import setup
-    from .simulate import acceptance_rates_option
+    from .simulate import acceptance_rates_option, token_persistence_option
 
     rates = acceptance_rates_option(args)
+    persistence = token_persistence_option(args)
     k = args.k if args.k else (len(rates) if rates else 0)
+    if persistence is not None and not k:
+        raise BadInput("the token process drafts k tokens a cycle: give --k",
+                       option="--token-persistence")
     return setup(args.verifier, args.gpu, drafter=args.drafter, k=k, alpha=args.alpha,
-                 rates=rates, catalog=catalog_of(args),
+                 rates=rates, persistence=persistence, catalog=catalog_of(args),
                  max_num_batched_tokens=args.max_num_batched_tokens,
                  max_num_seqs=args.max_num_seqs, kv_capacity=args.kv_capacity,
                  step_jitter=args.step_jitter)
@@ -128,6 +134,8 @@ def batch1_step_s(s) -> float:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``bayesspec serve`` until a signal or ``--max-runtime``; returns 0."""
+    import asyncio  # here, not at the top: every other verb would load it for nothing
+
     _check(args)
     s = build_setup(args)
     from ..serve.app import SimulatedServer
@@ -146,6 +154,9 @@ def run(args: argparse.Namespace) -> int:
             write_text_atomic(args.port_file, f"{server.port}\n")
         if not args.quiet:
             spec = f" k={s.spec.k} alpha={s.spec.label():g}" if s.spec.k else " dense"
+            if s.spec.persistence is not None:
+                spec = (f" k={s.spec.k} token persistence "
+                        f"{s.spec.persistence[0]:g},{s.spec.persistence[1]:g}")
             print(f"bayesspec serve: {server.model_name} ({s.step_model.name}{spec}, "
                   f"time scale {args.time_scale:g}, batch-1 step {step * 1e3:.1f} ms) on "
                   f"http://127.0.0.1:{server.port}", file=sys.stderr, flush=True)
@@ -169,7 +180,8 @@ def run(args: argparse.Namespace) -> int:
     stats.update({"wall_s": time.monotonic() - started, "time_scale": args.time_scale,
                   "batch1_step_ms": step * 1e3, "model": server.model_name,
                   "step_model": s.step_model.name, "k": s.spec.k,
-                  "alpha": s.spec.label() if s.spec.k else None})
+                  "alpha": s.spec.label() if s.spec.k and s.spec.persistence is None
+                  else None, "token_persistence": s.spec.persistence})
     if args.stats:
         write_text_atomic(args.stats, json.dumps(stats, indent=1) + "\n")
     if not args.quiet:

@@ -19,7 +19,8 @@ from ..outputs import ProgressLine, write_table
 from .common import add_catalog, catalog_of
 from .common import rates as rate_list
 
-__all__ = ["register", "add_arguments", "run", "acceptance_rates_option"]
+__all__ = ["register", "add_arguments", "run", "acceptance_rates_option",
+           "token_persistence_option"]
 
 #: Digits kept in simulated tables (the simulator is not more precise than this).
 FLOAT_FORMAT = "%.6g"
@@ -44,16 +45,55 @@ def acceptance_rates_option(args) -> tuple[float, ...] | None:
                        option="--acceptance-rates") from None
 
 
+def token_persistence_option(args) -> tuple[float, float] | None:
+    """The token process's persistences (p, q) from ``--token-persistence`` (None when
+    not given)."""
+    text = getattr(args, "token_persistence", None)
+    if text is None:
+        return None
+    for other in ("alpha", "acceptance_rates"):
+        if getattr(args, other, None) is not None:
+            flag = "--" + other.replace("_", "-")
+            raise BadInput(f"give {flag} or --token-persistence, not both", option=flag)
+    try:
+        values = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 2:
+        raise BadInput(f"needs two persistences P,Q (e.g. 0.8,0.9), got {text!r}",
+                       option="--token-persistence")
+    return values
+
+
+def add_token_persistence(group) -> None:
+    """``--token-persistence P,Q`` (simulate and serve)."""
+    group.add_argument(
+        "--token-persistence", default=None, metavar="P,Q",
+        help="draft from a token process instead: each output token is guessable or not, a "
+             "two-state Markov chain (P: a guessable token is followed by a guessable one, Q: "
+             "an unguessable one by an unguessable one); a cycle accepts the run of "
+             "guessable tokens capped at k, so acceptance depends on k (needs --k)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``bayesspec simulate``."""
-    from ..simulate.grid import BUILTIN_GRIDS
-
     parser.description = (
         "Synthetic GuideLLM-like sweeps from a simulated vLLM-like server (continuous "
         "batching, chunked prefill, KV-cache limits, speculative decoding, MoE experts).")
-    parser.epilog = ("Examples: bayesspec simulate --verifier Qwen3-8B --gpu H100 --k 3 "
-                     "--alpha 0.8 --sweep 9 -o sd.csv;  bayesspec simulate --grid "
-                     f"paper-dense -o dense.csv (built-in grids: {', '.join(BUILTIN_GRIDS)})")
+    help_text = parser.format_help
+
+    def format_help() -> str:
+        # The grids are named only when help is shown: their module imports the
+        # simulator (numba), which every other verb would otherwise load for nothing.
+        from ..simulate.grid import BUILTIN_GRIDS
+
+        parser.epilog = ("Examples: bayesspec simulate --verifier Qwen3-8B --gpu H100 --k 3 "
+                         "--alpha 0.8 --sweep 9 -o sd.csv;  bayesspec simulate --grid "
+                         f"paper-dense -o dense.csv (built-in grids: "
+                         f"{', '.join(BUILTIN_GRIDS)})")
+        return help_text()
+
+    parser.format_help = format_help
     what = parser.add_argument_group("configuration")
     what.add_argument("--verifier", help="verifier name from the catalog (e.g. Qwen3-8B)")
     what.add_argument("--gpu", default=None, help="GPU name from the catalog (default H100)")
@@ -66,6 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="per-token acceptance probability (i.i.d.)")
     what.add_argument("--acceptance-rates", default=None, metavar="R1,..,Rk",
                       help="unconditional per-position acceptance rates instead of --alpha")
+    add_token_persistence(what)
     what.add_argument("--length-dist", choices=["fixed", "uniform", "lognormal"],
                       default="fixed", help="prompt/output length distribution")
     what.add_argument("--length-cv", type=float, default=0.0,
@@ -125,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     progress = ProgressLine("simulate", enabled=not args.quiet)
     if args.grid:
         single = [o for o in ("verifier", "drafter", "prefill", "decode", "k", "alpha",
-                              "acceptance_rates", "sweep", "rps", "gpu")
+                              "acceptance_rates", "token_persistence", "sweep", "rps", "gpu")
                   if getattr(args, o, None) is not None]
         if single:
             raise BadInput(f"--grid describes every configuration itself; drop "
@@ -149,6 +190,7 @@ def run(args: argparse.Namespace) -> int:
                 s = r.setup
                 name = (f"{s.verifier}_p{s.workload.prefill}_g{s.workload.decode}"
                         + (f"_k{s.spec.k}_a{s.spec.label():g}" if s.spec.k else "") + ".json")
+                name = name.replace("_anan", "")
                 write_guidellm_json(folder / name, r)
                 reports.append(str(folder / name))
         _summary(args, rows, len(results), reports)
@@ -157,11 +199,15 @@ def run(args: argparse.Namespace) -> int:
     if args.verifier is None:
         raise BadInput("required (or --grid)", option="--verifier")
     rates = acceptance_rates_option(args)
+    persistence = token_persistence_option(args)
     k = args.k if args.k is not None else (len(rates) if rates else 0)
+    if persistence is not None and not k:
+        raise BadInput("the token process drafts k tokens a cycle: give --k",
+                       option="--token-persistence")
     if args.requests is not None and args.requests < 10:
         raise BadInput(f"must be at least 10, got {args.requests}", option="--requests")
     s = setup(args.verifier, args.gpu or "H100", drafter=args.drafter, k=k, alpha=args.alpha,
-              rates=rates, prefill=args.prefill or 512, decode=args.decode or 512,
+              rates=rates, persistence=persistence, prefill=args.prefill or 512, decode=args.decode or 512,
               length_dist=args.length_dist, length_cv=args.length_cv, catalog=catalog,
               max_num_batched_tokens=args.max_num_batched_tokens,
               max_num_seqs=args.max_num_seqs, kv_capacity=args.kv_capacity)

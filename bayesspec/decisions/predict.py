@@ -7,16 +7,24 @@ import numpy as np
 from ..uncertainty import DEFAULT_PROB, uncertain
 
 
-def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int = 0) -> dict:
+def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int = 0,
+                  metric: str | None = None, n_requests: float | None = None) -> dict:
     """The mean latency curve and a new measurement at each rate, for one group, by the
     fit's own law (eq. 1, its slot queue when the engine's cap is known, or eq. 4 for an
-    MoE verifier). Rates above the group's highest fitted (unsaturated) rate are marked
-    ``extrapolated``; ``p_saturated`` is the share of draws whose ceiling (1/C2, or the
-    cap's throughput) lies at or below the rate."""
-    curve = fit.group_curve(group)
+    MoE verifier); with ``metric`` (``p99``, ``ttft_p99``, ... of a tails fit) that
+    summary's curve instead (the summary of every request at that rate), and a new load
+    test's reported summary of ``n_requests`` requests per rate (None: the law's value
+    with the fitted noise alone). Rates above the group's highest fitted (unsaturated)
+    rate are marked ``extrapolated``; ``p_saturated`` is the share of draws whose ceiling
+    (1/C2, or the cap's throughput) lies at or below the rate."""
     rps = np.asarray(rps, dtype=float)
+    if metric is None or metric == "mean":
+        metric, curve = "mean", fit.group_curve(group)
+        observed = curve.predictive(rps, np.random.default_rng(seed))
+    else:
+        curve = fit.model().metric_curve(fit, group, metric)
+        observed = curve.predictive(rps, np.random.default_rng(seed), n_requests=n_requests)
     mean = curve.latency(rps)
-    observed = curve.predictive(rps, np.random.default_rng(seed))
     ceiling = np.ravel(curve.ceiling)
     top = float(curve.rps_fitted_max)
     points = []
@@ -28,7 +36,10 @@ def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int
             "p_saturated": float(np.mean(rate >= ceiling)),
             "extrapolated": bool(np.isfinite(top) and rate > top),
         })
-    return {"group": fit.groups["label"].iloc[group],
-            "rps_measured_max": top if np.isfinite(top) else None,
-            "ceiling_rps": uncertain(ceiling, prob), "ceiling_binding": curve.ceiling_binding,
-            "points": points}
+    document = {"group": fit.groups["label"].iloc[group], "metric": metric,
+                "rps_measured_max": top if np.isfinite(top) else None,
+                "ceiling_rps": uncertain(ceiling, prob),
+                "ceiling_binding": curve.ceiling_binding, "points": points}
+    if metric != "mean":
+        document["n_requests"] = None if n_requests is None else float(n_requests)
+    return document

@@ -43,12 +43,14 @@ def _name(alpha, k) -> str:
 
 
 def slo_decision(laws: dict, mean_law, targets: dict[str, float], rps, *,
-                 slo_prob: float = DEFAULT_SLO_PROB, prob: float = DEFAULT_PROB) -> dict:
+                 slo_prob: float = DEFAULT_SLO_PROB, prob: float = DEFAULT_PROB,
+                 ranked_by: str = "mean") -> dict:
     """The SLO document of one setup.
 
     ``laws``: metric -> :class:`~bayesspec.prediction.Law` of that latency summary for
     the setup (one per target); ``mean_law``: the setup's mean-latency law (ranks the
-    configurations that meet the SLO); ``rps``: the rates at which to choose.
+    configurations that meet the SLO; for a fit without a mean, the law of the summary
+    ``ranked_by`` names, e.g. ``p50``); ``rps``: the rates at which to choose.
     """
     if not targets:
         raise BadInput("give at least one SLO target (e.g. --ttft-p99 0.5)", argument="targets")
@@ -118,4 +120,5 @@ def slo_decision(laws: dict, mean_law, targets: dict[str, float], rps, *,
     baseline = fitted_max[0] if fitted_max else float("nan")
     return {"setup": mean_law.label, "slo": {m: float(t) for m, t in targets.items()},
             "slo_prob": float(slo_prob), "configurations": entries, "best_by_rps": by_rate,
-            "rps_measured_max": float(baseline) if np.isfinite(baseline) else None}
+            "rps_measured_max": float(baseline) if np.isfinite(baseline) else None,
+            "ranked_by": ranked_by}

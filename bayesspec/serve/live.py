@@ -49,6 +49,8 @@ class LiveRequest:
     cycles: int = 0
     drafted: int = 0
     accepted: int = 0
+    #: The token process's state of the last committed token (None: not drawn yet).
+    guessable: bool | None = None
     first_token: float | None = None
     finish: float | None = None
     aborted: bool = False
@@ -132,6 +134,12 @@ class LiveEngine:
         self.rng = np.random.default_rng(seed)
         # r_j ascending, as SpecConfig.draw_accepted searches them
         self._ascending = setup.spec.position_rates()[::-1].copy()
+        persistence = getattr(setup.spec, "persistence", None)
+        self._tokens = None
+        if persistence is not None:
+            from bayesspec.simulate.spec import TokenProcess
+
+            self._tokens = TokenProcess(*persistence)
         self.free_blocks = self.server.kv_capacity_tokens // self.server.block_size
         self.running: list[LiveRequest] = []
         self.waiting: list[LiveRequest] = []       # FIFO of never-admitted requests
@@ -266,7 +274,16 @@ class LiveEngine:
             seconds *= math.exp(sigma * self.rng.standard_normal() - 0.5 * sigma * sigma)
         return StepPlan(entries=entries, seconds=seconds, tokens=tokens, batch=len(entries))
 
-    def _accepted(self, drafts: int) -> int:
+    def _accepted(self, drafts: int, request: LiveRequest | None = None) -> int:
+        if self._tokens is not None and request is not None:
+            # the token process: walk this request's own tokens
+            if request.guessable is None:
+                request.guessable = bool(self.rng.random()
+                                         < self._tokens.stationary_guessable())
+            accepted, state = self._tokens.cycle(self.rng, np.array([request.guessable]),
+                                                 self.k, drafts=np.array([drafts]))
+            request.guessable = bool(state[0])
+            return int(accepted[0])
         a = self.k - int(np.searchsorted(self._ascending, self.rng.random(), side="right"))
         return min(a, drafts)
 
@@ -283,7 +300,7 @@ class LiveEngine:
             if drafts >= 0:
                 a = 0
                 if self.k > 0:
-                    a = self._accepted(drafts)
+                    a = self._accepted(drafts, r)
                     r.drafted += drafts
                     r.accepted += a
                     if self.metrics is not None:

@@ -23,7 +23,7 @@ from .spec import SpecConfig, expected_cycles, zero_load_latency
 from .stepmodel import (ForwardCost, RooflineParams, StepModel, default_step_model,
                         kv_capacity_tokens, public_llama8b_h100, roofline, roofline_forward,
                         synthetic_eagle_head)
-from .sweep import ENGINE, Setup, SweepResult, at_rates, setup, sweep
+from .sweep import ENGINE, Setup, SweepResult, at_rates, setup, sweep, timed_rates
 
 __all__ = [
     "Arrivals", "PointResult", "ServerConfig", "Workload", "simulate_point",
@@ -32,5 +32,5 @@ __all__ = [
     "SpecConfig", "expected_cycles", "zero_load_latency",
     "ForwardCost", "RooflineParams", "StepModel", "default_step_model", "kv_capacity_tokens",
     "public_llama8b_h100", "roofline", "roofline_forward", "synthetic_eagle_head",
-    "ENGINE", "Setup", "SweepResult", "at_rates", "setup", "sweep",
+    "ENGINE", "Setup", "SweepResult", "at_rates", "setup", "sweep", "timed_rates",
 ]

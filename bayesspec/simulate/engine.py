@@ -282,7 +282,7 @@ def _run(arrival, streams, prompt, output, acc_off, acc, k, vp, dp, sp, budget, 
                 s = need if need < left else left
                 nb = (s + block_size - 1) // block_size
                 if nb > free:
-                    cap_wait[r] = True
+                    cap_wait[r] |= 2            # waits for KV blocks
                     break
                 if npre > 0:
                     npre -= 1
@@ -301,11 +301,11 @@ def _run(arrival, streams, prompt, output, acc_off, acc, k, vp, dp, sp, budget, 
                 if s == need:
                     n_draft += 1
                     kv_draft += s
-            if nrun >= max_seqs:
+            if nrun >= max_seqs:            # waits for a batch slot
                 if npre > 0:
-                    cap_wait[pre[npre - 1]] = True
+                    cap_wait[pre[npre - 1]] |= 1
                 elif wait_head < n_arrived:
-                    cap_wait[wait_head] = True
+                    cap_wait[wait_head] |= 1
         if tokens == 0:
             return -1, t, busy               # nothing can run: a request exceeds the cache
         dt = sp[0] + sp[1] * n_sched + _forward(vp, tokens, kv)
@@ -375,7 +375,7 @@ class PointResult:
     prompt: np.ndarray
     output: np.ndarray
     preemptions: np.ndarray
-    capacity_wait: np.ndarray
+    capacity_wait: np.ndarray               # int8 per request: 1 waited for a batch slot, 2 for KV blocks
     cycles: np.ndarray
     accepted: np.ndarray
     drafted: np.ndarray
@@ -395,8 +395,8 @@ def simulate_point(step_model: StepModel, server: ServerConfig, workload: Worklo
                    arrivals: Arrivals, spec: SpecConfig = SpecConfig(), *, n_requests: int = 1000,
                    seed=0, warmup: float = 0.1, cooldown: float = 0.1,
                    saturation_tolerance: float = 0.01, relaxation_times: float = 3.0,
-                   max_warmup_factor: float = 8.0, min_window_latencies: float = 5.0
-                   ) -> PointResult:
+                   max_warmup_factor: float = 8.0, min_window_latencies: float = 5.0,
+                   max_window_factor: float = 8.0) -> PointResult:
     """Simulate one load point and measure it over its steady-state window.
 
     ``seed`` is anything ``numpy.random.default_rng`` accepts (an int, a SeedSequence).
@@ -407,9 +407,17 @@ def simulate_point(step_model: StepModel, server: ServerConfig, workload: Worklo
     relaxation time L^2/C1, which exceeds a 1000-request run at high load. A first run
     estimates L; if its window opens before ``relaxation_times`` relaxation times,
     warm-up requests (at most ``max_warmup_factor`` x ``n_requests``) are put in front of
-    the measured ones and the point is run again. A point that still cannot reach steady
-    state, or whose window holds fewer than ``min_window_latencies`` request lifetimes, is
-    marked saturated (see :func:`_measure`).
+    the measured ones and the point is run again.
+
+    ``n_requests`` is a minimum, as a load test's duration is: at high load a window of
+    ``n_requests`` holds few request lifetimes (at 17 RPS and 11 s per request, 400
+    requests span under two), and the requests in flight at its edges then weigh so much
+    that the averages are not those of the steady state (the achieved rate off by up to
+    30%). So an open-loop point whose window holds fewer than ``min_window_latencies``
+    mean latencies is run again with enough measured requests (at most
+    ``max_window_factor`` x ``n_requests``), as a load generator given a duration would.
+    A point that still cannot reach steady state or a long enough window is marked
+    saturated with its reason (see :func:`_measure`; ``summary["saturation_reason"]``).
     """
     if int(n_requests) != n_requests or n_requests < 10:
         raise BadInput(f"need at least 10 requests per load point, got {n_requests}",
@@ -418,13 +426,14 @@ def simulate_point(step_model: StepModel, server: ServerConfig, workload: Worklo
         raise BadInput("warm-up and cool-down fractions must each be in [0, 0.5)")
     if spec.k > 0 and step_model.drafter is None:
         raise BadInput("speculative decoding (k > 0) needs a drafter", argument="drafter")
-    n = int(n_requests)
+    base = int(n_requests)
+    n = base
     seq = seed if isinstance(seed, np.random.SeedSequence) else np.random.SeedSequence(seed)
-    w = int(math.floor(warmup * n))
-    c = int(math.floor(cooldown * n))
     extra = 0
     zero_load = None
-    for _ in range(3):
+    for _ in range(5):
+        w = int(math.floor(warmup * n))
+        c = int(math.floor(cooldown * n))
         result = _simulate(step_model, server, workload, arrivals, spec, extra + n, seq)
         _measure(result, warm=extra + w, cool=c, tolerance=saturation_tolerance,
                  min_lifetimes=min_window_latencies)
@@ -439,15 +448,32 @@ def simulate_point(step_model: StepModel, server: ServerConfig, workload: Worklo
         needed = relaxation_times * latency * latency / zero_load
         warmed = result.window[0] >= 0.9 * needed
         result.summary["steady"] = bool(warmed and result.summary["steady"])
-        if warmed:
+        short = result.summary["short_window"]
+        if (warmed or extra >= max_warmup_factor * base) and not short:
             break
-        more = int(min(math.ceil(arrivals.rate * needed), max_warmup_factor * n))
-        if more <= extra:
+        grown = False
+        if not warmed:
+            more = int(min(math.ceil(arrivals.rate * needed), max_warmup_factor * base))
+            if more > extra:
+                extra, grown = more, True
+        if short:
+            # The window opens about one latency after the last warm-up arrival and may
+            # lose a quarter of its length to matching the occupancy at its ends.
+            span = (min_window_latencies / 0.75 + 1.0) * latency * 1.1
+            wanted = int(math.ceil(arrivals.rate * span / (1.0 - warmup - cooldown)))
+            wanted = min(wanted, int(max_window_factor * base))
+            if wanted > n:
+                n, grown = wanted, True
+        if not grown:
             break
-        extra = more
-    if not result.summary["steady"]:
+    if arrivals.open_loop and not result.summary["steady"]:
+        codes = [code for code in result.summary["saturation_reason"].split(";") if code]
+        if "drift" not in codes:
+            codes.append("unsettled")
+        result.summary["saturation_reason"] = ";".join(codes)
         result.summary["saturated"] = True
-    result.summary["warmup_requests"] = extra + w
+    result.summary["warmup_requests"] = extra + int(math.floor(warmup * n))
+    result.summary["requests_run"] = extra + n
     return result
 
 
@@ -475,7 +501,7 @@ def _simulate(step_model: StepModel, server: ServerConfig, workload: Workload,
     t_first = np.full(n, np.nan)
     t_finish = np.full(n, np.nan)
     n_preempt = np.zeros(n, np.int64)
-    cap_wait = np.zeros(n, np.bool_)
+    cap_wait = np.zeros(n, np.int8)   # bit 1: a batch slot, bit 2: KV blocks
     cycles = np.zeros(n, np.int64)
     accepted = np.zeros(n, np.int64)
     drafted = np.zeros(n, np.int64)
@@ -546,7 +572,10 @@ def _measure(res: PointResult, *, warm: int, cool: int, tolerance: float,
     open-loop point, a window shorter than ``min_lifetimes`` mean latencies: the requests
     in flight at its two edges then weigh so much that the averages are not yet those of
     the steady state (Little's law is off by more than 3% in about a fifth of such
-    windows; it stays within 3% beyond five lifetimes).
+    windows; it stays within 3% beyond five lifetimes). ``saturation_reason`` lists
+    which of these fired, as codes joined by ";": ``throughput``, ``preemption``,
+    ``batch_wait``, ``kv_wait``, ``shortfall``, ``drift``, ``short_window`` (and
+    ``unsettled`` from :func:`simulate_point`).
     """
     n = len(res.arrival)
     w, c = int(warm), int(cool)
@@ -566,7 +595,13 @@ def _measure(res: PointResult, *, warm: int, cool: int, tolerance: float,
         t0, t1 = done_sorted[w], done_sorted[n - c - 1]
     elif res.arrivals.open_loop:
         t1, start_level, end_level = _matching_end(res.arrival, res.finish, t0, t1)
-        drift = abs(end_level - start_level) > max(3, 0.1 * start_level)
+        # A stationary queue's occupancy wanders, by about sqrt(N) at light load and by a
+        # good part of N near the ceiling (levels 150 -> 104 and 107 -> 144 were seen in
+        # windows of ~1,200 arrivals on the law); a queue past its ceiling grows by
+        # (rate - ceiling) per second, over 5% of the window's arrivals at 5% overload.
+        arrived = int(((res.arrival >= t0) & (res.arrival < t1)).sum())
+        drift = end_level - start_level > max(3.0, 3.0 * math.sqrt(start_level),
+                                              0.05 * arrived)
     measured = (res.finish > t0) & (res.finish <= t1)
     if measured.sum() < 2:
         measured = np.zeros(n, bool)
@@ -597,15 +632,35 @@ def _measure(res: PointResult, *, warm: int, cool: int, tolerance: float,
     # the server ran out of room, so the point is not the steady state the law describes.
     alive = (res.arrival < t1) & (res.finish > t0)
     preempted = int((res.preemptions[alive] > 0).sum())
-    waited = float(res.capacity_wait[alive].mean()) if alive.any() else 0.0
+    waited = float((res.capacity_wait[alive] > 0).mean()) if alive.any() else 0.0
     target = res.arrivals.rate if res.arrivals.open_loop else float("nan")
     # Judged against the arrivals this window actually saw, not the nominal rate, so that
     # a Poisson run is not flagged for a slow stretch of its own arrivals.
     offered = float(((res.arrival >= t0) & (res.arrival < t1)).sum() / duration)
     shortfall = bool(res.arrivals.open_loop and rps < 0.9 * offered)
     short = bool(res.arrivals.open_loop and duration < min_lifetimes * float(lat.mean()))
-    saturated = (res.arrivals.strategy == "throughput" or preempted > 0
-                 or waited > tolerance or shortfall or drift or short)
+    kinds = res.capacity_wait[alive]
+    # Why the point is set aside, in codes a reader turns into words (bayesspec.data):
+    # a throughput run has no set rate; a preemption recomputes a request, which no
+    # latency law describes; a wait for a batch slot or KV blocks is the engine's
+    # concurrency cap binding (a law with the cap describes it, eq. (1) alone does not).
+    codes = []
+    if res.arrivals.strategy == "throughput":
+        codes.append("throughput")
+    if preempted > 0:
+        codes.append("preemption")
+    if waited > tolerance:
+        if (kinds & 1).any():
+            codes.append("batch_wait")
+        if (kinds & 2).any():
+            codes.append("kv_wait")
+    if shortfall:
+        codes.append("shortfall")
+    if drift:
+        codes.append("drift")
+    if short:
+        codes.append("short_window")
+    saturated = bool(codes)
     spec_on = res.spec.k > 0
     res.summary = {
         "rps": rps,
@@ -626,6 +681,7 @@ def _measure(res: PointResult, *, warm: int, cool: int, tolerance: float,
            for q in (50, 90, 95, 99)},
         "mean_concurrency": concurrency,
         "saturated": bool(saturated),
+        "saturation_reason": ";".join(codes),
         "strategy": res.arrivals.strategy,
         "num_drafts": int(res.cycles[measured].sum()) if spec_on else 0,
         "draft_tokens": int(res.drafted[measured].sum()) if spec_on else 0,

@@ -171,6 +171,7 @@ def _benchmark(result: SweepResult, index: int, point: PointResult, start: float
         "x_bayesspec": {
             "rps": summary["rps"],
             "saturated": summary["saturated"],
+            "saturation_reason": summary.get("saturation_reason", ""),
             "mean_concurrency": summary["mean_concurrency"],
             "num_drafts": summary["num_drafts"],
             "draft_tokens": summary["draft_tokens"],

@@ -6,6 +6,15 @@ Acceptance follows unconditional per-position rates r_j = P(at least j drafts ac
 non-increasing in j, as vLLM's synthetic rejection sampler defines them (FORMATS.md);
 i.i.d. acceptance with probability alpha is the special case r_j = alpha^j. One uniform
 per cycle decides the count, so the nested events stay consistent.
+
+Or acceptance is a property of the output tokens (``persistence=(p, q)``): every token
+is guessable or not, a two-state Markov chain (a guessable token is followed by another
+with probability p, an unguessable one by another unguessable one with probability q).
+A cycle accepts the run of guessable tokens from its first drafted position, capped at k,
+and commits it plus one token (the rejected position's, unguessable by definition, or
+the bonus token, whose state follows the chain); the next cycle drafts from the token
+after that. Where cycles start then depends on k, and so do the per-position rates
+(:func:`bayesspec.laws.token_chain_acceptance`, the law the acceptance model fits).
 """
 
 from __future__ import annotations
@@ -17,16 +26,18 @@ import numpy as np
 
 from bayesspec.errors import BadInput
 
-__all__ = ["SpecConfig", "expected_cycles", "zero_load_latency"]
+__all__ = ["SpecConfig", "TokenProcess", "expected_cycles", "zero_load_latency"]
 
 
 @dataclass(frozen=True)
 class SpecConfig:
-    """Draft length ``k`` and the acceptance schedule (``alpha`` or ``rates``)."""
+    """Draft length ``k`` and the acceptance schedule (``alpha``, ``rates`` or the token
+    process's ``persistence`` (p, q))."""
 
     k: int = 0
     alpha: float | None = None
     rates: tuple[float, ...] | None = None
+    persistence: tuple[float, float] | None = None
 
     def __post_init__(self):
         if int(self.k) != self.k or self.k < 0:
@@ -35,8 +46,29 @@ class SpecConfig:
         if self.k == 0:
             if self.rates:
                 raise BadInput("per-position acceptance rates need k > 0", argument="rates")
+            if self.persistence:
+                raise BadInput("a token process needs k > 0", argument="persistence")
             return
-        if self.rates is not None:
+        given = [name for name, value in (("alpha", self.alpha), ("rates", self.rates),
+                                          ("persistence", self.persistence))
+                 if value is not None]
+        if len(given) > 1:
+            raise BadInput(f"give one acceptance schedule, not {' and '.join(given)}",
+                           argument=given[1])
+        if self.persistence is not None:
+            try:
+                p, q = (float(x) for x in self.persistence)
+            except (TypeError, ValueError):
+                raise BadInput("the token process needs two persistences P,Q",
+                               argument="persistence") from None
+            if not (0.0 <= p <= 1.0 and 0.0 <= q <= 1.0):
+                raise BadInput(f"token persistences must lie in [0, 1], got {p:g}, {q:g}",
+                               argument="persistence")
+            if p == 1.0 and q == 1.0:
+                raise BadInput("token persistences 1, 1 never change state: give P < 1 or "
+                               "Q < 1", argument="persistence")
+            object.__setattr__(self, "persistence", (p, q))
+        elif self.rates is not None:
             rates = tuple(float(r) for r in self.rates)
             if len(rates) != self.k:
                 raise BadInput(f"{len(rates)} per-position rates for k = {self.k}; give one per "
@@ -66,6 +98,11 @@ class SpecConfig:
             return np.zeros(0)
         if self.rates is not None:
             return np.asarray(self.rates, dtype=float)
+        if self.persistence is not None:
+            from bayesspec.laws import token_chain_acceptance
+
+            pmf = token_chain_acceptance(*self.persistence, self.k)
+            return np.cumsum(pmf[::-1])[::-1][1:]
         return float(self.alpha) ** np.arange(1, self.k + 1)
 
     def accepted_pmf(self) -> np.ndarray:
@@ -87,10 +124,12 @@ class SpecConfig:
 
     def label(self) -> float:
         """The ``alpha`` column: alpha itself, or for per-position rates the i.i.d. alpha
-        with the same tokens per cycle E, the quantity the latency law depends on."""
-        if self.k == 0:
+        with the same tokens per cycle E, the quantity the latency law depends on. A token
+        process has no alpha (nan): its rate changes with k, so its rows carry the
+        counters and leave alpha to them."""
+        if self.k == 0 or self.persistence is not None:
             return float("nan")
-        if self.rates is None:
+        if self.alpha is not None:
             return float(self.alpha)
         target = self.tokens_per_cycle()
         lo, hi = 0.0, 1.0
@@ -115,11 +154,67 @@ class SpecConfig:
         np.cumsum(counts, out=offsets[1:])
         if self.k == 0:
             return offsets, np.zeros(int(offsets[-1]), dtype=np.int8)
+        if self.persistence is not None:
+            return offsets, TokenProcess(*self.persistence).cycles(rng, counts, self.k)
         u = rng.random(int(offsets[-1]))
         ascending = self.position_rates()[::-1]
         # count of j with u < r_j, the r_j being non-increasing in j
         accepted = self.k - np.searchsorted(ascending, u, side="right")
         return offsets, accepted.astype(np.int8)
+
+
+@dataclass(frozen=True)
+class TokenProcess:
+    """Guessable (True) or not, token by token: a two-state Markov chain with
+    persistences ``stay_guessable`` p and ``stay_unguessable`` q."""
+
+    stay_guessable: float
+    stay_unguessable: float
+
+    def stationary_guessable(self) -> float:
+        """The share of guessable tokens, (1 - q)/(2 - p - q)."""
+        p, q = self.stay_guessable, self.stay_unguessable
+        return (1.0 - q) / (2.0 - p - q)
+
+    def next_guessable(self, rng: np.random.Generator, guessable: np.ndarray) -> np.ndarray:
+        """The next token's state for each current state."""
+        stay = np.where(guessable, self.stay_guessable, 1.0 - self.stay_unguessable)
+        return rng.random(np.shape(guessable)) < stay
+
+    def cycle(self, rng: np.random.Generator, last_guessable: np.ndarray, k: int,
+              drafts=None) -> tuple[np.ndarray, np.ndarray]:
+        """One cycle of each request whose last committed token has state
+        ``last_guessable``: (drafts accepted, the state of the last token it commits).
+        ``drafts`` (default k) caps the drafted positions per request."""
+        last = np.asarray(last_guessable, dtype=bool)
+        cap = np.full(last.shape, k) if drafts is None else np.asarray(drafts)
+        accepted = np.zeros(last.shape, dtype=np.int64)
+        state = last.copy()
+        going = np.ones(last.shape, dtype=bool)   # every position so far accepted
+        for depth in range(int(np.max(cap, initial=0))):
+            nxt = self.next_guessable(rng, state)
+            drafting = going & (depth < cap)
+            hit = drafting & nxt
+            accepted += hit
+            # a drafted token is committed whether accepted or not (a rejected one as
+            # the verifier's own); the cycle ends at the first rejection
+            state = np.where(drafting, nxt, state)
+            going = np.where(depth < cap, hit, going)
+        # every draft accepted (or none drafted): the verifier's bonus token follows
+        state = np.where(going, self.next_guessable(rng, state), state)
+        return accepted, state
+
+    def cycles(self, rng: np.random.Generator, counts: np.ndarray, k: int) -> np.ndarray:
+        """``counts[i]`` consecutive cycles of request i (flattened, int8), walking each
+        request's tokens from a first output token in the stationary state."""
+        counts = np.asarray(counts, dtype=np.int64)
+        state = rng.random(len(counts)) < self.stationary_guessable()
+        longest = int(counts.max(initial=0))
+        table = np.zeros((longest, len(counts)), dtype=np.int8)
+        for c in range(longest):
+            table[c], state = self.cycle(rng, state, k)
+        keep = np.arange(longest)[:, None] < counts[None, :]
+        return table.T[keep.T]
 
 
 def expected_cycles(tokens: int, spec: SpecConfig) -> float:

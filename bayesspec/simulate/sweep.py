@@ -28,7 +28,7 @@ from .spec import SpecConfig
 from .stepmodel import (RooflineParams, StepModel, default_step_model, kv_capacity_tokens,
                         synthetic_eagle_head)
 
-__all__ = ["Setup", "SweepResult", "setup", "sweep", "at_rates", "ENGINE"]
+__all__ = ["Setup", "SweepResult", "setup", "sweep", "at_rates", "timed_rates", "ENGINE"]
 
 ENGINE = "bayesspec-sim"
 
@@ -78,7 +78,7 @@ class Setup:
 
 def setup(verifier: str, gpu: str = "H100", *, drafter: str | None = None, k: int = 0,
           alpha: float | None = None, rates: tuple[float, ...] | None = None,
-          prefill: int = 512, decode: int = 512, length_dist: str = "fixed",
+          persistence: tuple[float, float] | None = None, prefill: int = 512, decode: int = 512, length_dist: str = "fixed",
           length_cv: float = 0.0, catalog=None, step_model: StepModel | None = None,
           roofline_params: RooflineParams = RooflineParams(), max_num_batched_tokens: int = 8192,
           max_num_seqs: int = 1024, kv_capacity: int | None = None,
@@ -93,7 +93,8 @@ def setup(verifier: str, gpu: str = "H100", *, drafter: str | None = None, k: in
         from bayesspec.catalog import default_catalog
 
         catalog = default_catalog()
-    spec = SpecConfig(k=k, alpha=alpha, rates=tuple(rates) if rates is not None else None)
+    spec = SpecConfig(k=k, alpha=alpha, rates=tuple(rates) if rates is not None else None,
+                      persistence=tuple(persistence) if persistence is not None else None)
     v_card = catalog.model(verifier)
     if not v_card.is_verifier:
         raise BadInput(f"{v_card.name} is a drafter, not a verifier", argument="verifier")
@@ -162,7 +163,10 @@ def _row(s: Setup, res: PointResult, seed: int) -> dict:
         **{f"ttft_p{q}_s": summary[f"ttft_p{q}_s"] for q in (50, 90, 95, 99)},
         **{f"itl_p{q}_s": summary[f"itl_p{q}_s"] for q in (50, 90, 95, 99)},
         "mean_concurrency": summary["mean_concurrency"],
+        "max_num_seqs": s.server.max_num_seqs,
+        "kv_cache_tokens": s.server.kv_capacity_tokens,
         "saturated": summary["saturated"],
+        "saturation_reason": summary["saturation_reason"],
         "strategy": summary["strategy"],
         "num_drafts": summary["num_drafts"],
         "draft_tokens": summary["draft_tokens"],
@@ -233,6 +237,31 @@ def at_rates(s: Setup, rates, *, n_requests: int = 1000, seed: int = 0,
     points = [simulate_point(s.step_model, s.server, s.workload, Arrivals(arrivals, r), s.spec,
                              n_requests=n_requests, seed=_point_seed(s, seed, i + 2),
                              warmup=warmup, cooldown=cooldown)
+              for i, r in enumerate(rates)]
+    rows = pd.DataFrame([_row(s, p, seed) for p in points])
+    return SweepResult(setup=s, rows=rows, points=points, seed=int(seed), profile=arrivals,
+                       n_points=len(points))
+
+
+def timed_rates(s: Setup, rates, duration_s: float, *, seed: int = 0,
+                arrivals: str = "constant", warmup: float = 0.1,
+                cooldown: float = 0.1) -> SweepResult:
+    """Open-loop runs of a fixed duration at the given rates, as a load test with a time
+    limit per rate (GuideLLM's ``--max-seconds``) runs them: each rate sends
+    rate x duration_s requests into its measured window (at least 10 in all), so low
+    rates measure few requests and their percentiles are thin."""
+    if not (duration_s > 0 and math.isfinite(duration_s)):
+        raise BadInput(f"duration must be a positive number of seconds, got {duration_s}",
+                       argument="duration")
+    _check_common(10, seed)
+    rates = [float(r) for r in rates]
+    if not rates or any(not (r > 0 and math.isfinite(r)) for r in rates):
+        raise BadInput("rates must be positive numbers", argument="rps")
+    measured_share = 1.0 - warmup - cooldown
+    points = [simulate_point(s.step_model, s.server, s.workload, Arrivals(arrivals, r), s.spec,
+                             n_requests=max(10, int(round(r * duration_s / measured_share))),
+                             seed=_point_seed(s, seed, i + 2), warmup=warmup,
+                             cooldown=cooldown)
               for i, r in enumerate(rates)]
     rows = pd.DataFrame([_row(s, p, seed) for p in points])
     return SweepResult(setup=s, rows=rows, points=points, seed=int(seed), profile=arrivals,

@@ -1,0 +1,189 @@
+#!/usr/bin/env python
+"""Wall time of the answering verbs on a saved fit, against baselines timed in the same run.
+
+    .venv/bin/python benchmarks/answer_speed.py [--repeat 5] [--workdir DIR]
+        [--baseline-commit REV] [--json]
+
+Makes the README walkthrough's fits once (``simulate --grid examples/walkthrough.toml``,
+``fit --model speculative --seed 1``; ``examples/slo.toml`` and ``--model tails`` for
+``slo``), timing the first fit of a new process with its compile; then runs each
+answering verb of the walkthrough as a user does, a new ``python -m bayesspec`` process
+each time, ``--repeat`` times, round robin (so load from other programs spreads over all
+of them), and prints the median wall time of each.
+
+Baselines, timed in the same rounds: ``python -c pass`` (the interpreter) and ``python -c
+"import numpy"``; with ``--baseline-commit REV`` also the same verbs run by the package
+as it was at REV (``git archive``, same fit files): the old path. Ratios are
+``verb / baseline``; compare ratios, not seconds, on a shared machine.
+
+Target (issue 38): ``predict`` on a saved fit in <= 1.5 s on an idle 2-core machine.
+``--plot`` options are left out: drawing a figure needs matplotlib by its nature.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+VERBS = {
+    "predict": ["predict", "fit.nc", "--rps", "2:20:2", "--k", "0"],
+    "speedup": ["speedup", "fit.nc", "--alpha", "0.8", "--k", "3", "--rps", "0:20:2"],
+    "crossover": ["crossover", "fit.nc", "--alpha", "0.8", "--k", "3"],
+    "kstar": ["kstar", "fit.nc", "--alpha", "0.6:0.9:0.1", "--rps", "0:20:4"],
+    "kstar --vllm": ["kstar", "fit.nc", "--alpha", "0.8", "--rps", "0.5:20:0.5", "--vllm"],
+    "summary": ["summary", "fit.nc"],
+    "slo": ["slo", "tails.nc", "--ttft-p99", "0.08", "--itl-p99", "0.015"],
+}
+BASELINES = {"python -c pass": ["-c", "pass"], "import numpy": ["-c", "import numpy"]}
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def timed(command: list[str], cwd: Path, pythonpath: Path) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system) of one run of ``command``: on a busy
+    machine the CPU time is what the run would take on an idle one, near enough."""
+    env = dict(os.environ, PYTHONPATH=str(pythonpath))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 3):
+        raise SystemExit(f"failed ({done.returncode}): {' '.join(command)}\n"
+                         f"{done.stderr[-2000:]}")
+    return seconds, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def bayesspec(*arguments: str) -> list[str]:
+    return [sys.executable, "-m", "bayesspec", *arguments]
+
+
+def make_fits(folder: Path, with_slo: bool) -> dict:
+    """The walkthrough's fit files (made once per workdir); the seconds each step took."""
+    steps = [("simulate walkthrough", ["simulate", "--grid", str(ROOT / "examples" /
+                                                                "walkthrough.toml"),
+                                       "-o", "sweeps.csv"], "sweeps.csv"),
+             ("first fit (speculative, incl. compile)",
+              ["fit", "sweeps.csv", "--model", "speculative", "-o", "fit.nc", "--seed", "1"],
+              "fit.nc")]
+    if with_slo:
+        steps += [("simulate slo", ["simulate", "--grid", str(ROOT / "examples" / "slo.toml"),
+                                    "-o", "slo.csv"], "slo.csv"),
+                  ("fit tails (incl. compile)",
+                   ["fit", "slo.csv", "--model", "tails", "-o", "tails.nc", "--seed", "1"],
+                   "tails.nc")]
+    seconds = {}
+    for label, arguments, output in steps:
+        if (folder / output).exists():
+            continue
+        print(f"making {output}: bayesspec {' '.join(arguments)}", file=sys.stderr)
+        seconds[label] = round(timed(bayesspec(*arguments), folder, ROOT)[0], 2)
+    return seconds
+
+
+def old_package(commit: str, into: Path) -> Path:
+    """The package as it was at ``commit``, unpacked under ``into``."""
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "bayesspec",
+                              "models"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5, help="runs of each command")
+    parser.add_argument("--workdir", default=None,
+                        help="folder for the fit files (kept; reused when present)")
+    parser.add_argument("--baseline-commit", default=None, metavar="REV",
+                        help="also time the verbs as the package was at this git revision")
+    parser.add_argument("--verbs", default=",".join(VERBS),
+                        help="comma-separated subset of: " + ", ".join(VERBS))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    chosen = [v.strip() for v in args.verbs.split(",") if v.strip()]
+    unknown = sorted(set(chosen) - set(VERBS))
+    if unknown:
+        parser.error(f"unknown verbs: {', '.join(unknown)}")
+    folder = Path(args.workdir or tempfile.mkdtemp(prefix="answer-speed-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    load_before = load_average()
+    made = make_fits(folder, with_slo="slo" in chosen)
+
+    commands = {name: (bayesspec(*VERBS[name]), ROOT) for name in chosen}
+    commands.update({name: ([sys.executable, *arguments], ROOT)
+                     for name, arguments in BASELINES.items()})
+    if args.baseline_commit:
+        old_root = old_package(args.baseline_commit, Path(tempfile.mkdtemp(prefix="old-")))
+        commands.update({f"{name} @ {args.baseline_commit}": (bayesspec(*VERBS[name]), old_root)
+                         for name in chosen})
+    seconds = {name: [] for name in commands}
+    cpu = {name: [] for name in commands}
+    for round_number in range(args.repeat):
+        for name, (command, pythonpath) in commands.items():
+            wall, used = timed(command, folder, pythonpath)
+            seconds[name].append(wall)
+            cpu[name].append(used)
+        print(f"round {round_number + 1}/{args.repeat} done", file=sys.stderr)
+    median = {name: statistics.median(values) for name, values in seconds.items()}
+    median_cpu = {name: statistics.median(values) for name, values in cpu.items()}
+
+    rows = []
+    for name in chosen:
+        row = {"verb": name, "command": "bayesspec " + " ".join(VERBS[name]),
+               "median_s": round(median[name], 3), "min_s": round(min(seconds[name]), 3),
+               "cpu_s": round(median_cpu[name], 3),
+               "per_python": round(median[name] / median["python -c pass"], 2),
+               "per_numpy_import": round(median[name] / median["import numpy"], 2)}
+        old = f"{name} @ {args.baseline_commit}"
+        if old in median:
+            row["old_median_s"] = round(median[old], 3)
+            row["old_cpu_s"] = round(median_cpu[old], 3)
+            row["old_over_new"] = round(median[old] / median[name], 2)
+        rows.append(row)
+    document = {"repeat": args.repeat, "load_average_before": load_before,
+                "load_average_after": load_average(), "fit_files_made_s": made,
+                "baselines_median_s": {n: round(median[n], 3) for n in BASELINES},
+                "baselines_cpu_s": {n: round(median_cpu[n], 3) for n in BASELINES},
+                "baseline_commit": args.baseline_commit, "verbs": rows, "workdir": str(folder)}
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    for label, value in made.items():
+        print(f"{label}: {value:.1f} s")
+    print(f"load average before {load_before}, after {document['load_average_after']}; "
+          f"median of {args.repeat} runs each")
+    for name in BASELINES:
+        print(f"  baseline {name:<24} {median[name]:6.2f} s wall, {median_cpu[name]:5.2f} s CPU")
+    header = (f"  {'verb':<14} {'median s':>9} {'min s':>7} {'CPU s':>6} {'/python':>8} "
+              f"{'/numpy':>7}")
+    if args.baseline_commit:
+        header += f" {'old s':>7} {'old CPU':>8} {'old/new':>8}"
+    print(header)
+    for row in rows:
+        line = (f"  {row['verb']:<14} {row['median_s']:9.2f} {row['min_s']:7.2f} "
+                f"{row['cpu_s']:6.2f} {row['per_python']:8.1f} {row['per_numpy_import']:7.1f}")
+        if "old_median_s" in row:
+            line += (f" {row['old_median_s']:7.2f} {row['old_cpu_s']:8.2f} "
+                     f"{row['old_over_new']:8.2f}")
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
