@@ -553,21 +553,11 @@ MOE_BISECTION_STEPS = 20
 MOE_NEWTON_STEPS = 4
 
 
-def _without_gradient(value, xp):
-    """``value`` with its gradient cut (PyTensor), or itself (numpy). Disconnected, not
-    zeroed: a zeroed gradient still differentiates the whole search behind it, and that
-    graph took 50 s to compile."""
-    if xp is np:
-        return value
-    from pytensor.gradient import disconnected_grad
-
-    return disconnected_grad(value)
-
-
 def moe_latency_expr(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request=1.0, *,
                      token_offset=0.0, xp: ModuleType = np,
                      bisection_steps: int = MOE_BISECTION_STEPS,
-                     newton_steps: int = MOE_NEWTON_STEPS):
+                     newton_steps: int = MOE_NEWTON_STEPS, final_step: bool = True,
+                     start=None):
     """Eq. (4) solved inside a graph: the least fixed point, as :func:`moe_latency`.
 
     Of fixed cost and differentiable, for the PyMC models. The roots of
@@ -577,15 +567,23 @@ def moe_latency_expr(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request=1.0, *,
     the convex part, then one on the sign of F for the root left of it (when F dips to 0
     there) or right of it, then safeguarded Newton steps inside the bracket.
 
-    The search runs without gradients; the result is one Newton step from the found root
-    L0 with L0 held fixed, L0 - F(L0)/F'(L0), whose gradient is the implicit one,
-    dL/dtheta = -F_theta/F_L. An earlier solve (fixed-point steps from the phi = 0 latency,
+    The search runs without gradients (with ``xp=pt``, in numpy inside one Op); the result
+    is one Newton step from the found root L0 with L0 held fixed, L0 - F(L0)/F'(L0), whose
+    gradient is the implicit one, dL/dtheta = -F_theta/F_L (``final_step``: whether to
+    take it). ``start``: a root already found (L0): only the final step is taken. An earlier solve (fixed-point steps from the phi = 0 latency,
     then Newton) stalled where coverage rises steeply within a sweep: on the failing design
     of issue 35 it returned latencies up to 61% off the least root at half the draws of one
     group, and the chains settled in the modes those wrong latencies made.
     T = token_offset + rps*L*tokens_per_request. The caller keeps rps*(c2u + c2s) < 1.
     """
     tiny = 1e-300
+    if xp is not np and start is None:
+        inputs = (rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request)
+        found = _LeastRootSearch.apply(inputs, token_offset=token_offset,
+                                       bisection_steps=bisection_steps,
+                                       newton_steps=newton_steps)
+        # the implicit-gradient step, in the graph
+        return moe_latency_expr(*inputs, token_offset=token_offset, xp=xp, start=found)
     per_latency = -rps * tokens_per_request * xp.log1p(-m / M)     # beta: T's slope in L
     at_zero = -token_offset * xp.log1p(-m / M)                       # beta0: T at L = 0
     kappa = rps * c2s
@@ -600,6 +598,9 @@ def moe_latency_expr(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request=1.0, *,
     def slope(latency):                                              # F'
         phi = coverage(latency)
         return per_latency * (1.0 - phi) * (c1s + kappa * latency) + phi * kappa - free
+
+    if start is not None:
+        return start - residual(start) / xp.minimum(slope(start), -tiny)
 
     def bisect(lo, hi, go_up, steps):
         for _ in range(steps):
@@ -629,9 +630,65 @@ def moe_latency_expr(rps, c1u, c1s, c2u, c2s, m, M, tokens_per_request=1.0, *,
     for _ in range(newton_steps):
         step = residual(latency) / xp.minimum(slope(latency), -tiny)
         latency = xp.minimum(xp.maximum(latency - step, lo), hi)
-    latency = _without_gradient(latency, xp)
-    # one Newton step with the root held fixed: its gradient is the implicit one
-    return latency - residual(latency) / xp.minimum(slope(latency), -tiny)
+    if final_step:
+        # one Newton step with the root held fixed: its gradient is the implicit one
+        latency = latency - residual(latency) / xp.minimum(slope(latency), -tiny)
+    return latency
+
+
+class _LeastRootSearch:
+    """The bracketing search of :func:`moe_latency_expr` as one PyTensor Op that runs it
+    in numpy, its gradient disconnected (the implicit step after it carries the
+    gradient). Unrolled in the graph, the search's ~50 elementwise steps took the graph
+    rewriter and numba 430 s to compile per model (measured, 2026-12-04), against seconds
+    for the rest of the model; as an Op, numba calls it in object mode at about 10 us."""
+
+    _op_class = None
+
+    @classmethod
+    def apply(cls, inputs, **options):
+        import pytensor.tensor as pt
+
+        if cls._op_class is None:
+            cls._op_class = cls._make_op_class()
+        inputs = pt.broadcast_arrays(*(pt.as_tensor_variable(x).astype("float64")
+                                       for x in inputs))
+        return cls._op_class(**options)(*inputs)
+
+    @staticmethod
+    def _make_op_class():
+        from pytensor.gradient import disconnected_type
+        from pytensor.graph.basic import Apply
+        from pytensor.graph.op import Op
+
+        class LeastRootSearch(Op):
+            __props__ = ("token_offset", "bisection_steps", "newton_steps")
+
+            def __init__(self, token_offset, bisection_steps, newton_steps):
+                self.token_offset = float(token_offset)
+                self.bisection_steps = int(bisection_steps)
+                self.newton_steps = int(newton_steps)
+
+            def make_node(self, *inputs):
+                return Apply(self, list(inputs), [inputs[0].type()])
+
+            def perform(self, node, inputs, outputs):
+                with np.errstate(all="ignore"):
+                    outputs[0][0] = np.asarray(moe_latency_expr(
+                        *inputs, token_offset=self.token_offset, xp=np,
+                        bisection_steps=self.bisection_steps,
+                        newton_steps=self.newton_steps, final_step=False), dtype="float64")
+
+            def connection_pattern(self, node):
+                return [[False] for _ in node.inputs]
+
+            def grad(self, inputs, output_gradients):
+                return [disconnected_type() for _ in inputs]
+
+            def infer_shape(self, fgraph, node, shapes):
+                return [shapes[0]]
+
+        return LeastRootSearch
 
 
 # --------------------------------------------------------------------------------------
