@@ -14,7 +14,7 @@ coefficient of variation that grows with utilisation (queueing), times a run-lev
 log-normal error (the 1-3% a repeated run moves by); the recorded ``latency_std_s`` is a
 sample standard deviation of those ``n`` requests.
 
-Used by ``benchmarks/moe_replicates.py`` and ``tests/test_moe_split.py``.
+Used by ``benchmarks/moe_validation.py`` and ``benchmarks/moe_ridge.py``.
 """
 
 from __future__ import annotations
