@@ -29,7 +29,8 @@ pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first 
 
 from ..data import included
 from ..errors import BadInput
-from ..laws import expert_coverage_expr, moe_latency_expr, verification_tokens
+from ..laws import (MOE_BISECTION_STEPS, MOE_NEWTON_STEPS, expert_coverage_expr,
+                    moe_latency_expr, verification_tokens)
 from ..prediction import MoECurve
 from .base import COMMON_CONFIG, LatencyModel, ModelInputs
 from .priors import latency_likelihood, pooled_normal
@@ -64,10 +65,12 @@ def pooled_log_c1u(center: float, scale: float, n_groups: int):
 
 class MoELatencyModel(LatencyModel):
     name = "moe"
-    # 3: log C1u pooled in the centred form at any group count (2: non-centred below
+    # 5: eq. (4) solved for its least root by bracketing (laws.moe_latency_expr; 4's
+    # fixed-point start missed it by up to 61% where coverage rises steeply);
+    # 4/3: log C1u pooled in the centred form at any group count (2: non-centred below
     # eight groups, whose ridge gave the divergences; 2 made C1u the pooled quantity and
     # C1s = C1u*exp(z); 1 pooled the total C1, split by a share)
-    version = "4"
+    version = "5"
     target_accept = 0.95
     default_config = {
         **COMMON_CONFIG,
@@ -81,8 +84,8 @@ class MoELatencyModel(LatencyModel):
         # elpd (examples/moe_low_load.py; low-load R^2 0.998/1.000 vs 0.979/0.999 for k);
         # the verification pass does route k + 1 tokens per request.
         "verify_tokens": "k+1",     # "k" (paper) or "k+1" tokens per verification
-        "fixed_point_steps": 4,
-        "newton_steps": 6,
+        "bisection_steps": MOE_BISECTION_STEPS,
+        "newton_steps": MOE_NEWTON_STEPS,
     }
 
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
@@ -133,13 +136,13 @@ class MoELatencyModel(LatencyModel):
             tpr = pt.as_tensor_variable(groups["tokens_per_request"].to_numpy(float))
             offset = float(cfg["token_offset"])
             g = data["group_index"]
-            # From the phi = 0 latency: a few fixed-point steps climb towards the least
-            # fixed point, Newton finishes (exact to 1e-13 on 100k random inputs below
-            # saturation, tests/test_moe.py); independent of the data, so the prior and
-            # the warm-up see the true law too.
+            # The least root of eq. (4) by bracketing, whatever the draw (equal to the
+            # numpy solve to 1e-9 on 100k random inputs, steep coverage included, with the
+            # implicit gradient: tests/test_moe.py); independent of the data, so the prior
+            # and the warm-up see the true law too.
             mean_latency = moe_latency_expr(rps_data, c1u[g], c1s[g], c2u[g], c2s[g], m[g],
                                             M[g], tpr[g], token_offset=offset, xp=pt,
-                                            iterations=cfg["fixed_point_steps"],
+                                            bisection_steps=cfg["bisection_steps"],
                                             newton_steps=cfg["newton_steps"])
             phi = expert_coverage_expr(offset + rps_data * mean_latency * tpr[g], m[g], M[g],
                                        xp=pt)

@@ -40,9 +40,6 @@ from .moe import MoELatencyModel, tokens_per_request
 from .priors import latency_likelihood, soft_utilisation_cap
 
 SPLIT_MODES = ("auto", "never")
-# The in-graph solve of the moe model: exact to 1e-13 from the phi = 0 start.
-FIXED_POINT_STEPS = MoELatencyModel.default_config["fixed_point_steps"]
-NEWTON_STEPS = MoELatencyModel.default_config["newton_steps"]
 
 
 def _group_experts(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
@@ -148,8 +145,7 @@ def split_likelihood(c1, c2, cfg: dict, data: dict, inputs):
         c2u_point, c2s_point = c2u_point * scale, c2s_point * scale
         data = {**data, "cap_utilisation": False}
     mean_latency = moe_latency_expr(rps, c1u[g], c1s[g], c2u_point, c2s_point, m[g], M[g],
-                                    tpr[g], token_offset=offset, xp=pt,
-                                    iterations=FIXED_POINT_STEPS, newton_steps=NEWTON_STEPS)
+                                    tpr[g], token_offset=offset, xp=pt)
     phi = expert_coverage_expr(offset + rps * mean_latency * tpr[g], m[g], M[g], xp=pt)
     zero_load_c1 = c1u + expert_coverage_expr(offset, m, M, xp=pt) * c1s
     return latency_likelihood(zero_load_c1, c2, cfg, data, mean_latency=mean_latency,
