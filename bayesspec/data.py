@@ -114,13 +114,9 @@ def read_tidy(path: str | os.PathLike, *, catalog=None,
                    engine_limits=engine_limits, units=units)
 
 
-def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
-            saturation: SaturationRule | None = None,
-            engine_limits: dict | None = None, units=()) -> pd.DataFrame:
-    """Validate an in-memory table the same way as a file (used by tests and readers).
-
-    Rates and latencies implausible for the verifier on the GPU (when the catalog knows
-    both) are refused, naming the likely unit mistake (:mod:`bayesspec.units`)."""
+def _rows_with_clean_columns(raw: pd.DataFrame, source: str) -> pd.DataFrame:
+    """A copy of ``raw`` with stripped column names, refused when it has no rows or a
+    column appears twice."""
     if raw.shape[0] == 0:
         raise BadInput("no data rows", file=source)
     frame = raw.copy()
@@ -128,6 +124,17 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
     duplicated = frame.columns[frame.columns.duplicated()]
     if len(duplicated):
         raise BadInput("column appears twice", file=source, column=duplicated[0])
+    return frame
+
+
+def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
+            saturation: SaturationRule | None = None,
+            engine_limits: dict | None = None, units=()) -> pd.DataFrame:
+    """Validate an in-memory table the same way as a file (used by tests and readers).
+
+    Rates and latencies implausible for the verifier on the GPU (when the catalog knows
+    both) are refused, naming the likely unit mistake (:mod:`bayesspec.units`)."""
+    frame = _rows_with_clean_columns(raw, source)
     summaries = [c for c in SUMMARY_COLUMNS if c in frame.columns]
     mean_given = "latency_mean_s" in frame.columns and not _blank(frame["latency_mean_s"]).all()
     for column in REQUIRED_COLUMNS:
@@ -1026,13 +1033,7 @@ def read_counters(path: str | os.PathLike) -> pd.DataFrame:
 
 def counters_of(raw: pd.DataFrame, *, source: str = "<data>") -> pd.DataFrame:
     """:func:`read_counters` for an in-memory table (a raw file or a prepared tidy one)."""
-    if raw.shape[0] == 0:
-        raise BadInput("no data rows", file=source)
-    frame = raw.copy()
-    frame.columns = [str(c).strip() for c in frame.columns]
-    duplicated = frame.columns[frame.columns.duplicated()]
-    if len(duplicated):
-        raise BadInput("column appears twice", file=source, column=duplicated[0])
+    frame = _rows_with_clean_columns(raw, source)
     for column in frame.columns:
         if _POSITION_PATTERN.match(column):
             continue
