@@ -280,3 +280,36 @@ def test_fit_says_once_where_the_cap_came_from_or_that_it_is_unknown(tmp_path, c
                  "--tune", "20", "--no-loo"]) in (0, 3)
     said = capsys.readouterr().err
     assert said.count("concurrency cap: unknown") == 1 and "--max-num-seqs" in said
+
+
+def _law_sweep(cap, shares=(0.1, 0.3, 0.5, 0.7, 0.85), c1=3.5, c2=0.04):
+    ceiling = laws.ceiling_rps(c1, c2, cap)
+    rps = np.asarray(shares) * ceiling
+    return pd.DataFrame({"rps": rps, "latency_mean_s": laws.capped_latency(rps, c1, c2, cap),
+                         "prefill_tokens": 512, "decode_tokens": 512, "max_num_seqs": cap})
+
+
+def test_the_likelihood_carries_the_cap_only_where_it_moves_the_measured_points():
+    """A cap far above the requests in flight leaves the graph eq. (1)'s (no incomplete
+    beta to compile and differentiate), while decisions still read its ceiling; a cap
+    the measured points approach stays in the likelihood."""
+    from bayesspec.bayes import get_model_class
+    from bayesspec.bayes.base import fitted_cap
+
+    model = get_model_class("dense")()
+    far = _law_sweep(5000, shares=(0.05, 0.1, 0.2, 0.3, 0.4))
+    inputs = model.prepare(prepare(far))
+    assert not inputs.groups["cap_in_likelihood"].any()
+    assert "cap" not in model.data_arrays(inputs)
+    assert fitted_cap(inputs.groups, 0)["cap"] == 5000         # the ceiling still knows it
+    near = _law_sweep(16)
+    inputs = model.prepare(prepare(near))
+    assert inputs.groups["cap_in_likelihood"].all()
+    arrays = model.data_arrays(inputs)
+    assert arrays["has_cap"][0].tolist() == [1.0] and arrays["cap"][0].tolist() == [16.0]
+    # where the cap's departure from eq. (1) at the measured points is below the rule's
+    # tolerance, eq. (1) is what the data would say anyway
+    for sweep in (far,):
+        c1, c2 = 3.5, 0.04
+        departure = (sweep["latency_mean_s"] / laws.latency(sweep["rps"], c1, c2) - 1).abs()
+        assert departure.max() < 1e-3

@@ -18,7 +18,7 @@ import pandas as pd
 from ..data import (ENGINE_LIMIT_COLUMNS, assign_groups, concurrency_caps, group_label,
                     has_mean_latency, included)
 from ..errors import BadInput, FitFileError
-from ..laws import queue_wait_scale
+from ..laws import capped_latency, queue_wait_scale
 from ..fitfile import Fit, read_tree
 from ..prediction import ConfigurationLaw, Curve, Noise
 
@@ -64,6 +64,47 @@ def group_caps(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
             lightest = members[np.argmin(rps[members])]
             wait[g] = queue_wait_scale(spread[lightest])
     return cap, source, wait
+
+
+#: How far (relative) the slot queue may depart from eq. (1) at the loosest load the
+#: data could imply before the likelihood needs it: well below any measured mean's noise.
+CAP_REACH_TOLERANCE = 1e-3
+
+
+def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.ndarray,
+                         wait: np.ndarray) -> np.ndarray:
+    """Per group, whether the engine's cap can move the latency of the measured points.
+
+    Far below the cap (hundreds of KV-cache slots against tens of requests in flight) the
+    slot queue is eq. (1) to within rounding, but its special functions (an incomplete
+    beta and its parameter gradients) make a fit several times slower and its geometry
+    worse. So the likelihood uses the queue only where it matters: with the group's
+    costs read off its points (C1 the lowest latency, C2 the steepest load term any point
+    implies: both lean towards a heavier queue tail), the queue must stay within
+    :data:`CAP_REACH_TOLERANCE` of eq. (1) at half the highest point's headroom (about
+    twice the requests in flight). Decisions keep the cap either way (the ceiling is the
+    cap's throughput when that is lower than 1/C2)."""
+    reaches = np.isfinite(caps)
+    if "latency_mean_s" not in rows.columns:
+        return reaches
+    rps = rows["rps"].to_numpy(float)
+    latency = pd.to_numeric(rows["latency_mean_s"], errors="coerce").to_numpy(float)
+    for g in np.flatnonzero(reaches):
+        members = group_index == g
+        r, mean = rps[members], latency[members]
+        if len(r) == 0 or not np.all(np.isfinite(mean)) or np.max(r * mean) >= caps[g] / 2:
+            continue
+        c1 = float(np.min(mean))
+        c2 = max(float(np.max((1.0 - c1 / mean) / r)), 1e-12)
+        utilisation = 1.0 - (1.0 - min(float(np.max(r)) * c2, 1.0)) / 2.0
+        if utilisation >= 1.0:
+            continue
+        at = utilisation / c2
+        with np.errstate(all="ignore"):
+            queue = float(capped_latency(at, c1, c2, caps[g], wait_scale=wait[g]))
+        departure = queue * (1.0 - utilisation) / c1 - 1.0
+        reaches[g] = not (np.isfinite(departure) and abs(departure) < CAP_REACH_TOLERANCE)
+    return reaches
 
 
 def engine_limits(groups: pd.DataFrame, group: int, prefill=np.nan, decode=np.nan) -> dict:
@@ -199,6 +240,9 @@ class LatencyModel:
         groups["n_points"] = np.bincount(group_index, minlength=len(groups))
         groups["cap"], groups["cap_source"], groups["wait_scale"] = group_caps(
             rows, group_index, len(groups))
+        groups["cap_in_likelihood"] = cap_reaches_the_data(
+            rows, group_index, groups["cap"].to_numpy(float),
+            groups["wait_scale"].to_numpy(float))
         for column in ENGINE_LIMIT_COLUMNS:
             if column in rows.columns:
                 values = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
@@ -229,8 +273,11 @@ class LatencyModel:
                                      "point"),
         }
         caps = inputs.groups["cap"].to_numpy(float) if "cap" in inputs.groups else None
+        if caps is not None and "cap_in_likelihood" in inputs.groups:
+            caps = np.where(inputs.groups["cap_in_likelihood"].to_numpy(bool), caps, np.inf)
         if caps is not None and np.isfinite(caps).any():
-            # Without any cap the graph stays eq. (1)'s (no special functions to compile).
+            # Without a cap that reaches the data the graph stays eq. (1)'s (no special
+            # functions to compile); decisions still read the cap from the groups.
             has_cap = np.isfinite(caps)
             arrays["cap"] = (np.where(has_cap, caps, 1.0), "group")
             arrays["has_cap"] = (has_cap.astype(float), "group")
