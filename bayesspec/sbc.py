@@ -146,7 +146,7 @@ def coefficient_table(prior, variables: list[str]):
     prior draws (simulations, coefficients) and the duplicates left out.
 
     Elements that are not finite in every prior draw (a setup without a dense baseline
-    has NaN ``C1_dense`` by construction) are dropped; an element identical to an
+    has NaN ``C1_dense`` by construction) or take one value in all of them are dropped; an element identical to an
     earlier one in every draw (``C1_dense`` is the dense group's ``C1``) is reported once,
     since a second test of the same ranks would only count one fact twice.
     """
@@ -157,6 +157,9 @@ def coefficient_table(prior, variables: list[str]):
         values = _flat(prior, variable)
         for j, (label, column) in enumerate(zip(_element_labels(prior, variable), values.T)):
             if not np.isfinite(column).all():
+                continue
+            if np.ptp(column) == 0.0:
+                # Fixed by construction (C1s of a dense verifier's group is 0): no rank.
                 continue
             same = next((names[i] for i, c in enumerate(columns)
                          if np.array_equal(c, column)), None)

@@ -735,4 +735,6 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
     def posterior_variables(self) -> list[str]:
         return ["noise_base", "noise_load", "trend", "system_sd", "cell_sd", "pair_sd",
                 "c1p", "c1v", "c1d", "c2p", "c2v", "c2d", "C1_dense", "C2_dense",
-                "alpha_latent"]
+                "alpha_latent",
+                # A sparse verifier's covered/saturated split (eq. (4)), where it has one.
+                "C1u", "C1s", "C2u", "C2s", "share_C1s", "share_C2s"]
