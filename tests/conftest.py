@@ -33,15 +33,23 @@ pytensor.config.base_compiledir  # noqa: B018 - resolved here, kept for the sess
 def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False,
                      help="run slow statistical checks too")
+    parser.addoption("--walkthrough", action="store_true", default=False,
+                     help="run the README walkthrough as pasted (make test-readme)")
 
 
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--runslow"):
-        return
-    skip = pytest.mark.skip(reason="slow: run with --runslow")
+    # The README walkthrough (every command as pasted, three real fits at the defaults)
+    # is one serial chain of about ten minutes on 2 cores: CI runs it as its own step
+    # (`make test-readme`) so that the fast suite stays fast.
+    run_slow = config.getoption("--runslow")
+    run_walkthrough = config.getoption("--walkthrough") or run_slow
+    skip_slow = pytest.mark.skip(reason="slow: run with --runslow")
+    skip_walkthrough = pytest.mark.skip(reason="README walkthrough: make test-readme")
     for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)
+        if "walkthrough" in item.keywords and not run_walkthrough:
+            item.add_marker(skip_walkthrough)
+        elif "slow" in item.keywords and not run_slow:
+            item.add_marker(skip_slow)
 
 
 @pytest.fixture(scope="session")

@@ -60,13 +60,14 @@ def walkthrough_run(tmp_path_factory):
     results = []
     for command in WALKTHROUGH:
         done = subprocess.run(command, shell=True, cwd=folder, env=env, capture_output=True,
-                              text=True, timeout=600)
+                              text=True, timeout=1500)
         results.append((command, done))
         if done.returncode != 0:
             break
     return folder, results
 
 
+@pytest.mark.walkthrough
 def test_walkthrough_runs_as_pasted(walkthrough_run):
     folder, results = walkthrough_run
     for command, done in results:
@@ -77,6 +78,7 @@ def test_walkthrough_runs_as_pasted(walkthrough_run):
         assert (folder / name).stat().st_size > 0, name
 
 
+@pytest.mark.walkthrough
 def test_walkthrough_fits_converge_and_answer(walkthrough_run):
     _, results = walkthrough_run
     said = {command: done.stdout for command, done in results}
@@ -149,6 +151,7 @@ def python_blocks(text: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", text, flags=re.S)
 
 
+@pytest.mark.walkthrough
 def test_python_section_runs_as_written(walkthrough_run):
     """The README's Python snippet, pasted into a fresh interpreter in the folder the
     walkthrough left behind (its fit.nc), runs without an error."""
