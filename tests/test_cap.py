@@ -313,3 +313,24 @@ def test_the_likelihood_carries_the_cap_only_where_it_moves_the_measured_points(
         c1, c2 = 3.5, 0.04
         departure = (sweep["latency_mean_s"] / laws.latency(sweep["rps"], c1, c2) - 1).abs()
         assert departure.max() < 1e-3
+
+
+def test_the_tail_bound_holds_and_skipping_the_queue_changes_nothing():
+    """capped_latency skips the special functions where P(N >= cap) is below e^-70 by a
+    Chernoff bound: the bound must hold, and the skipped values must be the queue's."""
+    from scipy.stats import nbinom
+
+    rng = np.random.default_rng(5)
+    skipped = 0
+    for _ in range(400):
+        c1 = rng.uniform(0.05, 10.0)
+        c2 = c1 * rng.uniform(1e-4, 0.2) / rng.uniform(1.0, 200.0)
+        cap = int(rng.integers(1, 1000))
+        rps = rng.uniform(0.0, 1.0) * laws.ceiling_rps(c1, c2, cap)
+        bound = laws.cap_tail_log_bound(rps, c1, c2, cap)
+        assert nbinom.logsf(cap - 1, c1 / c2, 1.0 - rps * c2) <= bound + 1e-9
+        if bound < laws.LOG_NEGLIGIBLE_CAP_TAIL:
+            skipped += 1
+            assert laws.capped_latency(rps, c1, c2, cap) == pytest.approx(
+                laws.slot_queue_latency_expr(rps, c1, c2, cap), rel=1e-12)
+    assert 50 < skipped < 400
