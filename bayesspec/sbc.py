@@ -146,9 +146,10 @@ def coefficient_table(prior, variables: list[str]):
     prior draws (simulations, coefficients) and the duplicates left out.
 
     Elements that are not finite in every prior draw (a setup without a dense baseline
-    has NaN ``C1_dense`` by construction) or take one value in all of them are dropped; an element identical to an
-    earlier one in every draw (``C1_dense`` is the dense group's ``C1``) is reported once,
-    since a second test of the same ranks would only count one fact twice.
+    has NaN ``C1_dense`` by construction) or take one value in all of them are dropped;
+    an element identical to an earlier one in every draw (``C1_dense`` is the dense
+    group's ``C1``) is reported once, since a second test of the same ranks would only
+    count one fact twice.
     """
     names, owners, elements, columns, duplicates = [], [], [], [], {}
     for variable in variables:

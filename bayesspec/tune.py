@@ -77,6 +77,7 @@ class Refitter:
         self.model = get_model_class(model)()
         self.draws, self.chains, self.seed, self.progress = draws, chains, seed, progress
         self.compiled = None
+        self.data_names: set[str] = set()
         self.calls = 0
 
     def __call__(self, rows: pd.DataFrame):
@@ -88,10 +89,14 @@ class Refitter:
         settings = settings_for(self.model, SamplerSettings(
             draws=self.draws, tune=self.draws, chains=self.chains,
             seed=self.seed + self.calls, progress=self.progress))
-        if self.compiled is None:
+        values = self.model.data_values(data)
+        if self.compiled is None or set(values) != self.data_names:
+            # New points can bring the engine's cap into the likelihood (its arrays join
+            # the graph), which the compiled model cannot take as data.
             self.compiled = compile_model(self.model.build(data), settings)
+            self.data_names = set(values)
         self.calls += 1
-        tree = sample_compiled(self.compiled, settings, data=self.model.data_values(data))
+        tree = sample_compiled(self.compiled, settings, data=values)
         return Fit.from_sampling(self.model, data, tree)
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 from ..data import (ENGINE_LIMIT_COLUMNS, assign_groups, concurrency_caps, group_label,
                     has_mean_latency, included)
 from ..errors import BadInput, FitFileError
-from ..laws import capped_latency, queue_wait_scale
+from ..laws import capped_latency, latency, queue_wait_scale
 from ..fitfile import Fit, read_tree
 from ..prediction import ConfigurationLaw, Curve, Noise
 
@@ -88,10 +88,10 @@ def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.n
     if "latency_mean_s" not in rows.columns:
         return reaches
     rps = rows["rps"].to_numpy(float)
-    latency = pd.to_numeric(rows["latency_mean_s"], errors="coerce").to_numpy(float)
+    measured = pd.to_numeric(rows["latency_mean_s"], errors="coerce").to_numpy(float)
     for g in np.flatnonzero(reaches):
         members = group_index == g
-        r, mean = rps[members], latency[members]
+        r, mean = rps[members], measured[members]
         if len(r) == 0 or not np.all(np.isfinite(mean)) or np.max(r * mean) >= caps[g] / 2:
             continue
         c1 = float(np.min(mean))
@@ -101,8 +101,8 @@ def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.n
             continue
         at = utilisation / c2
         with np.errstate(all="ignore"):
-            queue = float(capped_latency(at, c1, c2, caps[g], wait_scale=wait[g]))
-        departure = queue * (1.0 - utilisation) / c1 - 1.0
+            departure = (capped_latency(at, c1, c2, caps[g], wait_scale=wait[g])
+                         / latency(at, c1, c2) - 1.0)
         reaches[g] = not (np.isfinite(departure) and abs(departure) < CAP_REACH_TOLERANCE)
     return reaches
 
