@@ -19,12 +19,6 @@ every formula (CONTRACT.md).
 """
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version as _version
-
-try:
-    __version__ = _version("bayesspec")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0.0.0+src"
 
 # name -> module that defines it
 _PUBLIC = {
@@ -46,7 +40,20 @@ _MODULES = ("laws", "datasets", "simulate", "ingest", "plots", "checks", "sbc", 
 __all__ = ["__version__", *_PUBLIC, *_MODULES]
 
 
+def _installed_version() -> str:
+    # importlib.metadata costs 60 ms at import: paid only by what records the version
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bayesspec")
+    except PackageNotFoundError:  # running from a source tree without installation
+        return "0.0.0+src"
+
+
 def __getattr__(name: str):
+    if name == "__version__":
+        globals()["__version__"] = value = _installed_version()
+        return value
     if name in _PUBLIC:
         return getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
     if name in _MODULES:

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from . import __version__
 from .data import row_group_labels
+from . import _installed_version as _package_version
 from .errors import BadInput, FitFileError
 from .inference import (convergence_verdict, dataset_to_frame, frame_to_dataset,
                         record_variable_diagnostics, with_design_advice)
@@ -153,7 +153,7 @@ class Fit:
             "bayesspec_model_version": model.version,
             "model_config": json.dumps(model.config, sort_keys=True),
             "model_id": model.identity,
-            "bayesspec_version": __version__,
+            "bayesspec_version": _package_version(),
             "bayesspec_fit_format": FIT_FORMAT,
             "sampler_settings": json.dumps(settings or {}, sort_keys=True, default=str),
             "source_file": str(data.attrs.get("source_file", "")),

@@ -282,8 +282,12 @@ def slot_queue_latency_expr(rps, c1, c2, cap, xp: ModuleType = np, *, wait_scale
     log_at_cap = (gammaln(shape + cap) - gammaln(shape) - gammaln(cap + 1.0)
                   + shape * xp.log(free) + cap * xp.log(utilisation))
     at_cap = xp.exp(log_at_cap)
-    below = betainc(shape, cap + 1.0, free)                 # P(N <= cap)
-    mean_below = c1 / free * betainc(shape + 1.0, cap, free)  # E[N; N <= cap] / RPS
+    # One incomplete beta serves both partial sums (the costliest term, and its gradient
+    # in the shape the costliest of a fit): P(N <= cap - 1) = I_{1-x}(r, cap), and
+    # E[N; N <= cap] = r x/(1-x) I_{1-x}(r+1, cap) = r x/(1-x) (P(N <= cap-1) - cap P_c/r).
+    below_cap = betainc(shape, cap, free)                   # P(N <= cap - 1)
+    below = below_cap + at_cap                               # P(N <= cap)
+    mean_below = (c1 * below_cap - c2 * cap * at_cap) / free  # E[N; N <= cap] / RPS
     waiting = rho / (1.0 - rho)
     # tail terms / RPS: each term's rho carries a factor RPS, so divide it out (finite at
     # light load, where the tail vanishes)

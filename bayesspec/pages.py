@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from . import __version__
+from . import _installed_version as _package_version
 from .errors import BadInput
 from .outputs import write_text_atomic
 from .uncertainty import DEFAULT_PROB
@@ -654,7 +654,7 @@ def report_document(fits: list, paths: list[str], *, prob: float = DEFAULT_PROB,
     return {
         "title": "bayesspec decision report: " + ", ".join(s["name"] for s in sections),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "version": __version__, "prob": prob,
+        "version": _package_version(), "prob": prob,
         "not_converged": [{"name": s["name"], "verdict": s["verdict"], "advice": s["advice"]}
                           for s in unconverged],
         "sections": sections,
@@ -737,7 +737,7 @@ def write_report(fits: list, paths: list[str], output: str, *, prob: float = DEF
 def compare_markdown(document: dict, *, command: str = "") -> str:
     """A ``compare`` document as a pull-request comment."""
     return _environment().get_template("compare.md.j2").render(
-        document=document, command=command, version=__version__)
+        document=document, command=command, version=_package_version())
 
 
 def write_compare_markdown(document: dict, output: str, *, command: str = "") -> str:

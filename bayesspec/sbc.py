@@ -32,9 +32,12 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from .errors import BadInput
 from .outputs import log
@@ -437,6 +440,8 @@ def run_sbc(data: pd.DataFrame, model: str = "speculative", *, config: dict | No
             f"elapsed {elapsed:.0f} s, ETA {eta:.0f} s", progress)
     records = [records[i] for i in range(simulations)]
     ranks = [ranked[i] for i in sorted(ranked)]
+
+    import pandas as pd  # not at import: the CLI's parser reads this module's defaults
 
     per_simulation = pd.DataFrame(records)
     if len(ranks) < 2:

@@ -33,6 +33,20 @@ def test_slot_queue_is_the_birth_death_chain(cap, share):
         birth_death_latency(rps, c1, c2, cap), rel=1e-7)
 
 
+@pytest.mark.parametrize("shape", [0.5, 1.25, 5.0])
+@pytest.mark.parametrize("cap", [16, 200])
+@pytest.mark.parametrize("share", [0.5, 0.99])
+def test_slot_queue_holds_where_its_partial_sums_subtract(shape, cap, share):
+    """E[N; N <= cap] comes from P(N <= cap - 1) minus cap P(N = cap)/r; with few requests'
+    worth of C1 per C2 (small r) and a large cap the batch fills at x = RPS C2 near 1,
+    where the two terms nearly cancel."""
+    c2 = 0.02
+    c1 = shape * c2
+    rps = share * laws.ceiling_rps(c1, c2, cap)
+    assert laws.capped_latency(rps, c1, c2, cap) == pytest.approx(
+        birth_death_latency(rps, c1, c2, cap), rel=1e-7)
+
+
 def test_without_a_binding_cap_it_is_eq1():
     c1, c2 = 4.0, 0.04
     rps = np.linspace(0.1, 24.0, 30)

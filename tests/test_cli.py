@@ -356,3 +356,13 @@ def test_the_demo_speedup_figure_draws_and_marks_the_recommended_k():
     dense = [{"setup": "S", "alpha": 0.8, "rps": 15.35, "k": 0}]
     assert figure_ks(dense, "S", 0.8, middle=2)[1] == 0      # "do not speculate", marked
     assert figure_ks([], "S", 0.8, middle=2) == ([1, 2, 4, 6, 8], 2)
+
+
+def test_version_prints_the_package_version_on_stdout(capsys):
+    import bayesspec
+    from bayesspec.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.strip() == f"bayesspec {bayesspec.__version__}"

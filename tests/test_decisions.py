@@ -276,3 +276,22 @@ def test_vllm_schedule_refuses_what_it_cannot_answer():
         vllm_schedule(coefficient_law(), 0.8, [1.0, 2.0])
     with pytest.raises(BadInput, match="no dense baseline"):
         vllm_schedule(coefficient_law(dense=False), 0.8, [1.0, 2.0, 3.0])
+
+
+def test_speedup_draws_are_reused_only_for_the_same_question():
+    """`kstar --vllm` asks for the same (draws, k, rates) block twice: the second answer
+    is the first's array; any other question, or a law answering from other acceptance,
+    computes afresh."""
+    law = coefficient_law(seed=3)
+    ks, rps = np.arange(1, 5), np.array([1.0, 4.0, 8.0])
+    first = law.speedup_draws(0.8, ks, rps)
+    assert law.speedup_draws(0.8, ks, rps.copy()) is first
+    assert not first.flags.writeable          # shared, so no caller may change it
+    assert law.speedup_draws(0.7, ks, rps) is not first
+    assert law.speedup_draws(0.8, ks[:3], rps).shape[1] == 3
+    again = law.speedup_draws(0.8, ks, rps)
+    np.testing.assert_array_equal(again, first)
+    lengths = np.tile(1.0 + np.arange(6) * 0.5, (50, 1))
+    by_position = law.with_acceptance_lengths(lengths)
+    other = by_position.speedup_draws(0.8, ks, rps)
+    assert other is not again and not np.allclose(other, again)

@@ -16,7 +16,6 @@ import os
 import sys
 import warnings
 
-from .. import __version__
 from ..errors import BadInput, ConvergenceWarning
 from .common import parse_list  # noqa: F401  (part of the package's interface)
 
@@ -36,6 +35,21 @@ def flag_of(argument: str) -> str:
     return ARGUMENT_FLAGS.get(argument, "--" + argument.replace("_", "-"))
 
 
+class _VersionAction(argparse.Action):
+    """``--version``: looks the version up only when asked (importlib.metadata is slow to
+    import, and every verb builds this parser)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS,
+                 help="show the program's version and exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .. import __version__
+
+        print(f"{parser.prog} {__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     from importlib import import_module
 
@@ -43,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Bayesian latency laws for speculative decoding: fit load-test sweeps, "
                     "get speedup, crossover RPS and best draft length with credible intervals.")
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     verbs = parser.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
     for name in VERB_MODULES:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from ..errors import BadInput
 from ..outputs import emit_json, json_text, write_text_atomic
 from ..sbc import DEFAULT_THIN_TO, MAX_LATENCY_RATIO
@@ -103,6 +101,8 @@ def run(args) -> int:
 
         document["plot"] = save_figure(sbc_ecdf_plot(result), plot)
     if out is not None:
+        import pandas as pd
+
         ranks = pd.DataFrame(result.ranks, columns=result.names)
         write_text_atomic(out / "ranks.csv", ranks.to_csv(index_label="simulation"))
         write_text_atomic(out / "simulations.csv", result.per_simulation.to_csv(index=False))
