@@ -50,6 +50,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_walkthrough)
         elif "slow" in item.keywords and not run_slow:
             item.add_marker(skip_slow)
+    # Longest first: xdist hands tests out in this order, and a 80-s test handed out last
+    # keeps one worker busy after the others have finished (the suite's wall time).
+    items.sort(key=lambda item: "long" not in item.keywords)
 
 
 @pytest.fixture(scope="session")

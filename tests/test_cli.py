@@ -232,6 +232,7 @@ def test_fit_to_missing_folder_fails_before_sampling(capsys, tmp_path, truth_16)
     assert code == 2 and "output folder does not exist" in err
 
 
+@pytest.mark.long
 def test_demo_quick_writes_fits_decisions_and_figures(tmp_path, capsys, mock_sampling):
     """The demo's plumbing (two fits, summaries, figures, deployment lines) on prior draws;
     real fits of the same models are tested in test_dense_model / test_speculative and

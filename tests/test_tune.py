@@ -118,6 +118,7 @@ def test_builtin_driver_measures_a_live_point(servers):
 
 # ----------------------------------------------------------------------------- loop
 
+@pytest.mark.long
 def test_unreachable_endpoint_exits_2_after_saving(servers, tmp_path):
     dense, _ = servers
     points = tmp_path / "points.csv"
@@ -131,6 +132,7 @@ def test_unreachable_endpoint_exits_2_after_saving(servers, tmp_path):
     assert len(rows) == 4 and set(rows["k"]) == {0}       # the burst and three seed rates
 
 
+@pytest.mark.long
 def test_tune_settles_k_star_and_resumes_after_a_kill(servers, tmp_path):
     dense, sd = servers
     points = tmp_path / "points.csv"
