@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from .data import row_group_labels
 from . import _installed_version as _package_version
+from .data import row_group_labels
 from .errors import BadInput, FitFileError
 from .inference import (convergence_verdict, dataset_to_frame, frame_to_dataset,
                         record_variable_diagnostics, with_design_advice)

@@ -622,9 +622,8 @@ class Law:
         rps = np.asarray(rps, dtype=float)
         key = (None if alpha is None else float(alpha), np.asarray(k).tolist(), rps.shape,
                rps.tobytes())
-        memo = getattr(self, "_last_speedups", None)
-        if memo is not None and memo[0] == key:
-            return memo[1]
+        if self._last_speedups is not None and self._last_speedups[0] == key:
+            return self._last_speedups[1]
         l_sd = self.sd(alpha, k).latency(rps)
         l_dense = self.dense.latency(rps)
         if l_sd.ndim == 3:
