@@ -44,6 +44,7 @@ __all__ = [
     "ModelCard",
     "bundled_catalog_dir",
     "default_catalog",
+    "kv_cache_tokens_estimate",
     "load_catalog",
     "normalize_name",
     "user_catalog_dir",
@@ -165,6 +166,35 @@ class GpuCard:
     @property
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
+
+
+# ---------------------------------------------------------------------------------------
+# Engine memory
+# ---------------------------------------------------------------------------------------
+
+#: vLLM's defaults for the share of HBM it takes, and what it keeps back from the KV
+#: cache for activations and CUDA graphs (GB).
+GPU_MEMORY_UTILIZATION = 0.9
+ACTIVATION_RESERVE_GB = 3.0
+
+
+def kv_cache_tokens_estimate(verifier: "ModelCard", gpu: "GpuCard",
+                             drafter: "ModelCard | None" = None, *,
+                             gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+                             reserve_gb: float = ACTIVATION_RESERVE_GB) -> float | None:
+    """KV-cache tokens that fit next to the weights on one GPU, vLLM style; None when the
+    weights alone do not fit (tensor parallelism, which the cards do not know).
+
+    vLLM takes ``gpu_memory_utilization`` of HBM, subtracts the weights and activation /
+    CUDA-graph memory (``reserve_gb``), and fills the rest with KV blocks; a drafter's
+    weights and its own KV per token come out of the same pool.
+    """
+    weights = verifier.weight_bytes + (drafter.weight_bytes if drafter is not None else 0.0)
+    free = gpu.memory_gb * 1e9 * gpu_memory_utilization - weights - reserve_gb * 1e9
+    per_token = verifier.kv_bytes_per_token + (drafter.kv_bytes_per_token if drafter else 0.0)
+    if free <= 0 or per_token <= 0:
+        return None
+    return float(free // per_token)
 
 
 # ---------------------------------------------------------------------------------------

@@ -44,8 +44,10 @@ def summary_document(fit, *, prob: float = 0.9) -> dict:
             entry["ceiling_binding"] = curve.ceiling_binding
             if curve.cap is not None:
                 entry["pole_rps"] = uncertain(1.0 / curve.saturation_cost, prob)
-                entry["cap"] = float(np.max(curve.cap))
+                entry["cap"] = float(np.median(curve.cap))
                 entry["cap_source"] = str(row.get("cap_source", ""))
+                if bool(row.get("cap_learned", False)):
+                    entry["cap_interval"] = uncertain(curve.cap, prob)
         entry["rps_measured_max"] = fit.rps_measured_max(g)
         fitted = float(row["rps_max"]) if "rps_max" in groups.columns else float("nan")
         entry["rps_fitted_max"] = fitted if np.isfinite(fitted) else None
@@ -122,9 +124,16 @@ def summary_text(document: dict) -> str:
                      f"{ceiling if ceiling is None else f'{ceiling:.4g}':>12}")
     capped = [e for e in document["groups"] if e.get("cap") is not None]
     if capped:
-        caps = sorted({(e["cap"], e["cap_source"]) for e in capped})
-        lines.append("c: the engine's concurrency cap binds first ("
-                     + ", ".join(f"{c:.0f} requests from {src}" for c, src in caps) + ")")
+        caps = sorted({(e["cap"], e["cap_source"]) for e in capped
+                       if "cap_interval" not in e})
+        if caps:
+            lines.append("c: the engine's concurrency cap binds first ("
+                         + ", ".join(f"{c:.0f} requests from {src}" for c, src in caps)
+                         + ")")
+        for e in capped:
+            if "cap_interval" in e:
+                lines.append(f"{e['label']}: concurrency cap {_cell(e['cap_interval'])} "
+                             f"requests, {e['cap_source']}")
     if document.get("summaries"):
         lines += ["", "latency summaries: q = A (1 - RPS*C2)^-gamma (A: the summary at zero "
                   "load; gamma: 1 grows like the mean, > 1 faster)"]

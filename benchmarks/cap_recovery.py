@@ -7,9 +7,12 @@ throughput, min(1/C2, cap/(C1 + C2 (cap - 1)))) is set against the truth: the si
 own throughput with every slot busy, measured by a long throughput run (clients sending
 back to back). Per replicate: whether the 90% interval covers the truth, the median's
 error, the convergence verdict, and the points set aside. Also fitted without the cap
-(eq. (1) alone, today's law) for comparison: its ceiling is 1/C2.
+(eq. (1) alone, today's law) for comparison: its ceiling is 1/C2. ``--laws`` adds the
+cap learned from the curve where the file states no limit (``fit --cap-prior catalog``
+or ``wide``: every engine-limit column dropped).
 
     python benchmarks/cap_recovery.py --replicates 20 --json cap.json
+    python benchmarks/cap_recovery.py --laws learned-catalog,learned-wide --json learned.json
 
 The simulator's ``saturated`` flag is ignored here (it marks capacity waits, exactly what
 the capped law describes); the data layer's own rules set points aside (past the cap,
@@ -64,12 +67,20 @@ def main(argv=None) -> int:
                         help="highest rate as a share of the true ceiling")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--truth-requests", type=int, default=6000)
-    parser.add_argument("--draws", type=int, default=1000)
-    parser.add_argument("--tune", type=int, default=1000)
+    parser.add_argument("--draws", type=int, default=None, help="default: the model's")
+    parser.add_argument("--tune", type=int, default=None, help="default: the model's")
     parser.add_argument("--no-uncapped", action="store_true",
                         help="skip the eq. (1) fits without the cap")
+    parser.add_argument("--laws", default="capped,eq1",
+                        help="comma-separated: capped (cap given), eq1 (max_num_seqs "
+                             "dropped), learned-catalog, learned-wide (every limit dropped, "
+                             "the cap learned with that prior)")
+    parser.add_argument("--first-replicate", type=int, default=0)
     parser.add_argument("--json", help="write the per-replicate table here")
     args = parser.parse_args(argv)
+    laws = [name.strip() for name in args.laws.split(",") if name.strip()]
+    if args.no_uncapped and "eq1" in laws:
+        laws.remove("eq1")
 
     s = setup(args.verifier, args.gpu, prefill=args.prefill, decode=args.decode,
               max_num_seqs=args.max_num_seqs)
@@ -81,29 +92,44 @@ def main(argv=None) -> int:
     rates = np.linspace(0.08, args.top, args.rates) * truth
     settings = SamplerSettings(draws=args.draws, tune=args.tune, chains=4, progress=False)
     records = []
-    for r in range(args.replicates):
+    limits = ["max_num_seqs", "kv_cache_tokens", "max_num_batched_tokens"]
+    for r in range(args.first_replicate, args.first_replicate + args.replicates):
         rows = sweep_rows(s, rates, args.requests, seed=r, cap=args.max_num_seqs)
-        data = prepare(rows, source=f"replicate {r}")
-        variants = [("capped", data)]
-        if not args.no_uncapped:
-            variants.append(("eq1", prepare(rows.drop(columns=["max_num_seqs"]),
-                                            source=f"replicate {r}")))
-        for name, frame in variants:
-            result = fit(frame, "dense", settings=SamplerSettings(
+        variants = []
+        for name in laws:
+            config = None
+            if name == "capped":
+                frame = rows
+            elif name == "eq1":
+                frame = rows.drop(columns=["max_num_seqs"])
+            elif name.startswith("learned-"):
+                frame = rows.drop(columns=[c for c in limits if c in rows.columns])
+                config = {"cap_prior": name.split("-", 1)[1]}
+            else:
+                raise SystemExit(f"unknown law {name!r}")
+            variants.append((name, prepare(frame, source=f"replicate {r}"), config))
+        for name, frame, config in variants:
+            result = fit(frame, "dense", config=config, settings=SamplerSettings(
                 **{**settings.__dict__, "seed": 1000 + r}))
             draws = ceiling_draws(result)
             lo, median, hi = np.quantile(draws, [0.05, 0.5, 0.95])
             verdict = result.diagnostics
+            learned = (np.quantile(result.draws("learned_cap")[:, 0], [0.05, 0.5, 0.95])
+                       if "learned_cap" in result.posterior else [np.nan] * 3)
             records.append({
+                "learned_cap_lo": float(learned[0]), "learned_cap_median": float(learned[1]),
+                "learned_cap_hi": float(learned[2]),
                 "replicate": r, "law": name, "truth": truth, "median": float(median),
                 "lo": float(lo), "hi": float(hi), "covers": bool(lo <= truth <= hi),
                 "error": float(median / truth - 1), "set_aside": int(frame["excluded"].sum()),
                 "top_rate": float(frame.loc[~frame["excluded"], "rps"].max()),
                 "converged": bool(verdict["converged"]), "rhat_max": verdict["rhat_max"],
                 "divergences": verdict["divergences"]})
+            cap_text = ("" if np.isnan(learned[1]) else
+                        f" (cap {learned[1]:.0f} [{learned[0]:.0f}, {learned[2]:.0f}])")
             print(f"replicate {r + 1}/{args.replicates} {name}: ceiling {median:.4g} "
                   f"[{lo:.4g}, {hi:.4g}] vs {truth:.4g} -> "
-                  f"{'covers' if records[-1]['covers'] else 'MISSES'}; "
+                  f"{'covers' if records[-1]['covers'] else 'MISSES'}{cap_text}; "
                   f"{verdict['status']} ({time.perf_counter() - started:.0f} s)",
                   file=sys.stderr, flush=True)
     table = pd.DataFrame(records)

@@ -122,13 +122,25 @@ def engine_limits(groups: pd.DataFrame, group: int, prefill=np.nan, decode=np.na
     return {**limits, "prefill": number(prefill), "decode": number(decode)}
 
 
-def fitted_cap(groups: pd.DataFrame, group: int) -> dict:
+def fitted_cap(groups: pd.DataFrame, group: int, fit=None) -> dict:
     """A fitted group's concurrency cap as :class:`~bayesspec.prediction.Curve` takes it
-    (``cap``, ``wait_scale``); {} when the fit knew none (eq. (1) alone)."""
+    (``cap``: a number, or (S,) draws where the fit learned it; ``wait_scale``); {} when
+    the fit knew none (eq. (1) alone)."""
+    wait = float(groups["wait_scale"].iloc[group]) if "wait_scale" in groups.columns else 1.0
+    if "cap_learned" in groups.columns and bool(groups["cap_learned"].iloc[group]):
+        if fit is None:
+            raise ValueError("a learned cap is read from the fit's posterior: pass fit")
+        position = int(np.count_nonzero(groups["cap_learned"].to_numpy(bool)[:group]))
+        return {"cap": fit.draws(LEARNED_CAP)[:, position], "wait_scale": wait}
     if "cap" not in groups.columns or not np.isfinite(float(groups["cap"].iloc[group])):
         return {}
-    wait = float(groups["wait_scale"].iloc[group]) if "wait_scale" in groups.columns else 1.0
     return {"cap": float(groups["cap"].iloc[group]), "wait_scale": wait}
+
+
+#: The posterior variable of the caps a fit learned, and its dimension (the groups whose
+#: cap was learned).
+LEARNED_CAP = "learned_cap"
+LEARNED_CAP_DIM = "learned_cap_group"
 
 
 def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
@@ -243,6 +255,23 @@ class LatencyModel:
         groups["cap_in_likelihood"] = cap_reaches_the_data(
             rows, group_index, groups["cap"].to_numpy(float),
             groups["wait_scale"].to_numpy(float))
+        how = self.config.get("cap_prior", "none")
+        learned = ~np.isfinite(groups["cap"].to_numpy(float)) if how != "none" else None
+        if learned is not None and learned.any():
+            from .cap_prior import learned_cap_priors
+
+            first = [int(np.flatnonzero(group_index == g)[0]) for g in np.flatnonzero(learned)]
+            setups = rows.iloc[first].reset_index(drop=True)
+            centre, sd, words = learned_cap_priors(setups, self.catalog, how)
+            groups["cap_learned"] = learned
+            groups["cap_prior_log_centre"] = np.nan
+            groups["cap_prior_log_sd"] = np.nan
+            groups.loc[learned, "cap_prior_log_centre"] = centre
+            groups.loc[learned, "cap_prior_log_sd"] = sd
+            sources = np.array(groups["cap_source"].astype(object).to_numpy(), dtype=object)
+            sources[learned] = words
+            groups["cap_source"] = sources
+            groups.loc[learned, "cap_in_likelihood"] = True
         for column in ENGINE_LIMIT_COLUMNS:
             if column in rows.columns:
                 values = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
@@ -260,6 +289,9 @@ class LatencyModel:
         inputs = self.prepare(data)
         coords = {"group": inputs.groups["label"].tolist(),
                   "point": np.arange(len(inputs.rows))}
+        if "cap_learned" in inputs.groups:
+            coords[LEARNED_CAP_DIM] = inputs.groups["label"][
+                inputs.groups["cap_learned"].to_numpy(bool)].tolist()
         return inputs, pm.Model(coords=coords)
 
     def data_arrays(self, inputs: ModelInputs) -> dict[str, tuple[np.ndarray, str | None]]:
@@ -275,6 +307,16 @@ class LatencyModel:
         caps = inputs.groups["cap"].to_numpy(float) if "cap" in inputs.groups else None
         if caps is not None and "cap_in_likelihood" in inputs.groups:
             caps = np.where(inputs.groups["cap_in_likelihood"].to_numpy(bool), caps, np.inf)
+        learned = (inputs.groups["cap_learned"].to_numpy(bool)
+                   if "cap_learned" in inputs.groups else None)
+        if learned is not None:
+            # A learned cap enters the likelihood wherever it is learned (add_data puts
+            # the parameter in place of this placeholder).
+            caps = np.where(learned, 1.0, caps)
+            arrays["cap_prior_log_centre"] = (
+                inputs.groups["cap_prior_log_centre"].to_numpy(float)[learned], LEARNED_CAP_DIM)
+            arrays["cap_prior_log_sd"] = (
+                inputs.groups["cap_prior_log_sd"].to_numpy(float)[learned], LEARNED_CAP_DIM)
         if caps is not None and np.isfinite(caps).any():
             # Without a cap that reaches the data the graph stays eq. (1)'s (no special
             # functions to compile); decisions still read the cap from the groups.
@@ -288,8 +330,43 @@ class LatencyModel:
         """Register :meth:`data_arrays` in the current ``pm.Model`` and return them."""
         import pymc as pm
 
-        return {name: pm.Data(name, values, dims=dim)
+        data = {name: pm.Data(name, values, dims=dim)
                 for name, (values, dim) in self.data_arrays(inputs).items()}
+        return data
+
+    def learn_caps(self, data: dict, c1, c2) -> None:
+        """Put the learned caps (where the data state none and the model was asked to
+        learn them, ``cap_prior``) in ``data["cap"]``, given each group's C1 and C2
+        tensors, in the current ``pm.Model``.
+
+        Parameterised by s = K/cap in (0, 1), K = rps_max (C1 - C2)/(1 - rps_max C2)
+        the cap whose throughput is the group's top rate: s is the top rate's share of
+        the way from eq. (1)'s pole to the cap's ceiling, (w - u)/(1 - u) with
+        w = rps_max/ceiling and u = rps_max C2. Every fitted point stays below the
+        ceiling (as u < 1 keeps it below the pole), and the bend the data see (w) moves
+        apart from the slope below it (u): in log cap the two made a curved ridge with C2
+        (R-hat 1.016, bulk ESS 347 on a clean slot-queue sweep). The cap's prior
+        (bayes.cap_prior) is on log cap = log K - log s, a potential on s (declared
+        uniform so that plumbing tests can draw it forward; ``prior_model`` refuses)."""
+        if "cap_prior_log_centre" not in data:
+            return
+        import pymc as pm
+        import pytensor.tensor as pt
+
+        where = np.flatnonzero(self.inputs.groups["cap_learned"].to_numpy(bool))
+        rps_max = data["rps_max"][where]
+        c1, c2 = c1[where], c2[where]
+        share = pm.Uniform("learned_cap_share", 0.0, 1.0, dims=LEARNED_CAP_DIM)
+        # (C1 > C2 in any real sweep: a request's zero-load time against one more
+        # request's cost; the floor only keeps prior draws finite)
+        least = rps_max * pt.maximum(c1 - c2, 1e-6 * c1) / (1.0 - rps_max * c2)
+        log_cap = pt.log(least) - pt.log(share)
+        # the prior on log cap in s: density N(log cap) |d log cap / ds| = N(log cap)/s
+        pm.Potential("learned_cap_prior", pt.sum(
+            pm.logp(pm.Normal.dist(data["cap_prior_log_centre"], data["cap_prior_log_sd"]),
+                    log_cap) - pt.log(share)))
+        cap = pm.Deterministic(LEARNED_CAP, pt.exp(log_cap), dims=LEARNED_CAP_DIM)
+        data["cap"] = pt.set_subtensor(data["cap"][where], cap)
 
     def data_values(self, data: pd.DataFrame) -> dict[str, np.ndarray]:
         """Values of every ``pm.Data`` of the model for new data of the same shape.
@@ -312,6 +389,10 @@ class LatencyModel:
         model's prior and prior predictive. Forward sampling ignores potentials, so a
         model that reparameterises with one (the hierarchical model's cell deviations)
         builds a form without it; the rest build themselves."""
+        if self.config.get("cap_prior", "none") != "none":
+            raise BadInput("a learned cap's prior is a potential, which forward sampling "
+                           "ignores: state the cap (max_num_seqs / kv_cache_tokens) for "
+                           "prior draws", option="--cap-prior")
         return self.build(data)
 
     # ------------------------------------------------------------------ fit, save, load
@@ -395,7 +476,7 @@ class LatencyModel:
         """Posterior variables the answers are computed from: their convergence is what
         the verdict judges (the rest, pooling hyperparameters and the like, are reported
         but cannot make an answer wrong on their own)."""
-        return ["C1", "C2", "saturation_rps", "noise_base", "noise_load"]
+        return ["C1", "C2", "saturation_rps", "noise_base", "noise_load", LEARNED_CAP]
 
     def noise(self, fit) -> Noise:
         """The fitted measurement model of a mean latency."""
@@ -405,7 +486,7 @@ class LatencyModel:
         """One fitted group's mean-latency curve (eq. 1 from its C1, C2)."""
         curve = Curve(fit.draws("C1", group), fit.draws("C2", group),
                       label=str(fit.groups["label"].iloc[group]), noise=self.noise(fit),
-                      **fitted_cap(fit.groups, group))
+                      **fitted_cap(fit.groups, group, fit))
         curve.rps_fitted_max = float(fit.groups["rps_max"].iloc[group])
         return curve
 

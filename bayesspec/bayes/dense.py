@@ -35,14 +35,43 @@ class DenseLatencyModel(LatencyModel):
     default_config = {
         **COMMON_CONFIG,
         "holdout_mask": False,    # build with a fit_mask (refits without some points)
+        # Where the data state no concurrency cap: "none" (eq. (1) alone, its pole read as
+        # the ceiling), or learn it from the curve's bend with a "catalog" or "wide" prior
+        # (bayes.cap_prior; `fit --cap-prior`).
+        "cap_prior": "none",
     }
+    #: Whether the model's law takes the engine's cap (the slot queue), so that it can
+    #: learn one (``cap_prior``); the discrepancy and two-regime laws do not.
+    learns_cap = True
+
+    def check_config(self) -> None:
+        super().check_config()
+        from .cap_prior import CAP_PRIORS
+
+        how = self.config["cap_prior"]
+        if how not in CAP_PRIORS:
+            raise ValueError(f"cap_prior must be one of {', '.join(CAP_PRIORS)}, got {how!r}")
+        if how != "none" and not self.learns_cap:
+            raise ValueError(f"the {self.name} model's law does not take the engine's cap, "
+                             "so it cannot learn one: use --model dense or tails")
+        if how != "none":
+            # A cap far above the data is a plateau of the likelihood (eq. (1) whatever
+            # its value) and the bend pins it sharply: a jittered start on the plateau
+            # stays there for the whole run (1 chain of 4 in a trial); start at the mode.
+            self.init = "optimised"
+            # and tune longer: on slot-queue sweeps of a cap of 24, 2 of 4 fits at 1000
+            # tuning steps ended at R-hat 1.012-1.048; 3 of 3 at 2000 converged
+            # (R-hat <= 1.004; benchmarks/README.md)
+            self.default_tune = 2000
 
     def build(self, data: pd.DataFrame) -> pm.Model:
         inputs, model = self.empty_model(data)
         with model:
             data = self.add_data(inputs)
             log_c1, utilisation = self.group_costs(data, len(inputs.groups))
-            latency_likelihood(pt.exp(log_c1), utilisation / data["rps_max"], self.config, data)
+            c1, c2 = pt.exp(log_c1), utilisation / data["rps_max"]
+            self.learn_caps(data, c1, c2)
+            latency_likelihood(c1, c2, self.config, data)
         return model
 
     def group_costs(self, data: dict, n_groups: int, name: str = "log_C1"):

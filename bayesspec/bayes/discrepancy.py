@@ -36,6 +36,7 @@ class DiscrepancyLatencyModel(DenseLatencyModel):
     name = "dense-discrepancy"
     version = "1"
     curve_parameters = 3
+    learns_cap = False
     default_config = {
         **DenseLatencyModel.default_config,
         "bend_scale": 0.5,          # HalfNormal scale of the spread of log(1 + bend)

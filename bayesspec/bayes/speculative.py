@@ -691,7 +691,7 @@ class SpeculativeLatencyModel(LatencyModel):
         if not np.isnan(c1_dense).all():
             if split is None:
                 dense = Curve(c1_dense, c2_dense, label=f"{label} dense", noise=noise,
-                              **(fitted_cap(groups, dense_group) if dense_group >= 0 else {}))
+                              **(fitted_cap(groups, dense_group, fit) if dense_group >= 0 else {}))
             else:
                 s1 = fit.draws("share_C1s_dense", setup=s)
                 s2 = fit.draws("share_C2s_dense", setup=s)

@@ -98,6 +98,7 @@ class SplineDiscrepancyCurve(Curve):
 class SplineDiscrepancyLatencyModel(DenseLatencyModel):
     name = "dense-spline"
     version = "1"
+    learns_cap = False
     default_config = {
         **DenseLatencyModel.default_config,
         # Utilisation reached by the top fitted rate: median 0.5 (the dense default, 0.73,

@@ -246,6 +246,7 @@ class TailLatencyModel(DenseLatencyModel):
     }
 
     def check_config(self) -> None:
+        super().check_config()
         if self.config["spread"] not in ("model", "data"):
             raise ValueError(f"spread must be 'model' or 'data', got {self.config['spread']!r}")
         if self.config["quantile_rule"] not in QUANTILE_RULES:
@@ -261,6 +262,11 @@ class TailLatencyModel(DenseLatencyModel):
             data = data.assign(latency_mean_s=reference_latency(data))
         inputs = super().prepare(data)
         rows, groups = inputs.rows, inputs.groups
+        if not has_mean and "cap_learned" in groups:
+            raise BadInput("learning the concurrency cap needs mean latencies (the bend of "
+                           "the mean law); these data have percentiles only: state the cap "
+                           "(--max-num-seqs / --kv-cache-tokens)", option="--cap-prior",
+                           file=data.attrs.get("source_file"))
         wanted = list(self.config["metrics"])
         if not has_mean:
             wanted += [m for m in ("p50", "ttft_p50", "itl_p50") if m not in wanted]
@@ -372,6 +378,7 @@ class TailLatencyModel(DenseLatencyModel):
             if has_mean:
                 log_c1, utilisation = self.group_costs(data, n_groups)
                 c1, c2 = pt.exp(log_c1), utilisation / data["rps_max"]
+                self.learn_caps(data, c1, c2)
                 latency_likelihood(c1, c2, cfg, data)
                 centre = log_c1[None, :] + data["offset_centre"]
             else:
@@ -590,7 +597,7 @@ class TailLatencyModel(DenseLatencyModel):
         c2 = pick("tail_C2") if "tail_C2" in fit.posterior else fit.draws("C2", group)
         # With the engine's cap the summaries follow the slot queue's load factor, which
         # needs the mean's C1 (a fit of percentiles alone has none: eq. (1)'s).
-        cap = fitted_cap(fit.groups, group) if self.has_mean(fit) else {}
+        cap = fitted_cap(fit.groups, group, fit) if self.has_mean(fit) else {}
         curve = MetricCurve(pick("tail_scale"), c2, exponent,
                             metric=metric, label=f"{label} {metric}", group=label,
                             noise=noise, mean_c1=fit.draws("C1", group) if cap else None,

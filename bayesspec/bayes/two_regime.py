@@ -41,6 +41,7 @@ class TwoRegimeLatencyModel(DenseLatencyModel):
     name = "dense-roofline"
     version = "1"
     curve_parameters = 4
+    learns_cap = False
     default_config = {
         **DenseLatencyModel.default_config,
         "share_logit_scale": 1.5,

@@ -32,6 +32,11 @@ def register(verbs) -> None:
     add_model_options(fit, "cell_c2_deviations=non_centred (hierarchical)")
     add_saturation_options(fit)
     add_engine_limit_options(fit)
+    fit.add_argument("--cap-prior", choices=("catalog", "wide"), default=None,
+                     help="where the data state no engine limit, learn the concurrency cap "
+                          "from where the curve bends: with the catalog's KV capacity and "
+                          "vLLM's default max_num_seqs as its prior, or a wide one (dense "
+                          "and tails; the sweep must reach the bend to pin it)")
     add_catalog(fit)
     fit.add_argument("--no-loo", action="store_true",
                      help="skip PSIS-LOO after sampling (saves a few seconds)")
@@ -94,7 +99,7 @@ def set_aside(data) -> list[dict]:
              "reason": str(data["exclusion_reason"].iloc[i])} for i in rows]
 
 
-def concurrency_cap_note(data) -> str:
+def concurrency_cap_note(data, cap_prior: str | None = None) -> str:
     """Where the engine's concurrency cap came from, or that it is unknown (said once)."""
     import numpy as np
 
@@ -104,11 +109,15 @@ def concurrency_cap_note(data) -> str:
     caps, sources = concurrency_caps(rows)
     known = np.isfinite(caps)
     if not known.any():
+        if cap_prior:
+            return (f"concurrency cap: not stated; learned per group from where the curve "
+                    f"bends, with the {cap_prior} prior (its posterior is the prior where "
+                    "the sweep stops short of the bend; `summary` shows it)")
         return ("concurrency cap: unknown (no max_num_seqs / kv_cache_tokens column or "
                 "flag): eq. (1) is fitted alone and its pole 1/C2 is read as the ceiling, "
                 "which the engine's batch cap usually undercuts; give --max-num-seqs N "
                 "(vLLM's setting) or --kv-cache-tokens N (its start-up log) when you know "
-                "it")
+                "it, or --cap-prior catalog to learn it from the curve")
     values = sorted({(float(c), src) for c, src in zip(caps[known], np.asarray(sources)[known])})
     text = ", ".join(f"{c:.0f} requests ({src})" for c, src in values)
     missing = "" if known.all() else f"; unknown for {int((~known).sum())} of {len(rows)} rows"
@@ -119,13 +128,24 @@ def run_fit(args) -> int:
     check_output_path(args.output)
     settings = sampler_settings(args)
     data = read_data(args.data, args)
-    cap_note = concurrency_cap_note(data)
+    cap_note = concurrency_cap_note(data, args.cap_prior)
     log(cap_note)
     # Imported after the data are read: loading PyMC takes seconds, a bad file should not.
     from ..workflow import fit
     from .common import catalog_of
 
     options = model_options(args)
+    if args.cap_prior:
+        if options.get("cap_prior", args.cap_prior) != args.cap_prior:
+            raise BadInput(f"--option cap_prior={options['cap_prior']} contradicts it",
+                           option="--cap-prior")
+        from ..bayes import get_model_class
+
+        try:
+            get_model_class(args.model)({**options, "cap_prior": args.cap_prior})
+        except ValueError as error:
+            raise BadInput(str(error), option="--cap-prior") from None
+        options["cap_prior"] = args.cap_prior
     result = fit(data, args.model, settings=settings, config=options or None,
                  catalog=catalog_of(args))
     verdict = result.diagnostics

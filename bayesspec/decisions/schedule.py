@@ -40,7 +40,8 @@ def _speedups(law, alpha: float, ks: np.ndarray, rps: np.ndarray) -> np.ndarray:
 def _batch_cap(law, alpha: float, k: int) -> float:
     """The most requests the engine batches running k (inf when its cap is unknown)."""
     curve = law.dense if k == 0 else law.curve(alpha, k)
-    return float(np.max(curve.cap)) if curve.cap is not None else float("inf")
+    # the median where the cap was learned (a stated cap is one number)
+    return float(np.median(curve.cap)) if curve.cap is not None else float("inf")
 
 
 def _concurrency(law, alpha: float, k: int, rps: np.ndarray) -> np.ndarray:

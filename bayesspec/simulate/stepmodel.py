@@ -335,18 +335,18 @@ def default_step_model(verifier, gpu, drafter=None, *,
 
 def kv_capacity_tokens(verifier, gpu, drafter=None, *, gpu_memory_utilization: float = 0.9,
                        reserve_gb: float = 3.0) -> int:
-    """KV-cache tokens that fit next to the weights, vLLM style.
+    """KV-cache tokens that fit next to the weights, vLLM style
+    (:func:`bayesspec.catalog.kv_cache_tokens_estimate`); a clear error when the weights
+    do not fit on one GPU."""
+    from ..catalog import kv_cache_tokens_estimate
 
-    vLLM takes ``gpu_memory_utilization`` of HBM, subtracts the weights and activation /
-    CUDA-graph memory (``reserve_gb``), and fills the rest with KV blocks; a drafter's
-    weights and its own KV per token come out of the same pool.
-    """
-    weights = verifier.weight_bytes + (drafter.weight_bytes if drafter is not None else 0.0)
-    free = gpu.memory_gb * 1e9 * gpu_memory_utilization - weights - reserve_gb * 1e9
-    per_token = verifier.kv_bytes_per_token + (drafter.kv_bytes_per_token if drafter else 0.0)
-    if free <= 0:
+    tokens = kv_cache_tokens_estimate(verifier, gpu, drafter,
+                                      gpu_memory_utilization=gpu_memory_utilization,
+                                      reserve_gb=reserve_gb)
+    if tokens is None:
+        weights = verifier.weight_bytes + (drafter.weight_bytes if drafter is not None else 0.0)
         raise BadInput(f"{verifier.name}"
                        + (f" + {drafter.name}" if drafter is not None else "")
                        + f" does not fit on one {gpu.name} ({weights / 1e9:.1f} GB of weights, "
                        f"{gpu.memory_gb:g} GB of HBM); tensor parallelism is not simulated")
-    return int(free // per_token)
+    return int(tokens)
