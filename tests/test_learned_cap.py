@@ -142,3 +142,22 @@ def test_the_cap_and_its_ceiling_are_recovered_from_the_bend():
     assert lo <= truth <= hi and hi / lo < 1.2
     plain = fit(data, "dense", settings=settings)
     assert np.quantile(plain.group_curve(0).ceiling, 0.05) > 1.5 * truth
+
+
+def test_chains_that_settle_on_different_caps_are_named_with_what_to_do():
+    import xarray as xr
+
+    from bayesspec.bayes.cap_prior import chains_disagree
+
+    class Stuck:
+        caps = np.full((4, 50, 2), 33.0)
+        caps[3, :, 1] = 400.0        # one chain of the second group in the no-cap mode
+        posterior = xr.Dataset(
+            {"learned_cap": (("chain", "draw", "learned_cap_group"), caps)},
+            coords={"learned_cap_group": ["a", "b"]})
+
+    words = chains_disagree(Stuck)
+    assert words.startswith("b: ") and "33, 33, 33, 400" in words and "a:" not in words
+    assert "--max-num-seqs" in words
+    Stuck.caps[3, :, 1] = 36.0
+    assert chains_disagree(Stuck) is None

@@ -98,3 +98,27 @@ def _catalog_kv_tokens(catalog, verifier: str, gpu: str, drafter: str):
         return None, (f"{verifier_card.name} does not fit on one {gpu_card.name}: tensor "
                       "parallelism is not in the catalog")
     return tokens, ""
+
+
+def chains_disagree(fit) -> str | None:
+    """Words for a learned cap whose chains settled on different explanations (a cap at
+    the bend, or none within reach of the data and a steeper C2), or None.
+
+    The two are separate modes when the sweep stops near the bend, and a chain that
+    wanders into the second during warm-up stays there: R-hat then says "not converged",
+    and this says why and what would settle it."""
+    if "learned_cap" not in fit.posterior:
+        return None
+    draws = fit.posterior["learned_cap"]
+    medians = draws.median(dim="draw").values          # (chain, learned group)
+    labels = [str(v) for v in draws[draws.dims[-1]].values]
+    lines = []
+    for j, label in enumerate(labels):
+        per_chain = medians[:, j]
+        if np.nanmax(per_chain) > 2.0 * np.nanmin(per_chain):
+            shown = ", ".join(f"{value:.0f}" for value in per_chain)
+            lines.append(f"{label}: the chains' learned caps disagree (medians {shown}): "
+                         "the data allow a cap at the bend or none within reach; measure "
+                         "past the bend, or state the cap (--max-num-seqs / "
+                         "--kv-cache-tokens)")
+    return "; ".join(lines) or None

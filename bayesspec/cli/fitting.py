@@ -157,10 +157,16 @@ def run_fit(args) -> int:
 
     questions = answerable(result)
     thin = thin_groups(result.data, getattr(result.model(), "curve_parameters", 2))
+    from ..bayes.cap_prior import chains_disagree
+
+    cap_chains = chains_disagree(result)
+    if cap_chains:
+        log(f"warning: {cap_chains}")
     document = {"fit": args.output, "model": args.model, "options": options,
                 "groups": len(result.groups),
                 "rows": len(data), "excluded": int(data["excluded"].sum()),
                 "set_aside": set_aside(data), "concurrency_cap": cap_note,
+                **({"learned_cap_chains": cap_chains} if cap_chains else {}),
                 "questions": questions, "thin_groups": thin,
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),
                 "diagnostics": diagnostics_json(verdict),
