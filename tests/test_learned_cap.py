@@ -100,6 +100,11 @@ def test_fit_learns_the_cap_when_asked_and_says_so(tmp_path, capsys, mock_sampli
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and "--cap-prior" in error and "cannot learn" in error
     assert not (tmp_path / "s.nc").exists()
+    code = main(["fit", str(path), "-o", str(tmp_path / "s.nc"), "--cap-prior", "wide",
+                 "--option", "cap_prior=catalog", "--no-loo"])
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and "--cap-prior" in error and "contradicts" in error
+    assert not (tmp_path / "s.nc").exists()
 
 
 def test_tails_learns_the_cap_for_its_summaries_too(mock_sampling):
