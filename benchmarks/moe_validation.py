@@ -1,7 +1,7 @@
 """Issue 35's MoE "Done when": the moe model on replicate eq. (4) datasets, at the defaults.
 
     nice python benchmarks/moe_validation.py [--replicates 10] [--first-seed 100]
-        [--chains N --draws N --tune N] [--out results.csv]
+        [--chains N --draws N --tune N --init jitter|optimised] [--out results.csv]
 
 Data: ``moe_data.validation_design(seed)`` (independent of bayesspec's MoE code and of
 its tests: a brentq least root per point, Gamma request latencies, run-level log-normal
@@ -78,6 +78,8 @@ def main(argv=None) -> int:
     parser.add_argument("--chains", type=int)
     parser.add_argument("--draws", type=int)
     parser.add_argument("--tune", type=int)
+    parser.add_argument("--init", choices=("jitter", "optimised"),
+                        help="chain starts (default: the model's)")
     parser.add_argument("--no-dense", action="store_true", help="skip the dense fits")
     parser.add_argument("--out", type=Path, help="CSV of every (replicate, group, part)")
     args = parser.parse_args(argv)
@@ -92,7 +94,7 @@ def main(argv=None) -> int:
         truth, raw, design = moe_data.validation_design(seed)
         data = prepare(raw, source=f"<moe validation seed {seed}>")
         settings = SamplerSettings(chains=args.chains, draws=args.draws, tune=args.tune,
-                                   seed=seed, progress=False)
+                                   seed=seed, progress=False, init=args.init)
         started = time.perf_counter()
         moe = fit(data, "moe", settings=settings)
         seconds = time.perf_counter() - started
