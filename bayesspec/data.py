@@ -665,7 +665,7 @@ def concurrency_caps(data: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
     return caps, sources
 
 
-def requests_in_system(data: pd.DataFrame) -> np.ndarray:
+def _in_system(data: pd.DataFrame) -> np.ndarray:
     """Requests in the system per row: the measured time-average where the file has it,
     otherwise RPS x mean latency (Little's law; a file without a mean: its reference
     latency, :func:`reference_latency`)."""
@@ -682,7 +682,7 @@ def _past_the_cap(out: pd.DataFrame, reason: pd.Series) -> pd.Series:
     caps, sources = concurrency_caps(out)
     if not np.isfinite(caps).any():
         return reason
-    in_system = requests_in_system(out)
+    in_system = _in_system(out)
     past = np.isfinite(caps) & (in_system > caps) & reason.eq("").to_numpy()
     if not past.any():
         return reason

@@ -19,6 +19,7 @@ from ..data import (ENGINE_LIMIT_COLUMNS, assign_groups, concurrency_caps, group
                     has_mean_latency, included)
 from ..errors import BadInput, FitFileError
 from ..laws import capped_latency, latency, queue_wait_scale
+from .cap_prior import LEARNED_CAP, LEARNED_CAP_DIM
 from ..fitfile import Fit, read_tree
 from ..prediction import ConfigurationLaw, Curve, Noise
 
@@ -135,12 +136,6 @@ def fitted_cap(groups: pd.DataFrame, group: int, fit=None) -> dict:
     if "cap" not in groups.columns or not np.isfinite(float(groups["cap"].iloc[group])):
         return {}
     return {"cap": float(groups["cap"].iloc[group]), "wait_scale": wait}
-
-
-#: The posterior variable of the caps a fit learned, and its dimension (the groups whose
-#: cap was learned).
-LEARNED_CAP = "learned_cap"
-LEARNED_CAP_DIM = "learned_cap_group"
 
 
 def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
@@ -330,9 +325,8 @@ class LatencyModel:
         """Register :meth:`data_arrays` in the current ``pm.Model`` and return them."""
         import pymc as pm
 
-        data = {name: pm.Data(name, values, dims=dim)
+        return {name: pm.Data(name, values, dims=dim)
                 for name, (values, dim) in self.data_arrays(inputs).items()}
-        return data
 
     def learn_caps(self, data: dict, c1, c2) -> None:
         """Put the learned caps (where the data state none and the model was asked to

@@ -28,6 +28,10 @@ import pandas as pd
 
 from ..laws import kv_tokens_per_request
 
+#: The posterior variable of the caps a fit learned, and its dimension (the groups whose
+#: cap was learned).
+LEARNED_CAP = "learned_cap"
+LEARNED_CAP_DIM = "learned_cap_group"
 #: ``--cap-prior`` values: ``none`` keeps the cap unknown (eq. (1) alone).
 CAP_PRIORS = ("none", "catalog", "wide")
 #: vLLM's default max_num_seqs: 256 (V0, and V1 on smaller GPUs) or 1024 (V1 on 70 GiB+).
@@ -107,9 +111,9 @@ def chains_disagree(fit) -> str | None:
     The two are separate modes when the sweep stops near the bend, and a chain that
     wanders into the second during warm-up stays there: R-hat then says "not converged",
     and this says why and what would settle it."""
-    if "learned_cap" not in fit.posterior:
+    if LEARNED_CAP not in fit.posterior:
         return None
-    draws = fit.posterior["learned_cap"]
+    draws = fit.posterior[LEARNED_CAP]
     medians = draws.median(dim="draw").values          # (chain, learned group)
     labels = [str(v) for v in draws[draws.dims[-1]].values]
     lines = []

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from bayesspec.catalog import (ACTIVATION_RESERVE_GB, GPU_MEMORY_UTILIZATION,
+                               kv_cache_tokens_estimate)
 from bayesspec.errors import BadInput
 
 __all__ = [
@@ -333,13 +335,12 @@ def default_step_model(verifier, gpu, drafter=None, *,
     return roofline(verifier, gpu, drafter, params)
 
 
-def kv_capacity_tokens(verifier, gpu, drafter=None, *, gpu_memory_utilization: float = 0.9,
-                       reserve_gb: float = 3.0) -> int:
+def kv_capacity_tokens(verifier, gpu, drafter=None, *,
+                       gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
+                       reserve_gb: float = ACTIVATION_RESERVE_GB) -> int:
     """KV-cache tokens that fit next to the weights, vLLM style
     (:func:`bayesspec.catalog.kv_cache_tokens_estimate`); a clear error when the weights
     do not fit on one GPU."""
-    from ..catalog import kv_cache_tokens_estimate
-
     tokens = kv_cache_tokens_estimate(verifier, gpu, drafter,
                                       gpu_memory_utilization=gpu_memory_utilization,
                                       reserve_gb=reserve_gb)
