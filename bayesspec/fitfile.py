@@ -146,6 +146,13 @@ class Fit:
         data["group"] = row_group_labels(data, inputs.groups)
         tree["fit_data"] = xr.DataTree(frame_to_dataset(data.reset_index(drop=True), "row"))
         tree["groups"] = xr.DataTree(frame_to_dataset(inputs.groups, "group"))
+        if "profile_sizes" in inputs.extras:
+            # each group's decode-iteration profile (NaN-padded; bayesspec.decode_profile),
+            # so that the fit answers without the profile file
+            tree["decode_profile"] = xr.DataTree(xr.Dataset({
+                "batch_size": (("group", "profile_point"), inputs.extras["profile_sizes"]),
+                "decode_iteration_s": (("group", "profile_point"),
+                                       inputs.extras["profile_times"])}))
         if "setups" in inputs.extras:
             tree["setups"] = xr.DataTree(frame_to_dataset(inputs.extras["setups"], "setup_row"))
         tree.attrs.update({
@@ -219,6 +226,18 @@ class Fit:
         if "setups" not in self.tree.children:
             return pd.DataFrame()
         return dataset_to_frame(self.tree["setups"].to_dataset())
+
+    def decode_profile(self, group: int):
+        """The group's decode-iteration profile (batch sizes, seconds per iteration), or
+        None when the fit has none for it (``fit --decode-profile``)."""
+        if "decode_profile" not in self.tree.children:
+            return None
+        from .decode_profile import group_profile
+
+        table = self.tree["decode_profile"].to_dataset()
+        return group_profile(np.asarray(table["batch_size"].values, dtype=float),
+                             np.asarray(table["decode_iteration_s"].values, dtype=float),
+                             group)
 
     @property
     def posterior(self) -> xr.Dataset:

@@ -53,6 +53,8 @@ __all__ = [
     "cap_throughput_expr",
     "load_elasticity_expr",
     "queue_wait_scale",
+    "decode_batch_size",
+    "decode_profile_shift",
 ]
 
 
@@ -906,6 +908,46 @@ def binding_cap_source(max_num_seqs=np.nan, kv_cache_tokens=np.nan,
     ]
     best = int(np.argmin(values))
     return CAP_SOURCES[best] if np.isfinite(values[best]) else ""
+
+
+def decode_batch_size(concurrency, cap=np.inf):
+    """The decode batch a request sees with ``concurrency`` (N = RPS x L) requests in
+    the system: itself and, on average, N others (arrivals see time averages), at most
+    the engine's ``cap``. On Vidur's simulated sweeps the logged decode batch was
+    N + 0.7 to N + 0.9 below the cap (examples/vidur/README.md)."""
+    concurrency, cap = _as_float(concurrency, cap)
+    cap = np.where(np.isfinite(cap), cap, np.inf)
+    return np.minimum(np.maximum(concurrency, 0.0) + 1.0, cap)[()]
+
+
+def decode_profile_shift(concurrency, decode_tokens, batch_sizes, iteration_s,
+                         cap=np.inf):
+    """The latency a request gains over eq. (1)'s linear term from the engine's
+    decode-iteration profile t_d(B) (seconds per decode iteration at decode batch B):
+    (decode_tokens - 1) [t_d(B) - t_d(1)], B = :func:`decode_batch_size`.
+
+    With it the mean latency is L = C1 + C2 N + shift(N), N = RPS x L (Little's law):
+    C2 N is the stall of a request's decode by the prefill iterations of later arrivals
+    (linear in N), and the profile carries what one decode iteration costs at each batch
+    size, which real engines make non-monotone (an all-reduce's fast band, a GEMM tile
+    step). Eq. (1) is the flat profile. ``batch_sizes`` ascending (K,), ``iteration_s``
+    (K,); t_d is linear between them and, beyond the largest,
+    continues with the slope of the profile's upper half (attention and the linear
+    layers grow about linearly there)."""
+    sizes = np.asarray(batch_sizes, dtype=float)
+    times = np.asarray(iteration_s, dtype=float)
+    batch = decode_batch_size(concurrency, cap)
+    decode_tokens = np.asarray(decode_tokens, dtype=float)
+    upper = sizes >= 0.5 * (sizes[0] + sizes[-1])
+    if upper.sum() >= 2 and sizes[-1] > sizes[0]:
+        slope = np.polyfit(sizes[upper], times[upper], 1)[0]
+    else:
+        slope = 0.0
+    inside = np.interp(batch, sizes, times)
+    beyond = times[-1] + slope * (batch - sizes[-1])
+    at_one = np.interp(1.0, sizes, times)
+    per_iteration = np.where(batch > sizes[-1], beyond, inside) - at_one
+    return ((decode_tokens - 1.0) * per_iteration)[()]
 
 
 def percentile_latency(rps, scale, c2, exponent):

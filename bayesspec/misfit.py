@@ -82,8 +82,7 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
         draws = curve.predictive(rps, rng, measurement_log_se(members))
         mean_curve = curve.latency(rps)
         # how far up its ceiling each point sits (RPS*C2 for eq. (1))
-        utilisation = (rps * np.median(curve.point_c2(rps, mean_curve), axis=0)
-                       if curve.cap is None else rps / np.median(curve.ceiling))
+        utilisation = curve.utilisation(rps, mean_curve)
         lo, median, hi = draw_quantiles(draws, [tail, 0.5, 1.0 - tail])
         held = members["held_out"].to_numpy(bool)
         if reference and held.any():

@@ -28,14 +28,15 @@ import numpy as np
 from .errors import BadInput
 from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    concurrency_cap, costs_for_acceptance_length, crossover_rps,
-                   curved_latency, effective_costs, expert_coverage, latency,
+                   curved_latency, decode_profile_shift, effective_costs,
+                   expert_coverage, latency,
                    load_amplification_expr, moe_latency, percentile_latency,
                    percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
                    sampled_quantile_error_expr, two_regime_latency, verification_tokens)
 
 COEFFICIENT_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 
-__all__ = ["Noise", "Curve", "MoECurve", "MetricCurve", "SummarySampling", "Law",
+__all__ = ["Noise", "Curve", "ProfileCurve", "MoECurve", "MetricCurve", "SummarySampling", "Law",
            "CoefficientLaw", "ConfigurationLaw", "MoESplit", "MeasuredConfiguration",
            "COEFFICIENT_NAMES"]
 
@@ -205,6 +206,14 @@ class Curve:
             lo, hi = np.where(within, mid, lo), np.where(within, hi, mid)
         return np.where(missed_at_idle, 0.0, lo)
 
+    def utilisation(self, rps, curve: np.ndarray) -> np.ndarray:
+        """How far up its ceiling each rate (R,) sits, at the posterior median: RPS x C2
+        for eq. (1), RPS over the ceiling with a cap (``curve``: draws x rates)."""
+        rps = np.asarray(rps, dtype=float)
+        if self.cap is None:
+            return rps * np.median(self.point_c2(rps, curve), axis=0)
+        return rps / np.median(self.ceiling)
+
     def point_c2(self, rps, curve: np.ndarray) -> np.ndarray:
         """The C2 a point at ``rps`` feels (its utilisation is RPS times it)."""
         rps = np.asarray(rps, dtype=float)
@@ -231,6 +240,161 @@ class Curve:
         top = np.max(logp, axis=0)
         with np.errstate(invalid="ignore", divide="ignore"):
             return top + np.log(np.mean(np.exp(logp - top[None, :]), axis=0))
+
+
+class ProfileCurve(Curve):
+    """Eq. (1) (or the slot queue, with a cap) whose decode iterations follow the
+    engine's measured profile t_d(B) (:mod:`bayesspec.decode_profile`):
+    L = C1 + C2 N + shift(N), N = RPS x L, the shift of
+    :func:`bayesspec.laws.decode_profile_shift`; C2 is then the stall by later arrivals'
+    prefills alone. The latency at a rate is the smallest self-consistent N (the system
+    filling from empty), found on a grid of N and refined by bisection, for all draws at
+    once; the ceiling is the highest rate with such an N."""
+
+    law_name = "eq. (1) with the decode profile"
+    #: Grid points of N over the profile's range (then bisection steps in the cell).
+    scan_points = 64
+    bisection_steps = 40
+
+    def __init__(self, c1, c2, *, batch_sizes, iteration_s, decode_tokens: float,
+                 label: str = "", noise: Noise | None = None, cap=None,
+                 wait_scale: float = 1.0):
+        super().__init__(c1, c2, label=label, noise=noise, cap=cap, wait_scale=wait_scale)
+        self.batch_sizes = np.asarray(batch_sizes, dtype=float)
+        self.iteration_s = np.asarray(iteration_s, dtype=float)
+        self.decode_tokens = float(decode_tokens)
+        self._ceiling = None
+
+    def shift(self, concurrency, cap=np.inf) -> np.ndarray:
+        """Seconds the profile adds to a request at ``concurrency`` requests in flight."""
+        return decode_profile_shift(concurrency, self.decode_tokens, self.batch_sizes,
+                                    self.iteration_s, cap)
+
+    def _base(self, rps, c1, c2, cap):
+        """The law without the profile at ``rps`` with zero-load latency ``c1``."""
+        if cap is None:
+            return latency(rps, c1, c2)
+        return capped_latency(rps, c1, c2, cap, wait_scale=self.wait_scale)
+
+    def _arrays(self, rps):
+        rps = np.asarray(rps, dtype=float)
+        c1, c2 = _lift(self.c1, rps), _lift(self.c2, rps)
+        cap = None if self.cap is None else _lift(self.cap, rps)
+        shape = np.broadcast_shapes(np.shape(c1), rps.shape)
+        return (np.broadcast_to(rps, shape), np.broadcast_to(c1, shape),
+                np.broadcast_to(c2, shape), None if cap is None else np.broadcast_to(cap, shape))
+
+    def _top(self) -> float:
+        """The N past which the shift is constant (the cap's full batch) or linear (the
+        profile's extension): the scan covers [0, top], the rest is solved in closed form."""
+        top = float(self.batch_sizes[-1]) if self.cap is None else float(np.max(self.cap))
+        return max(top - 1.0, 1.0)
+
+    def _gap(self, n, rps, c1, c2, cap):
+        """n - RPS x L(n): negative while N = n is below the self-consistent value."""
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            return n - rps * self._base(rps, c1 + self.shift(n, np.inf if cap is None else cap),
+                                        c2, cap)
+
+    def _tail(self, rps, c1, c2, cap, top: float) -> np.ndarray:
+        """The self-consistent N at or past ``top``, in closed form (``inf`` where there is
+        none): with the cap the batch is full there and the shift constant, so N is the
+        slot queue's at C1 + shift(top); without it the shift grows by a constant s per
+        request, and eq. (1) gives L = (C1 + shift(top) - s top) / (1 - RPS (C2 + s))."""
+        cap_value = np.inf if cap is None else cap
+        at_top = self.shift(np.full(np.shape(rps), top), cap_value)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            if cap is not None:
+                value = rps * self._base(rps, c1 + at_top, c2, cap)
+            else:
+                slope = self.shift(np.full(np.shape(rps), top + 1.0)) - at_top
+                free = 1.0 - rps * (c2 + slope)
+                value = np.where(free > 0, rps * (c1 + at_top - slope * top) / free, np.inf)
+        return np.where(np.isfinite(value) & (value >= top - 1e-9), value, np.inf)
+
+    def concurrency(self, rps) -> np.ndarray:
+        """Per draw, the smallest self-consistent number in the system at ``rps`` (shape
+        of :meth:`latency`; ``inf`` past the ceiling)."""
+        rps, c1, c2, cap = self._arrays(rps)
+        top = self._top()
+        grid = np.linspace(0.0, top, int(min(256, max(self.scan_points, top + 1))))
+        lo = np.zeros(rps.shape)
+        hi = np.zeros(rps.shape)
+        found = rps <= 0
+        previous = lo.copy()
+        for n in grid[1:]:
+            gap = self._gap(np.full(rps.shape, n), rps, c1, c2, cap)
+            crossed = ~found & (gap >= 0)
+            lo = np.where(crossed, previous, lo)
+            hi = np.where(crossed, n, hi)
+            found |= crossed
+            previous = np.where(found, previous, n)
+            if found.all():
+                break
+        live = found & (hi > lo)
+        for _ in range(self.bisection_steps):
+            if not live.any():
+                break
+            mid = 0.5 * (lo + hi)
+            below = self._gap(mid, rps, c1, c2, cap) < 0
+            lo = np.where(live & below, mid, lo)
+            hi = np.where(live & ~below, mid, hi)
+        if found.all():
+            return hi
+        return np.where(found, hi, self._tail(rps, c1, c2, cap, top))
+
+    def effective_c1(self, rps) -> np.ndarray:
+        """C1 plus the profile's shift at the self-consistent N (shape of latency)."""
+        rps_b, c1, _, cap = self._arrays(rps)
+        n = self.concurrency(rps)
+        finite = np.isfinite(n)
+        shift = self.shift(np.where(finite, n, 0.0), np.inf if cap is None else cap)
+        return np.where(finite, c1 + shift, np.inf)
+
+    def latency(self, rps) -> np.ndarray:
+        rps_b, _, c2, cap = self._arrays(rps)
+        c1 = self.effective_c1(rps)
+        with np.errstate(invalid="ignore"):
+            value = self._base(rps_b, np.where(np.isfinite(c1), c1, 1.0), c2, cap)
+        return np.where(np.isfinite(c1), value, np.inf)
+
+    @property
+    def ceiling(self) -> np.ndarray:
+        """Per draw, the highest rate with a self-consistent N, by bisection below the
+        law's ceiling at the profile's fastest iteration (cached)."""
+        if self._ceiling is None:
+            fastest = self.c1 + np.min(self.shift(np.arange(0.0, self.batch_sizes[-1])))
+            hi = ceiling_rps(fastest, self.c2, np.inf if self.cap is None else self.cap)
+            lo = np.zeros_like(hi)
+            for _ in range(48):
+                if np.all(hi - lo <= BISECTION_RTOL * hi):
+                    break
+                mid = 0.5 * (lo + hi)
+                finite = np.isfinite(self.latency(mid[:, None])[:, 0])
+                lo, hi = np.where(finite, mid, lo), np.where(finite, hi, mid)
+            self._ceiling = lo
+        return self._ceiling
+
+    @property
+    def ceiling_binding(self) -> str:
+        return "decode profile" if self.cap is None else "cap"
+
+    def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
+        """The noise's load term as the fit has it: the law's elasticity at the point's
+        C1 + shift (the shift is data there, measured at the point's own N)."""
+        rps_b, _, c2, cap = self._arrays(rps)
+        c1 = self.effective_c1(rps)
+        if cap is None:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                value = np.where(rps_b * c2 < 1, load_amplification_expr(rps_b, c2), np.inf)
+        else:
+            value = capped_load_elasticity(rps_b, np.where(np.isfinite(c1), c1, 1.0), c2,
+                                           cap, wait_scale=self.wait_scale)
+        return np.broadcast_to(np.where(np.isfinite(c1), value, np.inf), np.shape(curve))
+
+    def utilisation(self, rps, curve: np.ndarray) -> np.ndarray:
+        rps = np.asarray(rps, dtype=float)
+        return rps / np.median(self.ceiling)
 
 
 class CurvedCurve(Curve):

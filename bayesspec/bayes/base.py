@@ -21,7 +21,7 @@ from ..errors import BadInput, FitFileError
 from ..laws import capped_latency, latency, queue_wait_scale
 from .cap_prior import LEARNED_CAP, LEARNED_CAP_DIM
 from ..fitfile import Fit, read_tree
-from ..prediction import ConfigurationLaw, Curve, Noise
+from ..prediction import ConfigurationLaw, Curve, Noise, ProfileCurve
 
 
 @dataclass
@@ -136,6 +136,33 @@ def fitted_cap(groups: pd.DataFrame, group: int, fit=None) -> dict:
     if "cap" not in groups.columns or not np.isfinite(float(groups["cap"].iloc[group])):
         return {}
     return {"cap": float(groups["cap"].iloc[group]), "wait_scale": wait}
+
+
+def decode_profile_inputs(path, rows: pd.DataFrame, groups: pd.DataFrame,
+                          group_index: np.ndarray) -> dict:
+    """The decode-iteration profile of ``path`` (:mod:`bayesspec.decode_profile`) matched
+    to the groups (``groups["decode_profile"]`` set), and each row's latency shift at its
+    measured concurrency N = RPS x L (:func:`bayesspec.laws.decode_profile_shift`): the
+    shift is data, so the likelihood stays eq. (1)'s (or the slot queue's) with C1 + shift
+    in place of C1. Returns the model inputs' extras ``profile_sizes``, ``profile_times``
+    (G, K) and ``profile_shift`` (rows)."""
+    from ..decode_profile import group_profile, match_profiles, read_decode_profile
+    from ..laws import decode_profile_shift
+
+    table = read_decode_profile(path)
+    sizes, times = match_profiles(rows, group_index, len(groups), table)
+    has = np.isfinite(sizes).any(axis=1)
+    groups["decode_profile"] = has
+    concurrency = (rows["rps"] * rows["latency_mean_s"]).to_numpy(float)
+    decode = pd.to_numeric(rows["decode_tokens"], errors="coerce").to_numpy(float)
+    caps = groups["cap"].to_numpy(float)
+    shift = np.zeros(len(rows))
+    for g in np.flatnonzero(has):
+        member = group_index == g
+        batch_sizes, seconds = group_profile(sizes, times, g)
+        shift[member] = decode_profile_shift(concurrency[member], decode[member],
+                                             batch_sizes, seconds, caps[g])
+    return {"profile_sizes": sizes, "profile_times": times, "profile_shift": shift}
 
 
 def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
@@ -272,8 +299,12 @@ class LatencyModel:
                 values = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
                 groups[column] = [values[np.flatnonzero(group_index == g)[0]]
                                   for g in range(len(groups))]
+        extras = {"log_se": measurement_log_se(rows)}
+        if self.config.get("decode_profile"):
+            extras.update(decode_profile_inputs(self.config["decode_profile"], rows, groups,
+                                                group_index))
         self.inputs = ModelInputs(rows=rows, groups=groups, group_index=group_index,
-                                  extras={"log_se": measurement_log_se(rows)})
+                                  extras=extras)
         return self.inputs
 
     def empty_model(self, data: pd.DataFrame):
@@ -312,6 +343,8 @@ class LatencyModel:
                 inputs.groups["cap_prior_log_centre"].to_numpy(float)[learned], LEARNED_CAP_DIM)
             arrays["cap_prior_log_sd"] = (
                 inputs.groups["cap_prior_log_sd"].to_numpy(float)[learned], LEARNED_CAP_DIM)
+        if "profile_shift" in inputs.extras:
+            arrays["profile_shift"] = (inputs.extras["profile_shift"], "point")
         if caps is not None and np.isfinite(caps).any():
             # Without a cap that reaches the data the graph stays eq. (1)'s (no special
             # functions to compile); decisions still read the cap from the groups.
@@ -478,9 +511,17 @@ class LatencyModel:
 
     def group_curve(self, fit, group: int) -> Curve:
         """One fitted group's mean-latency curve (eq. 1 from its C1, C2)."""
-        curve = Curve(fit.draws("C1", group), fit.draws("C2", group),
-                      label=str(fit.groups["label"].iloc[group]), noise=self.noise(fit),
-                      **fitted_cap(fit.groups, group, fit))
+        label = str(fit.groups["label"].iloc[group])
+        profile = fit.decode_profile(group)
+        if profile is not None:
+            curve = ProfileCurve(fit.draws("C1", group), fit.draws("C2", group),
+                                 batch_sizes=profile[0], iteration_s=profile[1],
+                                 decode_tokens=float(fit.groups["decode_tokens"].iloc[group]),
+                                 label=label, noise=self.noise(fit),
+                                 **fitted_cap(fit.groups, group, fit))
+        else:
+            curve = Curve(fit.draws("C1", group), fit.draws("C2", group), label=label,
+                          noise=self.noise(fit), **fitted_cap(fit.groups, group, fit))
         curve.rps_fitted_max = float(fit.groups["rps_max"].iloc[group])
         return curve
 

@@ -39,10 +39,15 @@ class DenseLatencyModel(LatencyModel):
         # the ceiling), or learn it from the curve's bend with a "catalog" or "wide" prior
         # (bayes.cap_prior; `fit --cap-prior`).
         "cap_prior": "none",
+        # A decode-iteration profile file (bayesspec.decode_profile; `fit --decode-profile`):
+        # the groups it names follow L = C1 + C2 N + the profile's shift at N.
+        "decode_profile": "",
     }
     #: Whether the model's law takes the engine's cap (the slot queue), so that it can
     #: learn one (``cap_prior``); the discrepancy and two-regime laws do not.
     learns_cap = True
+    #: Whether the model's law takes a decode-iteration profile (``decode_profile``).
+    takes_decode_profile = True
 
     def check_config(self) -> None:
         super().check_config()
@@ -54,6 +59,13 @@ class DenseLatencyModel(LatencyModel):
         if how != "none" and not self.learns_cap:
             raise ValueError(f"the {self.name} model's law does not take the engine's cap, "
                              "so it cannot learn one: use --model dense or tails")
+        if self.config["decode_profile"]:
+            if type(self) is not DenseLatencyModel or not self.takes_decode_profile:
+                raise ValueError(f"the {self.name} model's law does not take a decode "
+                                 "profile: use --model dense")
+            if how != "none":
+                raise ValueError("a decode profile needs the engine's cap stated, not "
+                                 "learned: drop --cap-prior, or give --max-num-seqs")
         if how != "none":
             # A cap far above the data is a plateau of the likelihood (eq. (1) whatever
             # its value) and the bend pins it sharply: a jittered start on the plateau

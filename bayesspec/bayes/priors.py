@@ -171,10 +171,15 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
             pt.log(latency_expr(select(rps), c1[select(group_index)], at_c2)), at_sigma,
             select(data["observed_log_latency"]), shift_weight))
     c1 = pm.Deterministic("C1", c1, dims="group")
+    # The decode-iteration profile's shift at each point's measured concurrency (data;
+    # bayesspec.decode_profile) adds to the zero-load latency the point's requests feel.
+    point_c1 = c1[group_index]
+    if "profile_shift" in data:
+        point_c1 = point_c1 + data["profile_shift"]
     if mean_latency is None and "cap" in data:
         # The engine's concurrency cap (groups without one get eq. (1) exactly): the
         # latency and its sensitivity to the rate follow the slot queue.
-        point_c1, point_cap = c1[group_index], data["cap"][group_index]
+        point_cap = data["cap"][group_index]
         has_cap = data["has_cap"][group_index] > 0
         point_wait = data["wait_scale"][group_index]
 
@@ -189,7 +194,7 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
         sigma = noise_sd(pt.where(has_cap, load_elasticity_expr(capped, rps, xp=pt),
                                   amplification))
     if mean_latency is None:
-        mean_latency = latency_expr(rps, c1[group_index], c2_point)
+        mean_latency = latency_expr(rps, point_c1, c2_point)
     student_t = cfg.get("likelihood", "normal") == "student_t"
     if student_t:
         # nu - 1 ~ Gamma(2, 0.1): mean 21, 5% below 4.6; heavy tails only if the data ask.

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 
+import numpy as np
+
 from ..errors import BadInput
 from ..outputs import emit_json, log
 from .common import (add_catalog, add_common, add_engine_limit_options, add_model_options,
@@ -37,6 +39,12 @@ def register(verbs) -> None:
                           "from where the curve bends: with the catalog's KV capacity and "
                           "vLLM's default max_num_seqs as its prior, or a wide one (dense "
                           "and tails; the sweep must reach the bend to pin it)")
+    fit.add_argument("--decode-profile", metavar="FILE", default=None,
+                     help="the engine's decode-iteration time by batch size (columns "
+                          "batch_size, decode_iteration_s, and setup columns such as "
+                          "verifier, gpu, prefill_tokens): the groups it names follow "
+                          "L = C1 + C2 N + the profile's cost at N requests in flight "
+                          "(dense only)")
     add_catalog(fit)
     fit.add_argument("--no-loo", action="store_true",
                      help="skip PSIS-LOO after sampling (saves a few seconds)")
@@ -146,8 +154,12 @@ def run_fit(args) -> int:
         except ValueError as error:
             raise BadInput(str(error), option="--cap-prior") from None
         options["cap_prior"] = args.cap_prior
+    if args.decode_profile:
+        options["decode_profile"] = decode_profile_option(args, options)
     result = fit(data, args.model, settings=settings, config=options or None,
                  catalog=catalog_of(args))
+    if args.decode_profile:
+        log(decode_profile_note(result))
     verdict = result.diagnostics
     if not args.no_loo:
         _store_loo(result)
@@ -186,6 +198,32 @@ def run_fit(args) -> int:
                   f"{design_advice(thin)}")
         print(verdict_line(verdict))
     return strict_exit(args, verdict)
+
+
+def decode_profile_option(args, options: dict) -> str:
+    """The checked ``--decode-profile`` file for the model's options: a bad file or a
+    model whose law takes no profile is a one-line error (exit 2) before any sampling."""
+    from ..bayes import get_model_class
+    from ..decode_profile import read_decode_profile
+
+    read_decode_profile(args.decode_profile)
+    try:
+        get_model_class(args.model)({**options, "decode_profile": args.decode_profile})
+    except ValueError as error:
+        raise BadInput(str(error), option="--decode-profile") from None
+    return args.decode_profile
+
+
+def decode_profile_note(result) -> str:
+    """Which fitted groups follow the profile, said once."""
+    has = result.groups.get("decode_profile")
+    count = int(np.asarray(has, dtype=bool).sum()) if has is not None else 0
+    total = len(result.groups)
+    if count == total:
+        return f"decode profile: all {total} group(s) follow it"
+    missing = result.groups["label"][~np.asarray(has, dtype=bool)].tolist()
+    return (f"decode profile: {count} of {total} group(s) follow it; no profile for "
+            f"{'; '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} (eq. (1) there)")
 
 
 def questions_text(questions: list[dict]) -> str:

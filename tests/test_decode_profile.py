@@ -1,0 +1,210 @@
+"""The engine's decode-iteration profile (``fit --decode-profile``, bayesspec.decode_profile):
+L = C1 + C2 N + (decode - 1) [t_d(N + 1) - t_d(1)], N = RPS x L."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bayesspec import laws
+from bayesspec.data import prepare
+from bayesspec.decode_profile import match_profiles, read_decode_profile
+from bayesspec.errors import BadInput
+from bayesspec.prediction import Curve, ProfileCurve
+
+# A 70B model's decode iteration on A100 TP4 as Vidur predicts it (ms): flat to 16, the
+# all-reduce's fast band at 20-40, a GEMM tile step at 64-72 (examples/vidur/README.md).
+SIZES = np.array([1, 8, 16, 20, 28, 40, 48, 56, 64, 72, 96, 128], dtype=float)
+TIMES = np.array([39.9, 40.2, 41.3, 36.3, 35.7, 36.6, 40.6, 43.9, 44.5, 46.3, 48.0,
+                  50.6]) / 1e3
+
+
+def profile_frame(**keys) -> pd.DataFrame:
+    return pd.DataFrame({**{k: v for k, v in keys.items()}, "batch_size": SIZES.astype(int),
+                         "decode_iteration_s": TIMES})
+
+
+def test_the_shift_is_the_profile_above_one_request_times_the_decode_iterations():
+    assert laws.decode_profile_shift(0.0, 256, SIZES, TIMES) == pytest.approx(0.0)
+    # N requests in flight: a batch of N + 1
+    assert laws.decode_profile_shift(27.0, 256, SIZES, TIMES) == pytest.approx(
+        255 * (TIMES[4] - TIMES[0]))
+    assert laws.decode_profile_shift(27.0, 256, SIZES, np.full(12, 0.04)) == 0.0
+    # the cap holds the batch
+    assert laws.decode_profile_shift(200.0, 256, SIZES, TIMES, cap=48) == pytest.approx(
+        255 * (TIMES[6] - TIMES[0]))
+    # past the profile: the upper half's slope continues
+    slope = np.polyfit(SIZES[SIZES >= 64.5], TIMES[SIZES >= 64.5], 1)[0]
+    assert laws.decode_profile_shift(159.0, 2, SIZES, TIMES) == pytest.approx(
+        TIMES[-1] + 32 * slope - TIMES[0])
+
+
+def test_the_curve_is_self_consistent_and_eq1_when_the_profile_is_flat():
+    c1, c2 = np.array([10.4, 9.8]), np.array([0.063, 0.07])
+    curve = ProfileCurve(c1, c2, batch_sizes=SIZES, iteration_s=TIMES, decode_tokens=256)
+    rps = np.array([0.0, 0.5, 1.5, 2.2, 3.0, 4.5])
+    value, n = curve.latency(rps), curve.concurrency(rps)
+    assert np.allclose(rps * value, n, rtol=1e-9, atol=1e-9)
+    assert np.allclose(value, c1[:, None] + c2[:, None] * n + curve.shift(n), rtol=1e-9)
+    # the dip of the all-reduce band: latency falls while the load rises
+    assert value[0, 3] < value[0, 2]
+    flat = ProfileCurve(c1, c2, batch_sizes=SIZES, iteration_s=np.full(12, 0.04),
+                        decode_tokens=256)
+    assert np.allclose(flat.latency(rps), Curve(c1, c2).latency(rps), rtol=1e-9)
+    capped = ProfileCurve(c1, c2, batch_sizes=SIZES, iteration_s=np.full(12, 0.04),
+                          decode_tokens=256, cap=48)
+    assert np.allclose(capped.latency(rps[:4]), Curve(c1, c2, cap=48).latency(rps[:4]),
+                       rtol=1e-7)
+    assert np.allclose(capped.ceiling, laws.ceiling_rps(c1, c2, 48), rtol=1e-6)
+
+
+def test_the_ceiling_is_the_last_rate_with_a_self_consistent_concurrency():
+    c1, c2 = np.array([10.4]), np.array([0.063])
+    curve = ProfileCurve(c1, c2, batch_sizes=SIZES, iteration_s=TIMES, decode_tokens=256,
+                         cap=48)
+    ceiling = curve.ceiling[0]
+    assert np.isfinite(curve.latency(np.array([0.999 * ceiling]))).all()
+    assert np.isinf(curve.latency(np.array([1.001 * ceiling]))).all()
+    # a full batch's throughput with the profile's iteration at 48
+    full = laws.cap_throughput(c1 + curve.shift(47.0, 48), c2, 48)[0]
+    assert ceiling == pytest.approx(full, rel=1e-6)
+
+
+@pytest.mark.parametrize("edit, column, reason", [
+    (lambda f: f.drop(columns="decode_iteration_s"), None, "decode_iteration_s"),
+    (lambda f: f.assign(batch_size=f["batch_size"].astype(float) + 0.5), "batch_size",
+     "integer"),
+    (lambda f: f.assign(decode_iteration_s=np.r_[TIMES[:3], -1.0, TIMES[4:]]),
+     "decode_iteration_s", "positive"),
+    (lambda f: pd.concat([f, f.iloc[[2]]]), "batch_size", "twice"),
+    (lambda f: f.head(1), "batch_size", "two batch sizes"),
+])
+def test_a_bad_profile_is_one_line_naming_the_file_row_and_column(tmp_path, edit, column,
+                                                                  reason):
+    path = tmp_path / "profile.csv"
+    edit(profile_frame(verifier="X")).to_csv(path, index=False)
+    with pytest.raises(BadInput, match=reason) as error:
+        read_decode_profile(path)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+    if column:
+        assert f"column '{column}'" in str(error.value) and "row " in str(error.value)
+
+
+def sweep(verifier="Llama-2-70B", prefill=256, decode=256, c1=10.4, c2=0.063, cap=128,
+          shares=np.linspace(0.05, 0.92, 11), noise=0.005, seed=0) -> pd.DataFrame:
+    """Mean latencies of the profile law with log-normal noise, the cap stated."""
+    rng = np.random.default_rng(seed)
+    curve = ProfileCurve(np.array([c1]), np.array([c2]), batch_sizes=SIZES,
+                         iteration_s=TIMES, decode_tokens=decode, cap=cap)
+    rps = shares * curve.ceiling[0]
+    mean = curve.latency(rps)[0] * np.exp(noise * rng.standard_normal(len(rps)))
+    return pd.DataFrame({"verifier": verifier, "gpu": "A100", "prefill_tokens": prefill,
+                         "decode_tokens": decode, "rps": rps, "latency_mean_s": mean,
+                         "max_num_seqs": cap})
+
+
+def test_profiles_go_to_the_groups_their_keys_name(tmp_path):
+    data = prepare(pd.concat([sweep(), sweep(prefill=512), sweep(verifier="Other")]))
+    from bayesspec.data import assign_groups
+
+    groups, index = assign_groups(data)
+    profile = pd.concat([profile_frame(verifier="Llama-2-70B", prefill_tokens=256),
+                         profile_frame(verifier="Llama-2-70B", prefill_tokens=512)])
+    profile["decode_iteration_s"] *= np.repeat([1.0, 1.1], len(SIZES))
+    profile.attrs["source_file"] = "p.csv"
+    sizes, times = match_profiles(data, index, len(groups), profile)
+    assert np.isfinite(sizes[0]).all() and np.isfinite(sizes[1]).all()
+    assert np.isnan(sizes[2]).all()
+    assert times[1, 0] == pytest.approx(1.1 * times[0, 0])
+    # keyed by the verifier alone, two profiles match the 256 group: ambiguous
+    ambiguous = profile.drop(columns="prefill_tokens")
+    ambiguous.attrs["source_file"] = "p.csv"
+    with pytest.raises(BadInput, match="more than one profile"):
+        match_profiles(data, index, len(groups), ambiguous)
+    speculative = data.assign(k=2, drafter="d", alpha=0.7)
+    groups, index = assign_groups(speculative)
+    with pytest.raises(BadInput, match="speculative"):
+        match_profiles(speculative, index, len(groups), profile)
+
+
+@pytest.fixture(scope="module")
+def profile_fit(tmp_path_factory):
+    """A real dense fit with the profile, of two groups drawn from the profile law."""
+    from bayesspec.inference import SamplerSettings
+    from bayesspec.workflow import fit
+
+    folder = tmp_path_factory.mktemp("profile")
+    path = folder / "profile.csv"
+    profile_frame().to_csv(path, index=False)
+    truth = {256: (10.4, 0.063), 512: (21.6, 0.40)}
+    frames = [sweep(prefill=256, decode=256, c1=10.4, c2=0.063, seed=1),
+              sweep(prefill=2048, decode=512, c1=21.6, c2=0.40, seed=2)]
+    data = prepare(pd.concat(frames, ignore_index=True))
+    settings = SamplerSettings(draws=500, tune=500, chains=4, seed=5, progress=False)
+    return fit(data, "dense", settings=settings, config={"decode_profile": str(path)}), truth
+
+
+@pytest.mark.long
+def test_a_profile_fit_recovers_the_costs_and_predicts_past_the_kink(profile_fit):
+    from bayesspec.misfit import predictive_check
+
+    result, truth = profile_fit
+    assert result.diagnostics["converged"], result.diagnostics
+    for g, decode in enumerate(result.groups["decode_tokens"].astype(int)):
+        c1, c2 = truth[decode]
+        for name, value in (("C1", c1), ("C2", c2)):
+            lo, hi = np.quantile(result.draws(name, g), [0.05, 0.95])
+            assert lo <= value <= hi, (name, decode, lo, value, hi)
+    curve = result.group_curve(0)
+    assert isinstance(curve, ProfileCurve)
+    # rates between the fitted ones and up to the ceiling: the truth's curve is inside
+    true = ProfileCurve(np.array([10.4]), np.array([0.063]), batch_sizes=SIZES,
+                        iteration_s=TIMES, decode_tokens=256, cap=128)
+    rps = np.linspace(0.1, 0.9, 9) * true.ceiling[0]
+    lo, hi = np.quantile(curve.latency(rps), [0.05, 0.95], axis=0)
+    assert np.all((lo <= true.latency(rps)[0] * 1.001) & (true.latency(rps)[0] <= hi * 1.001))
+    check = predictive_check(result)
+    assert check["pooled"]["held_in"]["coverage"] >= 0.8
+
+
+def test_fit_takes_the_profile_and_the_fit_answers_without_the_file(tmp_path, capsys,
+                                                                   mock_sampling):
+    from bayesspec.bayes import load_fit
+    from bayesspec.cli import main
+
+    data, profile, out = tmp_path / "d.csv", tmp_path / "p.csv", tmp_path / "f.nc"
+    pd.concat([sweep(), sweep(verifier="Other")]).to_csv(data, index=False)
+    profile_frame(verifier="Llama-2-70B").to_csv(profile, index=False)
+    assert main(["fit", str(data), "-o", str(out), "--decode-profile", str(profile),
+                 "--draws", "50", "--tune", "50", "--chains", "2", "--no-loo"]) == 0
+    err = capsys.readouterr().err
+    assert "decode profile: 1 of 2 group(s) follow it" in err and "Other" in err
+    profile.unlink()
+    result = load_fit(out)
+    assert isinstance(result.group_curve(0), ProfileCurve)
+    assert type(result.group_curve(1)) is Curve
+    assert main(["predict", str(out), "--rps", "0.5", "--verifier", "Llama-2-70B",
+                 "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer
+
+
+def test_the_profile_is_refused_where_the_law_cannot_take_it(tmp_path, capsys):
+    from bayesspec.cli import main
+
+    data, profile, out = tmp_path / "d.csv", tmp_path / "p.csv", tmp_path / "f.nc"
+    sweep().to_csv(data, index=False)
+    profile_frame().to_csv(profile, index=False)
+    for extra, words in ((["--model", "dense-spline"], "does not take a decode profile"),
+                         (["--cap-prior", "catalog"], "stated, not learned")):
+        code = main(["fit", str(data), "-o", str(out), "--decode-profile", str(profile),
+                     *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and words in err and not out.exists()
+    bad = tmp_path / "bad.csv"
+    profile_frame().drop(columns="batch_size").to_csv(bad, index=False)
+    assert main(["fit", str(data), "-o", str(out), "--decode-profile", str(bad)]) == 2
+    assert "batch_size" in capsys.readouterr().err and not out.exists()
