@@ -13,7 +13,8 @@ it were exactly right: ``misfit.coverage_reference``), repeated at
 ``--extra-fractions``. The sweeps run from 5% to 95% of each setup's ceiling, so the
 default 0.63 of the top rate is 60% of the ceiling (0.5 and 0.79: 47% and 75%). A model is a registered name or MODEL[:t][+OPTION=VALUE...]
 (``:t`` a Student-t error, options of the model's config, e.g.
-``dense-spline+knot_spacing=0.1``). Prints one table per model and a comparison (with
+``dense-spline+knot_spacing=0.1``; ``dense-profile``: dense with the sets' decode-iteration
+profiles, ``decode_profiles.csv``). Prints one table per model and a comparison (with
 the median 90% interval width relative to the latency, held in and held out), writes
 evaluation.json, each model's held-out points with their intervals
 (points_holdout_<model>.csv) and the predictive-check figures of each model's hold-out
@@ -38,7 +39,9 @@ from bayesspec.workflow import fit
 HERE = Path(__file__).resolve().parent
 VARIANTS = {"dense": ("dense", {}), "dense-discrepancy": ("dense-discrepancy", {}),
             "dense-discrepancy:t": ("dense-discrepancy", {"likelihood": "student_t"}),
-            "dense-roofline": ("dense-roofline", {}), "dense-spline": ("dense-spline", {})}
+            "dense-roofline": ("dense-roofline", {}), "dense-spline": ("dense-spline", {}),
+            # the engine's decode-iteration time by batch size (decode_profiles.csv)
+            "dense-profile": ("dense", {"decode_profile": str(HERE / "decode_profiles.csv")})}
 
 
 def variant(name: str) -> tuple[str, dict]:
@@ -125,7 +128,7 @@ for name in args.models.split(","):
     loo = loo_summary(full)
     points = held_out.pop("_points")
     points_in = held_in.pop("_points")
-    stem = name.replace(':', '_').replace('+', '_').replace('=', '')
+    stem = name.replace(':', '_').replace('+', '_').replace('=', '').replace('/', '_')
     points.to_csv(out / f"points_holdout_{stem}.csv", index=False)
     figures = predictive_check_plot(points, held_out["groups"])
     plots = [save_figure(f, out / f"ppc_{stem}_{i + 1}.png")
