@@ -28,8 +28,8 @@ import numpy as np
 from .errors import BadInput
 from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    concurrency_cap, costs_for_acceptance_length, crossover_rps,
-                   curved_latency, decode_profile_shift, effective_costs,
-                   expert_coverage, latency,
+                   curved_latency, effective_costs,
+                   expert_coverage, latency, profile_concurrency_expr, profile_segments,
                    load_amplification_expr, moe_latency, percentile_latency,
                    percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
                    sampled_quantile_error_expr, two_regime_latency, verification_tokens)
@@ -247,14 +247,13 @@ class ProfileCurve(Curve):
     engine's measured profile t_d(B) (:mod:`bayesspec.decode_profile`):
     L = C1 + C2 N + shift(N), N = RPS x L, the shift of
     :func:`bayesspec.laws.decode_profile_shift`; C2 is then the stall by later arrivals'
-    prefills alone. The latency at a rate is the smallest self-consistent N (the system
-    filling from empty), found on a grid of N and refined by bisection, for all draws at
-    once; the ceiling is the highest rate with such an N."""
+    prefills alone. N at a rate is the smallest self-consistent one (the system filling
+    from empty), solved piece by piece of the profile
+    (:func:`bayesspec.laws.profile_concurrency_expr`, the fit's own law); with a cap the
+    latency is the slot queue's at C1 + shift(N). The ceiling is the highest rate with a
+    finite latency."""
 
     law_name = "eq. (1) with the decode profile"
-    #: Grid points of N over the profile's range (then bisection steps in the cell).
-    scan_points = 64
-    bisection_steps = 40
 
     def __init__(self, c1, c2, *, batch_sizes, iteration_s, decode_tokens: float,
                  label: str = "", noise: Noise | None = None, cap=None,
@@ -263,110 +262,65 @@ class ProfileCurve(Curve):
         self.batch_sizes = np.asarray(batch_sizes, dtype=float)
         self.iteration_s = np.asarray(iteration_s, dtype=float)
         self.decode_tokens = float(decode_tokens)
+        if self.cap is not None and np.unique(self.cap).size > 1:
+            raise ValueError("a decode profile takes a stated cap, not draws of one")
+        cap_value = np.inf if self.cap is None else float(np.ravel(self.cap)[0])
+        self.pieces = profile_segments(self.decode_tokens, self.batch_sizes,
+                                       self.iteration_s, cap_value)
+        self._cap_value = cap_value
         self._ceiling = None
 
-    def shift(self, concurrency, cap=np.inf) -> np.ndarray:
-        """Seconds the profile adds to a request at ``concurrency`` requests in flight."""
-        return decode_profile_shift(concurrency, self.decode_tokens, self.batch_sizes,
-                                    self.iteration_s, cap)
+    def shift(self, concurrency) -> np.ndarray:
+        """Seconds the profile adds to a request at ``concurrency`` requests in flight, as
+        the law has it: :func:`bayesspec.laws.decode_profile_shift` linear between whole
+        requests (:func:`bayesspec.laws.profile_segments`)."""
+        knots, values, slopes = self.pieces
+        n = np.asarray(concurrency, dtype=float)
+        return np.where(n > knots[-1], values[-1] + slopes[-1] * (n - knots[-1]),
+                        np.interp(n, knots, values))
 
-    def _base(self, rps, c1, c2, cap):
+    def _base(self, rps, c1, c2):
         """The law without the profile at ``rps`` with zero-load latency ``c1``."""
-        if cap is None:
+        if self.cap is None:
             return latency(rps, c1, c2)
-        return capped_latency(rps, c1, c2, cap, wait_scale=self.wait_scale)
+        return capped_latency(rps, c1, c2, self._cap_value, wait_scale=self.wait_scale)
 
-    def _arrays(self, rps):
+    def _solution(self, rps):
+        """(rates, C2, C1 + shift at N*, whether N* exists), broadcast to latency's shape."""
         rps = np.asarray(rps, dtype=float)
         c1, c2 = _lift(self.c1, rps), _lift(self.c2, rps)
-        cap = None if self.cap is None else _lift(self.cap, rps)
         shape = np.broadcast_shapes(np.shape(c1), rps.shape)
-        return (np.broadcast_to(rps, shape), np.broadcast_to(c1, shape),
-                np.broadcast_to(c2, shape), None if cap is None else np.broadcast_to(cap, shape))
-
-    def _top(self) -> float:
-        """The N past which the shift is constant (the cap's full batch) or linear (the
-        profile's extension): the scan covers [0, top], the rest is solved in closed form."""
-        top = float(self.batch_sizes[-1]) if self.cap is None else float(np.max(self.cap))
-        return max(top - 1.0, 1.0)
-
-    def _gap(self, n, rps, c1, c2, cap):
-        """n - RPS x L(n): negative while N = n is below the self-consistent value."""
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            return n - rps * self._base(rps, c1 + self.shift(n, np.inf if cap is None else cap),
-                                        c2, cap)
-
-    def _tail(self, rps, c1, c2, cap, top: float) -> np.ndarray:
-        """The self-consistent N at or past ``top``, in closed form (``inf`` where there is
-        none): with the cap the batch is full there and the shift constant, so N is the
-        slot queue's at C1 + shift(top); without it the shift grows by a constant s per
-        request, and eq. (1) gives L = (C1 + shift(top) - s top) / (1 - RPS (C2 + s))."""
-        cap_value = np.inf if cap is None else cap
-        at_top = self.shift(np.full(np.shape(rps), top), cap_value)
-        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            if cap is not None:
-                value = rps * self._base(rps, c1 + at_top, c2, cap)
-            else:
-                slope = self.shift(np.full(np.shape(rps), top + 1.0)) - at_top
-                free = 1.0 - rps * (c2 + slope)
-                value = np.where(free > 0, rps * (c1 + at_top - slope * top) / free, np.inf)
-        return np.where(np.isfinite(value) & (value >= top - 1e-9), value, np.inf)
+        rps, c1, c2 = (np.broadcast_to(v, shape) for v in (rps, c1, c2))
+        knots, values, slopes = self.pieces
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            _, shift, found = profile_concurrency_expr(rps[..., None], c1[..., None],
+                                                       c2[..., None], knots, values, slopes)
+        return rps, c2, c1 + shift, found
 
     def concurrency(self, rps) -> np.ndarray:
-        """Per draw, the smallest self-consistent number in the system at ``rps`` (shape
-        of :meth:`latency`; ``inf`` past the ceiling)."""
-        rps, c1, c2, cap = self._arrays(rps)
-        top = self._top()
-        grid = np.linspace(0.0, top, int(min(256, max(self.scan_points, top + 1))))
-        lo = np.zeros(rps.shape)
-        hi = np.zeros(rps.shape)
-        found = rps <= 0
-        previous = lo.copy()
-        for n in grid[1:]:
-            gap = self._gap(np.full(rps.shape, n), rps, c1, c2, cap)
-            crossed = ~found & (gap >= 0)
-            lo = np.where(crossed, previous, lo)
-            hi = np.where(crossed, n, hi)
-            found |= crossed
-            previous = np.where(found, previous, n)
-            if found.all():
-                break
-        live = found & (hi > lo)
-        for _ in range(self.bisection_steps):
-            if not live.any():
-                break
-            mid = 0.5 * (lo + hi)
-            below = self._gap(mid, rps, c1, c2, cap) < 0
-            lo = np.where(live & below, mid, lo)
-            hi = np.where(live & ~below, mid, hi)
-        if found.all():
-            return hi
-        return np.where(found, hi, self._tail(rps, c1, c2, cap, top))
-
-    def effective_c1(self, rps) -> np.ndarray:
-        """C1 plus the profile's shift at the self-consistent N (shape of latency)."""
-        rps_b, c1, _, cap = self._arrays(rps)
-        n = self.concurrency(rps)
-        finite = np.isfinite(n)
-        shift = self.shift(np.where(finite, n, 0.0), np.inf if cap is None else cap)
-        return np.where(finite, c1 + shift, np.inf)
+        """Per draw, the smallest self-consistent N at ``rps`` (``inf`` where none)."""
+        rps = np.asarray(rps, dtype=float)
+        c1, c2 = _lift(self.c1, rps), _lift(self.c2, rps)
+        shape = np.broadcast_shapes(np.shape(c1), rps.shape)
+        args = [np.broadcast_to(v, shape)[..., None] for v in (rps, c1, c2)]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            n, _, found = profile_concurrency_expr(*args, *self.pieces)
+        return np.where(found, n, np.inf)
 
     def latency(self, rps) -> np.ndarray:
-        rps_b, _, c2, cap = self._arrays(rps)
-        c1 = self.effective_c1(rps)
-        with np.errstate(invalid="ignore"):
-            value = self._base(rps_b, np.where(np.isfinite(c1), c1, 1.0), c2, cap)
-        return np.where(np.isfinite(c1), value, np.inf)
+        rps, c2, c1, found = self._solution(rps)
+        value = self._base(rps, np.where(found, c1, 1.0), c2)
+        return np.where(found, value, np.inf)
 
     @property
     def ceiling(self) -> np.ndarray:
-        """Per draw, the highest rate with a self-consistent N, by bisection below the
-        law's ceiling at the profile's fastest iteration (cached)."""
+        """Per draw, the highest rate with a finite latency, by bisection below 1/C2
+        (cached)."""
         if self._ceiling is None:
-            fastest = self.c1 + np.min(self.shift(np.arange(0.0, self.batch_sizes[-1])))
-            hi = ceiling_rps(fastest, self.c2, np.inf if self.cap is None else self.cap)
+            with np.errstate(divide="ignore"):
+                hi = 1.0 / self.c2
             lo = np.zeros_like(hi)
-            for _ in range(48):
+            for _ in range(64):
                 if np.all(hi - lo <= BISECTION_RTOL * hi):
                     break
                 mid = 0.5 * (lo + hi)
@@ -380,17 +334,15 @@ class ProfileCurve(Curve):
         return "decode profile" if self.cap is None else "cap"
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
-        """The noise's load term as the fit has it: the law's elasticity at the point's
-        C1 + shift (the shift is data there, measured at the point's own N)."""
-        rps_b, _, c2, cap = self._arrays(rps)
-        c1 = self.effective_c1(rps)
-        if cap is None:
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                value = np.where(rps_b * c2 < 1, load_amplification_expr(rps_b, c2), np.inf)
-        else:
-            value = capped_load_elasticity(rps_b, np.where(np.isfinite(c1), c1, 1.0), c2,
-                                           cap, wait_scale=self.wait_scale)
-        return np.broadcast_to(np.where(np.isfinite(c1), value, np.inf), np.shape(curve))
+        """The noise's load term as the fit has it: the law's elasticity at C1 + shift."""
+        rps, c2, c1, found = self._solution(rps)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if self.cap is None:
+                value = np.where(rps * c2 < 1, load_amplification_expr(rps, c2), np.inf)
+            else:
+                value = capped_load_elasticity(rps, np.where(found, c1, 1.0), c2,
+                                               self._cap_value, wait_scale=self.wait_scale)
+        return np.broadcast_to(np.where(found, value, np.inf), np.shape(curve))
 
     def utilisation(self, rps, curve: np.ndarray) -> np.ndarray:
         rps = np.asarray(rps, dtype=float)

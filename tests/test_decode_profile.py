@@ -27,19 +27,35 @@ def profile_frame(**keys) -> pd.DataFrame:
                          "decode_iteration_s": TIMES})
 
 
-def test_the_shift_is_the_profile_above_one_request_times_the_decode_iterations():
+def test_the_shift_averages_the_profile_over_the_batches_a_request_meets():
+    from scipy.stats import poisson
+
     assert laws.decode_profile_shift(0.0, 256, SIZES, TIMES) == pytest.approx(0.0)
-    # N requests in flight: a batch of N + 1
-    assert laws.decode_profile_shift(27.0, 256, SIZES, TIMES) == pytest.approx(
-        255 * (TIMES[4] - TIMES[0]))
+    # N requests in flight: a batch of 1 + K, K ~ Poisson(N)
+    counts = np.arange(0, 400)
+    expected = 255 * (np.sum(poisson.pmf(counts, 27.0) * np.interp(1 + counts, SIZES, TIMES))
+                      - TIMES[0])
+    assert laws.decode_profile_shift(27.0, 256, SIZES, TIMES) == pytest.approx(expected)
+    # around the all-reduce's fast band the average is above the time at the mean batch
+    assert expected > 255 * (TIMES[4] - TIMES[0]) + 0.05
     assert laws.decode_profile_shift(27.0, 256, SIZES, np.full(12, 0.04)) == 0.0
+    # a linear profile: eq. (1)'s slope exactly, averaging changes nothing
+    linear = 0.04 + 2e-4 * SIZES
+    assert laws.decode_profile_shift(30.0, 101, SIZES, linear) == pytest.approx(100 * 2e-4 * 30)
     # the cap holds the batch
     assert laws.decode_profile_shift(200.0, 256, SIZES, TIMES, cap=48) == pytest.approx(
         255 * (TIMES[6] - TIMES[0]))
     # past the profile: the upper half's slope continues
     slope = np.polyfit(SIZES[SIZES >= 64.5], TIMES[SIZES >= 64.5], 1)[0]
-    assert laws.decode_profile_shift(159.0, 2, SIZES, TIMES) == pytest.approx(
-        TIMES[-1] + 32 * slope - TIMES[0])
+    assert laws.decode_profile_shift(400.0, 2, SIZES, TIMES) == pytest.approx(
+        TIMES[-1] + (401 - 128) * slope - TIMES[0], rel=1e-3)
+    # the pieces the graph solves on follow the shift between whole requests (within a few
+    # ms, against latencies of seconds: the curvature of the average over one request)
+    knots, values, slopes = laws.profile_segments(256, SIZES, TIMES, 128)
+    middle = knots[:-1] + 0.5
+    assert np.allclose(values[:-1] + 0.5 * slopes[:-1],
+                       laws.decode_profile_shift(middle, 256, SIZES, TIMES, 128), atol=5e-3)
+    assert slopes[-1] == 0.0 and knots[-1] >= 127 + 4 * np.sqrt(127) - 1
 
 
 def test_the_curve_is_self_consistent_and_eq1_when_the_profile_is_flat():
@@ -68,9 +84,13 @@ def test_the_ceiling_is_the_last_rate_with_a_self_consistent_concurrency():
     ceiling = curve.ceiling[0]
     assert np.isfinite(curve.latency(np.array([0.999 * ceiling]))).all()
     assert np.isinf(curve.latency(np.array([1.001 * ceiling]))).all()
-    # a full batch's throughput with the profile's iteration at 48
-    full = laws.cap_throughput(c1 + curve.shift(47.0, 48), c2, 48)[0]
-    assert ceiling == pytest.approx(full, rel=1e-6)
+    # between a full batch's throughput (every iteration at 48) and the mean-field's: the
+    # batch is Poisson about eq. (1)'s N at that rate, a little short of full
+    full = laws.cap_throughput(c1 + 255 * (TIMES[6] - TIMES[0]), c2, 48)[0]
+    assert full < ceiling < 1.03 * full
+    n = curve.concurrency(np.array([ceiling]))[0, 0]
+    assert ceiling == pytest.approx(laws.cap_throughput(c1 + curve.shift(n), c2, 48)[0],
+                                    rel=1e-6)
 
 
 @pytest.mark.parametrize("edit, column, reason", [

@@ -144,10 +144,13 @@ def decode_profile_inputs(path, rows: pd.DataFrame, groups: pd.DataFrame,
     to the groups (``groups["decode_profile"]`` set), and each row's latency shift at its
     measured concurrency N = RPS x L (:func:`bayesspec.laws.decode_profile_shift`): the
     shift is data, so the likelihood stays eq. (1)'s (or the slot queue's) with C1 + shift
-    in place of C1. Returns the model inputs' extras ``profile_sizes``, ``profile_times``
-    (G, K) and ``profile_shift`` (rows)."""
+    in place of C1, the shift at the law's own N (:func:`bayesspec.laws.
+    profile_concurrency_expr`) and at the measured N only where the law has no root.
+    Returns the model inputs' extras ``profile_sizes``, ``profile_times`` (G, K), the
+    pieces ``profile_knots``, ``profile_values``, ``profile_slopes`` (G, J) and
+    ``profile_shift`` (rows)."""
     from ..decode_profile import group_profile, match_profiles, read_decode_profile
-    from ..laws import decode_profile_shift
+    from ..laws import PROFILE_PAD_KNOT, decode_profile_shift, profile_segments
 
     table = read_decode_profile(path)
     sizes, times = match_profiles(rows, group_index, len(groups), table)
@@ -157,12 +160,21 @@ def decode_profile_inputs(path, rows: pd.DataFrame, groups: pd.DataFrame,
     decode = pd.to_numeric(rows["decode_tokens"], errors="coerce").to_numpy(float)
     caps = groups["cap"].to_numpy(float)
     shift = np.zeros(len(rows))
+    pieces = {}
     for g in np.flatnonzero(has):
         member = group_index == g
         batch_sizes, seconds = group_profile(sizes, times, g)
         shift[member] = decode_profile_shift(concurrency[member], decode[member],
                                              batch_sizes, seconds, caps[g])
-    return {"profile_sizes": sizes, "profile_times": times, "profile_shift": shift}
+        pieces[g] = profile_segments(decode[member][0], batch_sizes, seconds, caps[g])
+    width = max(len(p[0]) for p in pieces.values()) if pieces else 1
+    knots = np.full((len(groups), width), PROFILE_PAD_KNOT)
+    values = np.zeros((len(groups), width))
+    slopes = np.zeros((len(groups), width))
+    for g, (k, v, sl) in pieces.items():
+        knots[g, :len(k)], values[g, :len(k)], slopes[g, :len(k)] = k, v, sl
+    return {"profile_sizes": sizes, "profile_times": times, "profile_shift": shift,
+            "profile_knots": knots, "profile_values": values, "profile_slopes": slopes}
 
 
 def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
@@ -345,6 +357,8 @@ class LatencyModel:
                 inputs.groups["cap_prior_log_sd"].to_numpy(float)[learned], LEARNED_CAP_DIM)
         if "profile_shift" in inputs.extras:
             arrays["profile_shift"] = (inputs.extras["profile_shift"], "point")
+            for name in ("profile_knots", "profile_values", "profile_slopes"):
+                arrays[name] = (inputs.extras[name], None)
         if caps is not None and np.isfinite(caps).any():
             # Without a cap that reaches the data the graph stays eq. (1)'s (no special
             # functions to compile); decisions still read the cap from the groups.

@@ -8,7 +8,7 @@ from ..lazymodule import lazy_module
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from ..laws import (latency_expr, load_amplification_expr, load_elasticity_expr,
-                    slot_queue_latency_expr)
+                    profile_concurrency_expr, slot_queue_latency_expr)
 
 #: How far below 1 the slot queue's rho is softly capped in a model (as x is by
 #: :func:`soft_utilisation_cap`).
@@ -174,8 +174,15 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     # The decode-iteration profile's shift at each point's measured concurrency (data;
     # bayesspec.decode_profile) adds to the zero-load latency the point's requests feel.
     point_c1 = c1[group_index]
-    if "profile_shift" in data:
-        point_c1 = point_c1 + data["profile_shift"]
+    if "profile_knots" in data:
+        # The self-consistent N of eq. (1) with the profile (one piece of the profile's
+        # linear pieces holds it), so that the fit's law is the one its answers use; the
+        # measured N's shift only where a draw has no root (past its ceiling).
+        _, shift, found = profile_concurrency_expr(
+            rps[:, None], point_c1[:, None], c2_point[:, None],
+            data["profile_knots"][group_index], data["profile_values"][group_index],
+            data["profile_slopes"][group_index], xp=pt)
+        point_c1 = point_c1 + pt.where(found, shift, data["profile_shift"])
     if mean_latency is None and "cap" in data:
         # The engine's concurrency cap (groups without one get eq. (1) exactly): the
         # latency and its sensitivity to the rate follow the slot queue.
