@@ -5,6 +5,8 @@ Layout of the file:
 - ``/posterior``, ``/sample_stats``: the draws (nutpie's output);
 - ``/fit_data``: the tidy table the model was fitted on (all rows, with ``excluded``);
 - ``/groups``: the fitted groups (design columns, ``label``, scales);
+- ``/decode_profile`` (fits with ``--decode-profile``): each group's decode-iteration time
+  by batch size, NaN-padded (group x profile_point);
 - root attributes: ``bayesspec_model``, ``bayesspec_model_version``, ``model_config``
   (JSON), ``model_id`` (hash), ``bayesspec_version``, ``bayesspec_fit_format``,
   ``sampler_settings`` (JSON), ``created``.

@@ -181,7 +181,14 @@ def loo_pit(log_likelihood: np.ndarray, draws: np.ndarray, observed: np.ndarray)
     unreliable for that point (a refit, :func:`fold_check`, is then the honest check)."""
     from arviz_stats.base.array import array_stats
 
-    log_likelihood = np.where(np.isfinite(log_likelihood), log_likelihood, -1e10)
+    # A draw past its ceiling at a point gives it zero likelihood: an infinite weight
+    # without the point. A floor 20 below the point's least finite value keeps the
+    # weights finite (1e10 made every other weight underflow to one value, and PSIS
+    # fails on a tail of equal values); such a point's Pareto k then says it is unreliable.
+    finite = np.isfinite(log_likelihood)
+    least = np.min(np.where(finite, log_likelihood, np.inf), axis=0)
+    floor = np.where(np.isfinite(least), least - 20.0, -1e3)
+    log_likelihood = np.where(finite, log_likelihood, floor[None, :])
     # arviz_stats takes the log-likelihood and returns the log of weights 1/p(y_r | s).
     log_weights, k = array_stats.psislw(log_likelihood.T, axis=-1)          # (R, S)
     weights = np.exp(log_weights - log_weights.max(axis=1, keepdims=True))

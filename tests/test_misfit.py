@@ -485,3 +485,18 @@ def test_held_out_verdicts_never_contradict_and_flag_groups_with_few_inside():
     verdict = misfit.check_verdict(fair, reference, 0.9)
     assert verdict.startswith("No group misfits on its own points, but pooled: Held out:")
     assert misfit.check_verdict(fair, None, 0.9).startswith("no group misfits")
+
+
+def test_loo_pit_survives_draws_that_give_a_point_zero_likelihood():
+    """A draw past its ceiling at a point (latency inf, log-likelihood -inf) must not
+    break PSIS: its weight is large but finite, and the point's Pareto k says so."""
+    from bayesspec.misfit import loo_pit
+
+    rng = np.random.default_rng(0)
+    draws = rng.normal(0.0, 1.0, (4000, 3))
+    log_likelihood = -0.5 * (draws - 0.2) ** 2
+    log_likelihood[:7, 2] = -np.inf
+    draws[:7, 2] = np.inf
+    pit, k = loo_pit(log_likelihood, draws, np.array([0.2, 0.2, 0.2]))
+    assert np.all(np.isfinite(pit)) and np.all((pit >= 0) & (pit <= 1))
+    assert k[2] > k[0] and k[2] > 0.7
