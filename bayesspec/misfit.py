@@ -190,7 +190,19 @@ def loo_pit(log_likelihood: np.ndarray, draws: np.ndarray, observed: np.ndarray)
     floor = np.where(np.isfinite(least), least - 20.0, -1e3)
     log_likelihood = np.where(finite, log_likelihood, floor[None, :])
     # arviz_stats takes the log-likelihood and returns the log of weights 1/p(y_r | s).
-    log_weights, k = array_stats.psislw(log_likelihood.T, axis=-1)          # (R, S)
+    try:
+        log_weights, k = array_stats.psislw(log_likelihood.T, axis=-1)      # (R, S)
+    except ValueError:
+        # PSIS refuses a tail of equal values (many draws at the floor). Point by point;
+        # a point it cannot weight gets no left-out PIT and an infinite k (a refit,
+        # fold_check, is the honest check there).
+        log_weights = np.full(log_likelihood.T.shape, np.nan)
+        k = np.full(log_likelihood.shape[1], np.inf)
+        for r in range(log_likelihood.shape[1]):
+            try:
+                log_weights[r], k[r] = array_stats.psislw(log_likelihood[:, r], axis=-1)
+            except ValueError:
+                continue
     weights = np.exp(log_weights - log_weights.max(axis=1, keepdims=True))
     weights /= weights.sum(axis=1, keepdims=True)
     below = np.asarray(draws).T < np.asarray(observed, dtype=float)[:, None]

@@ -500,3 +500,15 @@ def test_loo_pit_survives_draws_that_give_a_point_zero_likelihood():
     pit, k = loo_pit(log_likelihood, draws, np.array([0.2, 0.2, 0.2]))
     assert np.all(np.isfinite(pit)) and np.all((pit >= 0) & (pit <= 1))
     assert k[2] > k[0] and k[2] > 0.7
+
+
+def test_loo_pit_names_a_point_psis_cannot_weight():
+    from bayesspec.misfit import loo_pit
+
+    rng = np.random.default_rng(1)
+    draws = rng.normal(0.0, 1.0, (1000, 2))
+    log_likelihood = -0.5 * draws ** 2
+    log_likelihood[:600, 1] = -np.inf       # most draws: zero likelihood at point 1
+    pit, k = loo_pit(log_likelihood, draws, np.array([0.0, 0.0]))
+    assert np.isfinite(pit[0]) and np.isfinite(k[0])
+    assert np.isnan(pit[1]) and np.isinf(k[1])
