@@ -210,6 +210,17 @@ def test_fit_takes_the_profile_and_the_fit_answers_without_the_file(tmp_path, ca
                  "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer
+    assert main(["summary", str(out), "--json"]) == 0
+    groups = {g["label"]: g for g in json.loads(capsys.readouterr().out)["groups"]}
+    profiled = next(g for label, g in groups.items() if label.startswith("Llama-2-70B"))
+    assert profiled["ceiling_binding"] == "cap"
+    again = tmp_path / "g.nc"
+    profile_frame(verifier="Llama-2-70B").to_csv(profile, index=False)
+    assert main(["fit", str(data), "-o", str(again), "--decode-profile", str(profile),
+                 "--draws", "50", "--tune", "50", "--chains", "2", "--no-loo",
+                 "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["decode_profile"].startswith("decode profile: 1 of 2")
 
 
 def test_the_profile_is_refused_where_the_law_cannot_take_it(tmp_path, capsys):

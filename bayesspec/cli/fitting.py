@@ -158,8 +158,9 @@ def run_fit(args) -> int:
         options["decode_profile"] = decode_profile_option(args, options)
     result = fit(data, args.model, settings=settings, config=options or None,
                  catalog=catalog_of(args))
-    if args.decode_profile:
-        log(decode_profile_note(result))
+    profile_note = decode_profile_note(result) if args.decode_profile else None
+    if profile_note:
+        log(profile_note)
     verdict = result.diagnostics
     if not args.no_loo:
         _store_loo(result)
@@ -179,6 +180,7 @@ def run_fit(args) -> int:
                 "rows": len(data), "excluded": int(data["excluded"].sum()),
                 "set_aside": set_aside(data), "concurrency_cap": cap_note,
                 **({"learned_cap_chains": cap_chains} if cap_chains else {}),
+                **({"decode_profile": profile_note} if profile_note else {}),
                 "questions": questions, "thin_groups": thin,
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),
                 "diagnostics": diagnostics_json(verdict),
