@@ -239,3 +239,19 @@ def test_the_profile_is_refused_where_the_law_cannot_take_it(tmp_path, capsys):
     profile_frame().drop(columns="batch_size").to_csv(bad, index=False)
     assert main(["fit", str(data), "-o", str(out), "--decode-profile", str(bad)]) == 2
     assert "batch_size" in capsys.readouterr().err and not out.exists()
+
+
+def test_check_holds_out_with_the_profile(tmp_path, capsys, mock_sampling):
+    from bayesspec.cli import main
+
+    data, profile = tmp_path / "d.csv", tmp_path / "p.csv"
+    sweep().to_csv(data, index=False)
+    profile_frame().to_csv(profile, index=False)
+    assert main(["check", str(data), "--ppc", "--hold-out-above", "0.6", "--decode-profile",
+                 str(profile), "--draws", "50", "--tune", "50", "--chains", "2",
+                 "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert "median_relative_width" in document["pooled"]["held_out"]
+    assert main(["check", str(data), "--ppc", "--decode-profile", str(tmp_path / "no.csv"),
+                 "--json"]) == 2
+    assert "no.csv" in capsys.readouterr().err

@@ -37,6 +37,9 @@ def register(verbs) -> None:
     check.add_argument("--hold-out-above", type=float, default=None, metavar="F",
                        help="with --ppc: fit each group's rates up to F (0-1) of its "
                             "highest measured rate only, and predict the higher ones")
+    check.add_argument("--decode-profile", metavar="FILE", default=None,
+                       help="with --ppc and a data file: fit with the engine's "
+                            "decode-iteration time by batch size (as `fit --decode-profile`)")
     check.add_argument("--plot", default=None, metavar="PNG",
                        help="predicted vs observed held-out latency with intervals (with "
                             "--ppc: one panel per group; PNG_2.png ... past 16 groups)")
@@ -127,6 +130,9 @@ def run_predictive_check(args, settings) -> int:
     if args.folds is not None:
         return run_fold_check(args, settings)
     if is_fit_file(args.data):
+        if args.decode_profile:
+            raise BadInput("a fit file keeps the profile it was fitted with: give the data "
+                           "file to refit with another", option="--decode-profile")
         if fraction is not None:
             raise BadInput("--hold-out-above refits: give the data file, not a fit file",
                            file=args.data)
@@ -135,15 +141,17 @@ def run_predictive_check(args, settings) -> int:
     else:
         data = read_data(args.data, args)
         model = args.model or "dense"
+        config = profile_config(args, model)
         if fraction is None:
             from ..workflow import fit as fit_model
 
-            fit = fit_model(data, model, settings=settings, catalog=catalog_of(args))
+            fit = fit_model(data, model, settings=settings, config=config,
+                            catalog=catalog_of(args))
             document = misfit.predictive_check(fit, prob=args.prob, seed=args.seed or 0)
         else:
             fit, document = misfit.rate_holdout_check(
                 data, model=model, fraction=fraction, prob=args.prob, settings=settings,
-                catalog=catalog_of(args), seed=args.seed or 0)
+                config=config, catalog=catalog_of(args), seed=args.seed or 0)
     points = document.pop("_points")
     if args.plot:
         from pathlib import Path
@@ -182,6 +190,17 @@ def run_predictive_check(args, settings) -> int:
     return strict_exit(args, verdicts)
 
 
+def profile_config(args, model: str) -> dict | None:
+    """The model configuration for ``--decode-profile`` (None without it), checked as
+    ``fit`` checks it."""
+    if not getattr(args, "decode_profile", None):
+        return None
+    from .fitting import decode_profile_option
+
+    args.model = model
+    return {"decode_profile": decode_profile_option(args, {})}
+
+
 def run_fold_check(args, settings) -> int:
     """``check --ppc --folds K``: K refits without interleaved rates, left-out coverage."""
     from .. import misfit
@@ -195,8 +214,10 @@ def run_fold_check(args, settings) -> int:
     if is_fit_file(args.data):
         raise BadInput("--folds refits: give the data file, not a fit file", file=args.data)
     data = read_data(args.data, args)
-    document = misfit.fold_check(data, model=args.model or "dense", folds=args.folds,
+    model = args.model or "dense"
+    document = misfit.fold_check(data, model=model, folds=args.folds,
                                  prob=args.prob, settings=settings, catalog=catalog_of(args),
+                                 config=profile_config(args, model),
                                  seed=args.seed or 0, progress=settings.progress,
                                  **parallel_options(args))
     points = document.pop("_points")
