@@ -123,8 +123,8 @@ def match_profiles(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int,
                            f"{int(np.flatnonzero(group_index == g)[0]) + 1}: add key columns "
                            f"({', '.join(c for c in PROFILE_KEY_COLUMNS if c not in keys)}) "
                            "to tell them apart", file=source)
-        k = pd.to_numeric(pd.Series([first.get("k", 0)]), errors="coerce").fillna(0).iloc[0]
-        if k > 0:
+        k = pd.to_numeric(first.get("k", 0), errors="coerce")
+        if pd.notna(k) and k > 0:
             raise BadInput("a decode profile times one-token decode iterations; it does not "
                            f"apply to speculative rows (k = {int(k)}): fit those without "
                            "--decode-profile", file=source)

@@ -28,16 +28,16 @@ import numpy as np
 from .errors import BadInput
 from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    concurrency_cap, costs_for_acceptance_length, crossover_rps,
-                   curved_latency, effective_costs,
-                   expert_coverage, latency, profile_concurrency_expr, profile_segments,
+                   curved_latency, effective_costs, expert_coverage, latency,
                    load_amplification_expr, moe_latency, percentile_latency,
                    percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
+                   profile_concurrency_expr, profile_segments,
                    sampled_quantile_error_expr, two_regime_latency, verification_tokens)
 
 COEFFICIENT_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 
-__all__ = ["Noise", "Curve", "ProfileCurve", "MoECurve", "MetricCurve", "SummarySampling", "Law",
-           "CoefficientLaw", "ConfigurationLaw", "MoESplit", "MeasuredConfiguration",
+__all__ = ["Noise", "Curve", "ProfileCurve", "MoECurve", "MetricCurve", "SummarySampling",
+           "Law", "CoefficientLaw", "ConfigurationLaw", "MoESplit", "MeasuredConfiguration",
            "COEFFICIENT_NAMES"]
 
 
@@ -286,29 +286,24 @@ class ProfileCurve(Curve):
         return capped_latency(rps, c1, c2, self._cap_value, wait_scale=self.wait_scale)
 
     def _solution(self, rps):
-        """(rates, C2, C1 + shift at N*, whether N* exists), broadcast to latency's shape."""
+        """(rates, C2, C1 + shift at N*, N*, whether N* exists), broadcast to latency's
+        shape."""
         rps = np.asarray(rps, dtype=float)
         c1, c2 = _lift(self.c1, rps), _lift(self.c2, rps)
         shape = np.broadcast_shapes(np.shape(c1), rps.shape)
         rps, c1, c2 = (np.broadcast_to(v, shape) for v in (rps, c1, c2))
-        knots, values, slopes = self.pieces
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            _, shift, found = profile_concurrency_expr(rps[..., None], c1[..., None],
-                                                       c2[..., None], knots, values, slopes)
-        return rps, c2, c1 + shift, found
+            n, shift, found = profile_concurrency_expr(rps[..., None], c1[..., None],
+                                                       c2[..., None], *self.pieces)
+        return rps, c2, c1 + shift, n, found
 
     def concurrency(self, rps) -> np.ndarray:
         """Per draw, the smallest self-consistent N at ``rps`` (``inf`` where none)."""
-        rps = np.asarray(rps, dtype=float)
-        c1, c2 = _lift(self.c1, rps), _lift(self.c2, rps)
-        shape = np.broadcast_shapes(np.shape(c1), rps.shape)
-        args = [np.broadcast_to(v, shape)[..., None] for v in (rps, c1, c2)]
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            n, _, found = profile_concurrency_expr(*args, *self.pieces)
+        *_, n, found = self._solution(rps)
         return np.where(found, n, np.inf)
 
     def latency(self, rps) -> np.ndarray:
-        rps, c2, c1, found = self._solution(rps)
+        rps, c2, c1, _, found = self._solution(rps)
         value = self._base(rps, np.where(found, c1, 1.0), c2)
         return np.where(found, value, np.inf)
 
@@ -335,7 +330,7 @@ class ProfileCurve(Curve):
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
         """The noise's load term as the fit has it: the law's elasticity at C1 + shift."""
-        rps, c2, c1, found = self._solution(rps)
+        rps, c2, c1, _, found = self._solution(rps)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             if self.cap is None:
                 value = np.where(rps * c2 < 1, load_amplification_expr(rps, c2), np.inf)

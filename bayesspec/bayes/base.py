@@ -141,12 +141,10 @@ def fitted_cap(groups: pd.DataFrame, group: int, fit=None) -> dict:
 def decode_profile_inputs(path, rows: pd.DataFrame, groups: pd.DataFrame,
                           group_index: np.ndarray) -> dict:
     """The decode-iteration profile of ``path`` (:mod:`bayesspec.decode_profile`) matched
-    to the groups (``groups["decode_profile"]`` set), and each row's latency shift at its
-    measured concurrency N = RPS x L (:func:`bayesspec.laws.decode_profile_shift`): the
-    shift is data, so the likelihood stays eq. (1)'s (or the slot queue's) with C1 + shift
-    in place of C1, the shift at the law's own N (:func:`bayesspec.laws.
-    profile_concurrency_expr`) and at the measured N only where the law has no root.
-    Returns the model inputs' extras ``profile_sizes``, ``profile_times`` (G, K), the
+    to the groups (``groups["decode_profile"]`` set), as the likelihood takes it: each
+    group's profile in linear pieces (:func:`bayesspec.laws.profile_segments`), on which
+    the graph solves the law's own N, and each row's shift at its measured N = RPS x L,
+    used only where a draw has no root there. Returns the model inputs' extras ``profile_sizes``, ``profile_times`` (G, K), the
     pieces ``profile_knots``, ``profile_values``, ``profile_slopes`` (G, J) and
     ``profile_shift`` (rows)."""
     from ..decode_profile import group_profile, match_profiles, read_decode_profile

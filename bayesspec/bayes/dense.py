@@ -46,8 +46,6 @@ class DenseLatencyModel(LatencyModel):
     #: Whether the model's law takes the engine's cap (the slot queue), so that it can
     #: learn one (``cap_prior``); the discrepancy and two-regime laws do not.
     learns_cap = True
-    #: Whether the model's law takes a decode-iteration profile (``decode_profile``).
-    takes_decode_profile = True
 
     def check_config(self) -> None:
         super().check_config()
@@ -60,7 +58,8 @@ class DenseLatencyModel(LatencyModel):
             raise ValueError(f"the {self.name} model's law does not take the engine's cap, "
                              "so it cannot learn one: use --model dense or tails")
         if self.config["decode_profile"]:
-            if type(self) is not DenseLatencyModel or not self.takes_decode_profile:
+            # the subclasses' laws (discrepancy, spline, two regimes, tails) do not take it
+            if type(self) is not DenseLatencyModel:
                 raise ValueError(f"the {self.name} model's law does not take a decode "
                                  "profile: use --model dense")
             if how != "none":

@@ -197,8 +197,7 @@ def profile_config(args, model: str) -> dict | None:
         return None
     from .fitting import decode_profile_option
 
-    args.model = model
-    return {"decode_profile": decode_profile_option(args, {})}
+    return {"decode_profile": decode_profile_option(args.decode_profile, model, {})}
 
 
 def run_fold_check(args, settings) -> int:

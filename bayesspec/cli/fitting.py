@@ -155,7 +155,8 @@ def run_fit(args) -> int:
             raise BadInput(str(error), option="--cap-prior") from None
         options["cap_prior"] = args.cap_prior
     if args.decode_profile:
-        options["decode_profile"] = decode_profile_option(args, options)
+        options["decode_profile"] = decode_profile_option(args.decode_profile, args.model,
+                                                          options)
     result = fit(data, args.model, settings=settings, config=options or None,
                  catalog=catalog_of(args))
     profile_note = decode_profile_note(result) if args.decode_profile else None
@@ -202,18 +203,18 @@ def run_fit(args) -> int:
     return strict_exit(args, verdict)
 
 
-def decode_profile_option(args, options: dict) -> str:
-    """The checked ``--decode-profile`` file for the model's options: a bad file or a
-    model whose law takes no profile is a one-line error (exit 2) before any sampling."""
+def decode_profile_option(path: str, model: str, options: dict) -> str:
+    """The checked ``--decode-profile`` file for ``model`` with ``options``: a bad file or
+    a model whose law takes no profile is a one-line error (exit 2) before any sampling."""
     from ..bayes import get_model_class
     from ..decode_profile import read_decode_profile
 
-    read_decode_profile(args.decode_profile)
+    read_decode_profile(path)
     try:
-        get_model_class(args.model)({**options, "decode_profile": args.decode_profile})
+        get_model_class(model)({**options, "decode_profile": path})
     except ValueError as error:
         raise BadInput(str(error), option="--decode-profile") from None
-    return args.decode_profile
+    return path
 
 
 def decode_profile_note(result) -> str:
