@@ -116,7 +116,11 @@ def compile_model(pm_model, settings: SamplerSettings):
     check_method(settings)
     started = time.perf_counter()
     log("compiling model (numba)...", settings.progress)
-    compiled = compile_pymc_model(pm_model)
+    # A model may say where its chains start (e.g. dense with a decode profile: each
+    # group at its own data's costs); the starts are jittered around it as usual.
+    starts = getattr(pm_model, "chain_starts", None)
+    compiled = (compile_pymc_model(pm_model, initial_points=starts) if starts
+                else compile_pymc_model(pm_model))
     log(f"compiled in {time.perf_counter() - started:.1f} s", settings.progress)
     if settings.method != "nuts":
         return WithPyMCModel(compiled, pm_model)

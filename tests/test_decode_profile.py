@@ -255,3 +255,39 @@ def test_check_holds_out_with_the_profile(tmp_path, capsys, mock_sampling):
     assert main(["check", str(data), "--ppc", "--decode-profile", str(tmp_path / "no.csv"),
                  "--json"]) == 2
     assert "no.csv" in capsys.readouterr().err
+
+
+def test_each_group_starts_at_its_own_costs(tmp_path, monkeypatch):
+    """A pooled profile fit starts every group near its own data's C1 and u (a far mode
+    that held one group's top rates at the ceiling went unseen by R-hat otherwise)."""
+    from bayesspec import inference, nutpie_cache
+    from bayesspec.bayes import get_model_class
+    from bayesspec.bayes.dense import profile_starts
+
+    path = tmp_path / "profile.csv"
+    profile_frame().to_csv(path, index=False)
+    truth = {(256, 256): (10.4, 0.063), (2048, 512): (21.6, 0.40), (512, 128): (5.2, 0.11)}
+    data = prepare(pd.concat(
+        [sweep(prefill=p, decode=d, c1=c1, c2=c2, seed=i)
+         for i, ((p, d), (c1, c2)) in enumerate(truth.items())], ignore_index=True))
+    model = get_model_class("dense")(config={"decode_profile": str(path)})
+    inputs = model.prepare(data)
+    log_c1, logit_u = profile_starts(inputs)
+    for g in range(len(inputs.groups)):
+        row = inputs.groups.iloc[g]
+        c1, c2 = truth[(int(row["prefill_tokens"]), int(row["decode_tokens"]))]
+        assert np.exp(log_c1[g]) == pytest.approx(c1, rel=0.05)
+        u = 1.0 / (1.0 + np.exp(-logit_u[g]))
+        assert u == pytest.approx(c2 * row["rps_max"], abs=0.08)
+    # the built model carries them and compiling hands them to nutpie
+    pm_model = model.build(data)
+    assert np.allclose(pm_model.chain_starts["log_C1"], log_c1)
+    seen = {}
+
+    def fake_compile(pm_model, **options):
+        seen.update(options)
+        return "compiled"
+
+    monkeypatch.setattr(nutpie_cache, "compile_pymc_model", fake_compile)
+    inference.compile_model(pm_model, inference.SamplerSettings(progress=False))
+    assert np.allclose(seen["initial_points"]["utilisation_logit"], logit_u)

@@ -29,6 +29,40 @@ from .base import COMMON_CONFIG, LatencyModel
 from .priors import latency_likelihood, pooled_normal
 
 
+def profile_starts(inputs) -> tuple[np.ndarray, np.ndarray]:
+    """Per group, where a decode-profile fit's chains start: log C1 at the group's
+    lightest latency less the profile's shift there, and logit u from the line
+    L - shift(N) = C1 + C2 N through the lightest and the highest point.
+
+    Why: the profile law's N jumps between branches where the profile folds, so one
+    group of a pooled fit started at the prior's centre (every group at the same C1 and
+    u) can climb to a far mode that holds its top rates at the ceiling, while R-hat sees
+    nothing (every chain starts near the same climbed point). Measured on vidur_dense
+    with Erlang's slot wait: 2 of 4 pooled fits left one group there (predicted 9.9 s
+    against 19.7 s measured at its top fitted rate)."""
+    rows, groups = inputs.rows, inputs.groups
+    rps = rows["rps"].to_numpy(float)
+    latency = rows["latency_mean_s"].to_numpy(float)
+    shift = inputs.extras.get("profile_shift", np.zeros(len(rows)))
+    shift = np.where(np.isfinite(shift), shift, 0.0)
+    log_c1 = np.zeros(len(groups))
+    logit_u = np.zeros(len(groups))
+    for g in range(len(groups)):
+        members = np.flatnonzero(inputs.group_index == g)
+        low, high = members[np.argmin(rps[members])], members[np.argmax(rps[members])]
+        base_low = max(latency[low] - shift[low], 0.5 * latency[low])
+        base_high = max(latency[high] - shift[high], base_low)
+        n_low, n_high = rps[low] * latency[low], rps[high] * latency[high]
+        slope = (base_high - base_low) / (n_high - n_low) if n_high > n_low else 0.0
+        c1 = max(base_low - slope * n_low, 0.5 * base_low)
+        # eq. (1) with the profile: N = RPS (C1 + shift)/(1 - RPS C2) at the top rate
+        utilisation = 1.0 - (c1 + shift[high]) / latency[high]
+        utilisation = float(np.clip(utilisation, 0.05, 0.9))
+        log_c1[g] = np.log(c1)
+        logit_u[g] = np.log(utilisation / (1.0 - utilisation))
+    return log_c1, logit_u
+
+
 class DenseLatencyModel(LatencyModel):
     name = "dense"
     version = "2"
@@ -88,6 +122,11 @@ class DenseLatencyModel(LatencyModel):
             c1, c2 = pt.exp(log_c1), utilisation / data["rps_max"]
             self.learn_caps(data, c1, c2)
             latency_likelihood(c1, c2, self.config, data)
+        if self.config["decode_profile"]:
+            # read by inference.compile_model (an initval on the variables would do, but
+            # PyMC's model transforms, e.g. the log-likelihood for LOO, refuse those)
+            log_c1_start, logit_start = profile_starts(inputs)
+            model.chain_starts = {"log_C1": log_c1_start, "utilisation_logit": logit_start}
         return model
 
     def group_costs(self, data: dict, n_groups: int, name: str = "log_C1"):
