@@ -141,6 +141,13 @@ def simulate(model, device, tp, prefill, decode, n, rate, root, threads, batch_c
               - np.searchsorted(np.sort(done), grid_t, side="right"))
     seg = np.diff(np.clip(grid_t, t_lo, t_hi))
     conc = float(np.sum(in_sys[:-1] * seg) / (t_hi - t_lo))
+    # the run's fill and drain: the first and last N = rps x L requests (by arrival)
+    # against the requests between the first and last 2N (the steady state)
+    order = np.argsort(arrived)
+    lat_by_arrival = (done - arrived)[order]
+    in_flight = max(1, int(res["rps"] * res["latency_mean_s"]))
+    steady = (lat_by_arrival[2 * in_flight:-2 * in_flight]
+              if len(lat_by_arrival) > 4 * in_flight else lat_by_arrival)
     dec_sizes = size[~is_pf]
     return dict(
         rate=rate, rps=res["rps"], latency_mean_s=res["latency_mean_s"],
@@ -160,6 +167,10 @@ def simulate(model, device, tp, prefill, decode, n, rate, root, threads, batch_c
         decode_batch_req_weighted=float(np.sum(dec_sizes ** 2) / np.sum(dec_sizes)),
         decode_batch_time_weighted=float(np.sum(dec_sizes * dur[~is_pf]) / np.sum(dur[~is_pf])),
         sim_wall_s=res["sim_wall_s"],
+        first_n_latency_s=float(lat_by_arrival[:in_flight].mean()),
+        last_n_latency_s=float(lat_by_arrival[-in_flight:].mean()),
+        steady_latency_s=float(steady.mean()),
+        run_over_steady=float(lat_by_arrival.mean() / steady.mean()),
     )
 
 
@@ -220,6 +231,12 @@ def main() -> None:
                   f"{p['stalls_per_request']:7.1f} {p['stall_ms']:8.2f} "
                   f"{p['prefills_per_prefill_iter']:7.2f} {p['stall_time_s']:7.2f} "
                   f"{p['decode_iter_time_s']:6.2f} {p['prefill_time_share']:8.3f}", flush=True)
+        print("fill and drain: mean latency of the first N and last N requests by arrival, "
+              "of those between the first and last 2N, and the run's mean over the latter")
+        for p in pts:
+            print(f"  rps {p['rps']:6.3f} N {p['little_n']:6.1f}: first N "
+                  f"{p['first_n_latency_s']:7.2f}  last N {p['last_n_latency_s']:7.2f}  "
+                  f"steady {p['steady_latency_s']:7.2f}  run/steady {p['run_over_steady']:.4f}")
         out["points"] = pts
     if a.json:
         with open(a.json, "w") as f:

@@ -1,0 +1,138 @@
+"""Which wait for a batch slot the decode-profile law takes, chosen on one Vidur set,
+tested on two.
+
+    python benchmarks/slot_queue_choice.py --set dense    # the set the form was chosen on
+    python benchmarks/slot_queue_choice.py --set fresh    # tested
+    python benchmarks/slot_queue_choice.py --set capped   # tested
+
+For each group (its points below the cap, as a fit keeps them), C1 and C2 of the law
+L = wait(S), S = C1 + C2 N + shift(N) (the decode profile's shift at the self-consistent
+N, :func:`bayesspec.laws.profile_concurrency_expr`) are fitted by least squares in log L,
+with four waits for a slot:
+
+- ``none``: no cap (eq. (1) with the profile);
+- ``birth-death``: the slot queue of the capped law (:func:`bayesspec.laws.capped_latency`,
+  eq. (1)'s negative-binomial number in the system), with the group's wait scale
+  (:func:`bayesspec.laws.queue_wait_scale` of its lightest point's spread);
+- ``erlang``: Erlang's wait at a Poisson number in flight (``erlang_slot_latency`` below:
+  with the profile, C2 N is the stall by later arrivals' prefills, which come whatever
+  is in flight, so the system is M/G/infinity below the cap and M/M/c's wait applies at
+  it), the same wait scale;
+- ``erlang-1``: the same with wait scale 1 (the Markov queue's wait).
+
+Printed per group: the largest relative residual and the mean residual of the group's
+top third of rates (measured minus law, relative; negative = the law too high), and the
+medians over groups. A least-squares fit is the law's best case; the Bayesian fit and its
+held-out checks are in examples/vidur/evaluate.py. The Erlang form was tried in the fit
+and not adopted (benchmarks/README.md, "2026-12-04 (night) ... the wait for a slot").
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from scipy.special import gammaincc, gammaln
+
+from bayesspec.laws import (capped_latency, latency, profile_concurrency_expr,
+                            profile_segments, queue_wait_scale)
+
+ROOT = Path(__file__).resolve().parent.parent / "examples" / "vidur"
+FORMS = ("none", "birth-death", "erlang", "erlang-1")
+KEYS = ["verifier", "gpu", "tensor_parallel", "prefill_tokens", "decode_tokens"]
+
+
+def erlang_slot_latency(rps, c1, c2, cap, wait_scale):
+    """S (1 + wait_scale C(cap, A)/(cap - A)), S = C1/(1 - RPS C2) the time in the batch,
+    A = RPS S the requests holding slots (Poisson below the cap), C Erlang's probability
+    of waiting: P_c t / (Q(cap, A) + P_c t), P_c = A^cap e^-A / cap!, t = cap/(cap - A),
+    Q the regularised upper incomplete gamma. ``inf`` where A reaches the cap."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        in_batch = latency(rps, c1, c2)
+        load = rps * in_batch
+        tail = np.exp(cap * np.log(load) - load - gammaln(cap + 1.0)) * cap / (cap - load)
+        wait = tail / (gammaincc(cap, load) + tail) / (cap - load)
+        value = in_batch * (1.0 + wait_scale * wait)
+    return np.where(np.isfinite(in_batch) & (load < cap), value, np.inf)
+
+
+def law(form: str, rps, c1, c2, pieces, cap, wait_scale):
+    n, shift, found = profile_concurrency_expr(rps[:, None], np.full((len(rps), 1), c1),
+                                               np.full((len(rps), 1), c2), *pieces)
+    at = c1 + np.where(found, shift, 0.0)
+    if form == "none":
+        value = latency(rps, at, c2)
+    elif form == "birth-death":
+        value = capped_latency(rps, at, c2, cap, wait_scale=wait_scale)
+    else:
+        value = erlang_slot_latency(rps, at, c2, cap,
+                                    1.0 if form == "erlang-1" else wait_scale)
+    return np.where(found, value, np.inf)
+
+
+def fit_group(form, rps, measured, pieces, cap, wait_scale):
+    def residual(theta):
+        value = law(form, rps, np.exp(theta[0]), np.exp(theta[1]), pieces, cap, wait_scale)
+        return np.where(np.isfinite(value), np.log(measured) - np.log(
+            np.where(np.isfinite(value), value, 1.0)), 10.0)
+
+    # start from a line through the light half, C2 a little under its slope
+    c1 = float(measured.min())
+    c2 = max(float(np.median((1.0 - c1 / measured[1:]) / rps[1:])), 1e-6) * 0.8
+    best = least_squares(residual, np.log([c1, c2]), method="lm")
+    value = law(form, rps, *np.exp(best.x), pieces, cap, wait_scale)
+    return measured / value - 1.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", choices=("dense", "fresh", "capped"), default="dense")
+    parser.add_argument("--csv", default=None)
+    args = parser.parse_args()
+    data = pd.read_csv(ROOT / f"vidur_{args.set}.csv")
+    profiles = pd.read_csv(ROOT / "decode_profiles.csv")
+    profiles = profiles[profiles["set"] == args.set]
+    rows = []
+    for key, group in data.groupby(KEYS, sort=False):
+        group = group.sort_values("rps")
+        profile = profiles.loc[(profiles[KEYS] == pd.Series(key, index=KEYS)).all(axis=1)]
+        cap = float(group["max_num_seqs"].iloc[0])
+        pieces = profile_segments(float(key[4]), profile["batch_size"].to_numpy(float),
+                                  profile["decode_iteration_s"].to_numpy(float), cap)
+        rps = group["rps"].to_numpy(float)
+        measured = group["latency_mean_s"].to_numpy(float)
+        below = rps * measured < cap
+        rps, measured = rps[below], measured[below]
+        spread = float(group["latency_std_s"].iloc[0] / group["latency_mean_s"].iloc[0])
+        wait_scale = float(queue_wait_scale(spread))
+        row = {"group": f"{key[0]} {key[1]} ({key[3]},{key[4]})", "points": len(rps),
+               "top_n_over_cap": float(rps[-1] * measured[-1] / cap)}
+        top = slice(len(rps) - max(1, len(rps) // 3), None)
+        for form in FORMS:
+            error = fit_group(form, rps, measured, pieces, cap, wait_scale)
+            row[f"{form} max"] = float(np.max(np.abs(error)))
+            row[f"{form} top"] = float(np.mean(error[top]))
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    shown = table.copy()
+    for column in table.columns[3:]:
+        shown[column] = (100 * shown[column]).map("{:+.2f}%".format)
+    shown["top_n_over_cap"] = shown["top_n_over_cap"].map("{:.2f}".format)
+    pd.set_option("display.width", 250)
+    print(f"least-squares fit of the profile law per group, vidur_{args.set}.csv "
+          "(residual = measured/law - 1)")
+    print(shown.to_string(index=False))
+    print("median of |largest residual|: " + ", ".join(
+        f"{form} {100 * table[f'{form} max'].median():.2f}%" for form in FORMS))
+    print("median of top-third mean residual: " + ", ".join(
+        f"{form} {100 * table[f'{form} top'].median():+.2f}%" for form in FORMS))
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+
+
+if __name__ == "__main__":
+    main()
