@@ -415,9 +415,10 @@ class MetricCurve(Curve):
 
     def __init__(self, scale, c2, exponent, *, metric: str, label: str = "", group: str = "",
                  noise: Noise | None = None, sampling: SummarySampling | None = None,
-                 mean_c1=None, cap=None, wait_scale: float = 1.0):
-        if cap is not None and mean_c1 is None:
-            raise ValueError("a capped summary law needs the mean's zero-load latency")
+                 mean_c1=None, cap=None, wait_scale: float = 1.0, profile: dict | None = None):
+        if (cap is not None or profile is not None) and mean_c1 is None:
+            raise ValueError("a capped or profiled summary law needs the mean's zero-load "
+                             "latency")
         super().__init__(scale, c2, label=label, noise=noise, cap=cap, wait_scale=wait_scale)
         self.exponent = np.asarray(exponent, dtype=float)
         self.metric = metric
@@ -426,9 +427,16 @@ class MetricCurve(Curve):
         self.sampling = sampling
         #: The mean law's C1 (draws), which the capped load factor needs.
         self.mean_c1 = None if mean_c1 is None else np.asarray(mean_c1, dtype=float)
+        #: With the engine's decode profile (``batch_sizes``, ``iteration_s``,
+        #: ``decode_tokens``), the mean law whose L/C1 is the load factor: a
+        #: :class:`ProfileCurve` at this summary's C2.
+        self.mean_law = (None if profile is None else ProfileCurve(
+            self.mean_c1, self.c2, cap=cap, wait_scale=wait_scale, **profile))
 
     @property
     def ceiling(self) -> np.ndarray:
+        if self.mean_law is not None:
+            return self.mean_law.ceiling
         if self.cap is None:
             return super().ceiling
         return ceiling_rps(self.mean_c1, self.c2, self.cap)
@@ -437,6 +445,8 @@ class MetricCurve(Curve):
         """The mean law's L/C1 at this summary's saturation cost (``inf`` at or past
         the ceiling)."""
         rps = np.asarray(rps, dtype=float)
+        if self.mean_law is not None:
+            return self.mean_law.latency(rps) / _lift(self.mean_c1, rps)
         if self.cap is None:
             return latency(rps, 1.0, _lift(self.c2, rps))
         c1 = _lift(self.mean_c1, rps)
@@ -445,7 +455,7 @@ class MetricCurve(Curve):
 
     def latency(self, rps) -> np.ndarray:
         rps = np.asarray(rps, dtype=float)
-        if self.cap is None:
+        if self.cap is None and self.mean_law is None:
             return percentile_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
                                       _lift(self.exponent, rps))
         factor = self.load_factor(rps)
@@ -457,6 +467,8 @@ class MetricCurve(Curve):
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
         """d log L / d log RPS of the mean law at this summary's C2 (the fitted noise's
         load term carries gamma)."""
+        if self.mean_law is not None:
+            return self.mean_law.amplification(rps, curve)
         if self.cap is None:
             return super().amplification(rps, curve)
         rps = np.asarray(rps, dtype=float)

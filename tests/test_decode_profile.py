@@ -291,3 +291,65 @@ def test_each_group_starts_at_its_own_costs(tmp_path, monkeypatch):
     monkeypatch.setattr(nutpie_cache, "compile_pymc_model", fake_compile)
     inference.compile_model(pm_model, inference.SamplerSettings(progress=False))
     assert np.allclose(seen["initial_points"]["utilisation_logit"], logit_u)
+
+
+def with_percentiles(frame: pd.DataFrame, spread: float = 0.3) -> pd.DataFrame:
+    """A p99 of a log-normal spread around each point's mean, 1000 requests per point."""
+    from scipy.stats import norm
+
+    return frame.assign(latency_p99_s=frame["latency_mean_s"]
+                        * np.exp(spread * norm.ppf(0.99) - 0.5 * spread**2),
+                        n_requests=1000)
+
+
+def test_a_summary_follows_the_profiled_mean_law():
+    from bayesspec.prediction import MetricCurve
+
+    c1, c2, cap = np.array([10.4, 9.8]), np.array([0.063, 0.07]), 48.0
+    scale, exponent = np.array([14.0, 13.0]), np.array([1.3, 1.1])
+    rps = np.array([0.3, 1.0, 2.0, 3.0])
+    profile = {"batch_sizes": SIZES, "iteration_s": TIMES, "decode_tokens": 256.0}
+    curve = MetricCurve(scale, c2, exponent, metric="p99", mean_c1=c1, cap=cap,
+                        profile=profile)
+    mean = ProfileCurve(c1, c2, cap=cap, **profile)
+    # the load factor is the profiled mean law's L/C1, raised to the summary's gamma
+    factor = mean.latency(rps) / c1[:, None]
+    assert np.allclose(curve.latency(rps), scale[:, None] * factor ** exponent[:, None],
+                       rtol=1e-9)
+    assert np.allclose(curve.ceiling, mean.ceiling)
+    # a flat profile is the capped summary law without one
+    flat = dict(profile, iteration_s=np.full(len(SIZES), 0.04))
+    assert np.allclose(MetricCurve(scale, c2, exponent, metric="p99", mean_c1=c1, cap=cap,
+                                   profile=flat).latency(rps),
+                       MetricCurve(scale, c2, exponent, metric="p99", mean_c1=c1,
+                                   cap=cap).latency(rps), rtol=1e-7)
+
+
+def test_tails_takes_the_profile_and_answers_with_it(tmp_path, capsys, mock_sampling):
+    from bayesspec.bayes import load_fit
+    from bayesspec.cli import main
+
+    data, profile, out = tmp_path / "d.csv", tmp_path / "p.csv", tmp_path / "f.nc"
+    with_percentiles(sweep()).to_csv(data, index=False)
+    profile_frame().to_csv(profile, index=False)
+    assert main(["fit", str(data), "-o", str(out), "--model", "tails", "--decode-profile",
+                 str(profile), "--draws", "50", "--tune", "50", "--chains", "2",
+                 "--no-loo"]) == 0
+    capsys.readouterr()
+    result = load_fit(out)
+    model = result.model()
+    assert isinstance(result.group_curve(0), ProfileCurve)
+    curve = model.metric_curve(result, 0, "p99")
+    assert isinstance(curve.mean_law, ProfileCurve)
+    # its chains start at the group's own costs, as dense's do
+    starts = model.build(prepare(with_percentiles(sweep()))).chain_starts
+    assert np.exp(starts["log_C1"][0]) == pytest.approx(10.4, rel=0.05)
+    assert main(["predict", str(out), "--rps", "0.5", "--metric", "p99", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)
+    # a file of percentiles alone has no mean law for the profile to enter
+    only = tmp_path / "only.csv"
+    with_percentiles(sweep()).drop(columns="latency_mean_s").to_csv(only, index=False)
+    assert main(["fit", str(only), "-o", str(tmp_path / "o.nc"), "--model", "tails",
+                 "--decode-profile", str(profile)]) == 2
+    err = capsys.readouterr().err
+    assert "percentiles only" in err and "--decode-profile" in err

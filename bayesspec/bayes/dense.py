@@ -66,6 +66,8 @@ def profile_starts(inputs) -> tuple[np.ndarray, np.ndarray]:
 class DenseLatencyModel(LatencyModel):
     name = "dense"
     version = "2"
+    #: Whether the law takes the decode-iteration profile (``decode_profile``).
+    takes_decode_profile = True
     default_config = {
         **COMMON_CONFIG,
         "holdout_mask": False,    # build with a fit_mask (refits without some points)
@@ -92,10 +94,10 @@ class DenseLatencyModel(LatencyModel):
             raise ValueError(f"the {self.name} model's law does not take the engine's cap, "
                              "so it cannot learn one: use --model dense or tails")
         if self.config["decode_profile"]:
-            # the subclasses' laws (discrepancy, spline, two regimes, tails) do not take it
-            if type(self) is not DenseLatencyModel:
+            # the laws of the discrepancy, spline and two-regime subclasses do not take it
+            if not self.takes_decode_profile:
                 raise ValueError(f"the {self.name} model's law does not take a decode "
-                                 "profile: use --model dense")
+                                 "profile: use --model dense or tails")
             if how != "none":
                 raise ValueError("a decode profile needs the engine's cap stated, not "
                                  "learned: drop --cap-prior, or give --max-num-seqs")

@@ -34,6 +34,7 @@ from .priors import latency_likelihood
 
 class DiscrepancyLatencyModel(DenseLatencyModel):
     name = "dense-discrepancy"
+    takes_decode_profile = False
     version = "1"
     curve_parameters = 3
     learns_cap = False

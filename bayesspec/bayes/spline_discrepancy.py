@@ -97,6 +97,7 @@ class SplineDiscrepancyCurve(Curve):
 
 class SplineDiscrepancyLatencyModel(DenseLatencyModel):
     name = "dense-spline"
+    takes_decode_profile = False
     version = "1"
     learns_cap = False
     default_config = {

@@ -53,11 +53,11 @@ from ..data import has_mean_latency, reference_latency
 from ..errors import BadInput
 from ..laws import (QUANTILE_RULES, latency_expr, load_amplification_expr,
                     load_elasticity_expr, load_factor_expr, percentile_latency_expr,
-                    quantile_sampling_moments, sampled_quantile_error_expr,
-                    slot_queue_latency_expr)
+                    profile_concurrency_expr, quantile_sampling_moments,
+                    sampled_quantile_error_expr, slot_queue_latency_expr)
 from ..prediction import MetricCurve, Noise, SummarySampling
 from ..schema import METRIC_COLUMNS, metric_description, metric_family, metric_quantile
-from .dense import DenseLatencyModel
+from .dense import DenseLatencyModel, profile_starts
 from .base import fitted_cap
 from .priors import CAP_MARGIN, latency_likelihood, soft_utilisation_cap
 
@@ -262,6 +262,10 @@ class TailLatencyModel(DenseLatencyModel):
             data = data.assign(latency_mean_s=reference_latency(data))
         inputs = super().prepare(data)
         rows, groups = inputs.rows, inputs.groups
+        if not has_mean and self.config.get("decode_profile"):
+            raise BadInput("the decode profile enters the mean law, and these data have "
+                           "percentiles only (no latency_mean_s): drop --decode-profile",
+                           option="--decode-profile", file=data.attrs.get("source_file"))
         if not has_mean and "cap_learned" in groups:
             raise BadInput("learning the concurrency cap needs mean latencies (the bend of "
                            "the mean law); these data have percentiles only: state the cap "
@@ -419,16 +423,30 @@ class TailLatencyModel(DenseLatencyModel):
             every_group = data["group_index"]
             c2_summary = soft_utilisation_cap(every_rps, c2_tail[:, every_group])
             capped = has_mean and "cap" in data
+            # With the engine's decode profile the mean law's zero-load latency at a point
+            # is C1 plus the profile's shift at the self-consistent N (as in the mean's
+            # likelihood), and the summaries' load factor L/C1 carries that shift.
+            point_c1 = c1[every_group] if has_mean else None
+            if has_mean and "profile_knots" in data:
+                _, shift, found = profile_concurrency_expr(
+                    data["rps"][:, None], c1[every_group][:, None], c2[every_group][:, None],
+                    data["profile_knots"][every_group], data["profile_values"][every_group],
+                    data["profile_slopes"][every_group], xp=pt)
+                point_c1 = point_c1 + pt.where(found, shift, data["profile_shift"])
             if capped:
                 # The mean law's load factor L/C1 with the engine's cap (the slot
                 # queue) in the groups that have one, at each summary's own C2.
                 at_cap = data["has_cap"][every_group][None, :] > 0
                 c1_every = c1[every_group][None, :]
                 load_factor = pt.where(at_cap, slot_queue_latency_expr(
-                    every_rps, c1_every, c2_summary, data["cap"][every_group][None, :],
+                    every_rps, point_c1[None, :], c2_summary,
+                    data["cap"][every_group][None, :],
                     xp=pt, wait_scale=data["wait_scale"][every_group][None, :],
                     soft_margin=CAP_MARGIN) / c1_every,
-                    load_factor_expr(every_rps, c2_summary))
+                    latency_expr(every_rps, point_c1[None, :], c2_summary) / c1_every)
+            elif has_mean and "profile_knots" in data:
+                load_factor = (latency_expr(every_rps, point_c1[None, :], c2_summary)
+                               / c1[every_group][None, :])
             else:
                 load_factor = load_factor_expr(every_rps, c2_summary)
             log_q_all = pt.log(percentile_latency_expr(
@@ -459,16 +477,16 @@ class TailLatencyModel(DenseLatencyModel):
 
                 def mean_latency(at):
                     return pt.where(with_cap, slot_queue_latency_expr(
-                        at, c1[g_mean], c2[g_mean], data["cap"][g_mean], xp=pt,
+                        at, point_c1, c2[g_mean], data["cap"][g_mean], xp=pt,
                         wait_scale=data["wait_scale"][g_mean], soft_margin=CAP_MARGIN),
-                        latency_expr(at, c1[g_mean], c2[g_mean]))
+                        latency_expr(at, point_c1, c2[g_mean]))
 
                 # How a rate error moves the mean (and, times gamma, a summary).
                 slope_mean = pt.where(with_cap, load_elasticity_expr(
                     mean_latency, data["rps"], xp=pt), slope_mean)
             elif has_mean:
                 def mean_latency(at):
-                    return latency_expr(at, c1[g_mean], c2[g_mean])
+                    return latency_expr(at, point_c1, c2[g_mean])
             if has_mean:
                 residual_mean = data["observed_log_latency"] - pt.log(
                     mean_latency(data["rps"]))
@@ -494,6 +512,10 @@ class TailLatencyModel(DenseLatencyModel):
             # Kept per load point for PSIS-LOO over the summaries (with the mean's
             # pointwise log-likelihood it is the joint density of each point).
             pm.Deterministic("log_tail_point", by_point, dims="point")
+        if has_mean and cfg["decode_profile"]:
+            # each group's chains start at its own costs, as dense's do (profile_starts)
+            log_c1_start, logit_start = profile_starts(inputs)
+            model.chain_starts = {"log_C1": log_c1_start, "utilisation_logit": logit_start}
         return model
 
     @staticmethod
@@ -598,10 +620,16 @@ class TailLatencyModel(DenseLatencyModel):
         # With the engine's cap the summaries follow the slot queue's load factor, which
         # needs the mean's C1 (a fit of percentiles alone has none: eq. (1)'s).
         cap = fitted_cap(fit.groups, group, fit) if self.has_mean(fit) else {}
+        # With the decode profile, the mean law it shapes carries the summaries too.
+        decode_profile = fit.decode_profile(group) if self.has_mean(fit) else None
+        profile = (None if decode_profile is None else {
+            "batch_sizes": decode_profile[0], "iteration_s": decode_profile[1],
+            "decode_tokens": float(row["decode_tokens"])})
         curve = MetricCurve(pick("tail_scale"), c2, exponent,
                             metric=metric, label=f"{label} {metric}", group=label,
-                            noise=noise, mean_c1=fit.draws("C1", group) if cap else None,
-                            **cap)
+                            noise=noise,
+                            mean_c1=(fit.draws("C1", group) if cap or profile else None),
+                            profile=profile, **cap)
         curve.rps_fitted_max = float(row["rps_max"])
         return curve
 

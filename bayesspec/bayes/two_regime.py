@@ -39,6 +39,7 @@ from .priors import latency_likelihood
 
 class TwoRegimeLatencyModel(DenseLatencyModel):
     name = "dense-roofline"
+    takes_decode_profile = False
     version = "1"
     curve_parameters = 4
     learns_cap = False

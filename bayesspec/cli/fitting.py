@@ -44,7 +44,7 @@ def register(verbs) -> None:
                           "batch_size, decode_iteration_s, and setup columns such as "
                           "verifier, gpu, prefill_tokens): the groups it names follow "
                           "L = C1 + C2 N + the profile's cost at N requests in flight "
-                          "(dense only)")
+                          "(dense and tails)")
     add_catalog(fit)
     fit.add_argument("--no-loo", action="store_true",
                      help="skip PSIS-LOO after sampling (saves a few seconds)")
