@@ -8,7 +8,9 @@ Two views of one setup (model, GPU, TP) and (prefill, decode) pair:
 * ``--fracs``: simulated load points (the same seed, rates and request count as the sweep)
   with every iteration logged.  Each request's latency is split into the wait before its
   prefill starts, its prefill iteration, its own decode iterations, and the prefill
-  iterations of later arrivals that stall its decode phase.
+  iterations of later arrivals that stall its decode phase.  Also printed: the run's fill
+  and drain, the mean latency of its first and last N = RPS x L requests against the
+  steady middle (``--requests 4000`` for a steady middle long enough to trust).
 
 Usage (the A100 70B case of examples/vidur/README.md, "Where the A100 70B sweeps kink"):
   .vidur/venv/bin/python examples/vidur/iteration_profile.py \
