@@ -20,14 +20,12 @@ the medians; ``--csv`` writes the rows.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from bayesspec.laws import decode_profile_shift
-
-ROOT = Path(__file__).resolve().parent.parent / "examples" / "vidur"
+from vidur_sets import SETS, profiled_groups  # the script's folder is on the path
 
 
 def mean_batch_shift(concurrency, decode, sizes, times, cap):
@@ -44,19 +42,11 @@ def largest_residual(concurrency, latency, shift) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", choices=("dense", "fresh", "capped"), default="dense")
+    parser.add_argument("--set", choices=SETS, default="dense")
     parser.add_argument("--csv", default=None)
     args = parser.parse_args()
-    data = pd.read_csv(ROOT / f"vidur_{args.set}.csv")
-    profiles = pd.read_csv(ROOT / "decode_profiles.csv")
-    profiles = profiles[profiles["set"] == args.set]
-    keys = ["verifier", "gpu", "tensor_parallel", "prefill_tokens", "decode_tokens"]
     rows = []
-    for key, group in data.groupby(keys, sort=False):
-        profile = profiles.loc[(profiles[keys] == pd.Series(key, index=keys)).all(axis=1)]
-        sizes = profile["batch_size"].to_numpy(float)
-        times = profile["decode_iteration_s"].to_numpy(float)
-        cap = float(group["max_num_seqs"].iloc[0])
+    for key, group, sizes, times, cap in profiled_groups(args.set):
         concurrency = (group["rps"] * group["latency_mean_s"]).to_numpy(float)
         below = concurrency < cap
         n, latency = concurrency[below], group["latency_mean_s"].to_numpy(float)[below]

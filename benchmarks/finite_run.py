@@ -25,8 +25,6 @@ relative error of the higher rates whose N stays below 0.8 of the cap.
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -34,10 +32,8 @@ from scipy.optimize import least_squares
 
 from bayesspec.laws import latency_expr, profile_segments
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from slot_queue_choice import KEYS, law  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent / "examples" / "vidur"
+from slot_queue_choice import law  # the script's folder is on the path
+from vidur_sets import SETS, profiled_groups
 
 
 def fluid_run(rps, count, c1, c2, pieces, start, grid=16, iterations=200):
@@ -81,18 +77,11 @@ def run_ratio(rps, n_requests, c1, c2, pieces):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", choices=("dense", "fresh", "capped"), default="dense")
+    parser.add_argument("--set", choices=SETS, default="dense")
     args = parser.parse_args()
-    data = pd.read_csv(ROOT / f"vidur_{args.set}.csv")
-    profiles = pd.read_csv(ROOT / "decode_profiles.csv")
-    profiles = profiles[profiles["set"] == args.set]
     rows = []
-    for key, group in data.groupby(KEYS, sort=False):
-        group = group.sort_values("rps")
-        profile = profiles.loc[(profiles[KEYS] == pd.Series(key, index=KEYS)).all(axis=1)]
-        cap = float(group["max_num_seqs"].iloc[0])
-        pieces = profile_segments(float(key[4]), profile["batch_size"].to_numpy(float),
-                                  profile["decode_iteration_s"].to_numpy(float), cap)
+    for key, group, sizes, times, cap in profiled_groups(args.set):
+        pieces = profile_segments(float(key[4]), sizes, times, cap)
         rps = group["rps"].to_numpy(float)
         measured = group["latency_mean_s"].to_numpy(float)
         n_requests = group["n_requests"].to_numpy(float)

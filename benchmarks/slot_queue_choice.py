@@ -30,20 +30,17 @@ and not adopted (benchmarks/README.md, "2026-12-04 (night) ... the wait for a sl
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
-
 from scipy.special import gammaincc, gammaln
 
 from bayesspec.laws import (capped_latency, latency, profile_concurrency_expr,
                             profile_segments, queue_wait_scale)
+from vidur_sets import SETS, profiled_groups  # the script's folder is on the path
 
-ROOT = Path(__file__).resolve().parent.parent / "examples" / "vidur"
 FORMS = ("none", "birth-death", "erlang", "erlang-1")
-KEYS = ["verifier", "gpu", "tensor_parallel", "prefill_tokens", "decode_tokens"]
 
 
 def erlang_slot_latency(rps, c1, c2, cap, wait_scale):
@@ -90,19 +87,12 @@ def fit_group(form, rps, measured, pieces, cap, wait_scale):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", choices=("dense", "fresh", "capped"), default="dense")
+    parser.add_argument("--set", choices=SETS, default="dense")
     parser.add_argument("--csv", default=None)
     args = parser.parse_args()
-    data = pd.read_csv(ROOT / f"vidur_{args.set}.csv")
-    profiles = pd.read_csv(ROOT / "decode_profiles.csv")
-    profiles = profiles[profiles["set"] == args.set]
     rows = []
-    for key, group in data.groupby(KEYS, sort=False):
-        group = group.sort_values("rps")
-        profile = profiles.loc[(profiles[KEYS] == pd.Series(key, index=KEYS)).all(axis=1)]
-        cap = float(group["max_num_seqs"].iloc[0])
-        pieces = profile_segments(float(key[4]), profile["batch_size"].to_numpy(float),
-                                  profile["decode_iteration_s"].to_numpy(float), cap)
+    for key, group, sizes, times, cap in profiled_groups(args.set):
+        pieces = profile_segments(float(key[4]), sizes, times, cap)
         rps = group["rps"].to_numpy(float)
         measured = group["latency_mean_s"].to_numpy(float)
         below = rps * measured < cap

@@ -272,7 +272,8 @@ def test_each_group_starts_at_its_own_costs(tmp_path, monkeypatch):
          for i, ((p, d), (c1, c2)) in enumerate(truth.items())], ignore_index=True))
     model = get_model_class("dense")(config={"decode_profile": str(path)})
     inputs = model.prepare(data)
-    log_c1, logit_u = profile_starts(inputs)
+    starts = profile_starts(inputs)
+    log_c1, logit_u = starts["log_C1"], starts["utilisation_logit"]
     for g in range(len(inputs.groups)):
         row = inputs.groups.iloc[g]
         c1, c2 = truth[(int(row["prefill_tokens"]), int(row["decode_tokens"]))]

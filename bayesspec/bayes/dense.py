@@ -29,17 +29,19 @@ from .base import COMMON_CONFIG, LatencyModel
 from .priors import latency_likelihood, pooled_normal
 
 
-def profile_starts(inputs) -> tuple[np.ndarray, np.ndarray]:
-    """Per group, where a decode-profile fit's chains start: log C1 at the group's
-    lightest latency less the profile's shift there, and logit u from the line
-    L - shift(N) = C1 + C2 N through the lightest and the highest point.
+def profile_starts(inputs) -> dict[str, np.ndarray]:
+    """Per group, where a decode-profile fit's chains start (``log_C1`` and
+    ``utilisation_logit``, as :func:`bayesspec.inference.compile_model` takes them): C1
+    from the line L - shift(N) = C1 + C2 N through the lightest and the highest point, u
+    from eq. (1) with the shift at the highest.
 
     Why: the profile law's N jumps between branches where the profile folds, so one
     group of a pooled fit started at the prior's centre (every group at the same C1 and
     u) can climb to a far mode that holds its top rates at the ceiling, while R-hat sees
-    nothing (every chain starts near the same climbed point). Measured on vidur_dense
-    with Erlang's slot wait: 2 of 4 pooled fits left one group there (predicted 9.9 s
-    against 19.7 s measured at its top fitted rate)."""
+    nothing (every chain starts near the same climbed point). Seen on the Vidur sets: a
+    vidur_fresh hold-out fit predicted 30.7 s against 11.2 s measured at one group's top
+    fitted rate, and 2 of 4 vidur_dense fits with a trial slot wait did the same
+    (benchmarks/README.md)."""
     rows, groups = inputs.rows, inputs.groups
     rps = rows["rps"].to_numpy(float)
     latency = rows["latency_mean_s"].to_numpy(float)
@@ -60,7 +62,7 @@ def profile_starts(inputs) -> tuple[np.ndarray, np.ndarray]:
         utilisation = float(np.clip(utilisation, 0.05, 0.9))
         log_c1[g] = np.log(c1)
         logit_u[g] = np.log(utilisation / (1.0 - utilisation))
-    return log_c1, logit_u
+    return {"log_C1": log_c1, "utilisation_logit": logit_u}
 
 
 class DenseLatencyModel(LatencyModel):
@@ -127,8 +129,7 @@ class DenseLatencyModel(LatencyModel):
         if self.config["decode_profile"]:
             # read by inference.compile_model (an initval on the variables would do, but
             # PyMC's model transforms, e.g. the log-likelihood for LOO, refuse those)
-            log_c1_start, logit_start = profile_starts(inputs)
-            model.chain_starts = {"log_C1": log_c1_start, "utilisation_logit": logit_start}
+            model.chain_starts = profile_starts(inputs)
         return model
 
     def group_costs(self, data: dict, n_groups: int, name: str = "log_C1"):

@@ -58,6 +58,22 @@ def soft_utilisation_cap(rps, c2, margin: float = 1e-3):
     return capped / rps
 
 
+def profiled_point_c1(point_c1, point_c2, data: dict):
+    """Each point's zero-load latency as its requests feel it: C1 plus the engine's
+    decode-profile shift (bayesspec.decode_profile) where ``data`` holds one, else C1.
+    The shift is the one at the self-consistent N of eq. (1) with the profile (one of the
+    profile's linear pieces holds it), so that the fit's law is the one its answers use;
+    the measured N's shift only where a draw has no root (past its ceiling)."""
+    if "profile_knots" not in data:
+        return point_c1
+    group_index = data["group_index"]
+    _, shift, found = profile_concurrency_expr(
+        data["rps"][:, None], point_c1[:, None], point_c2[:, None],
+        data["profile_knots"][group_index], data["profile_values"][group_index],
+        data["profile_slopes"][group_index], xp=pt)
+    return point_c1 + pt.where(found, shift, data["profile_shift"])
+
+
 def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_point=None,
                        cap_utilisation: bool = False, group_load_noise: bool = False,
                        c1_log_shift=None, c2_log_shift=None, shift_points=None):
@@ -171,18 +187,7 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
             pt.log(latency_expr(select(rps), c1[select(group_index)], at_c2)), at_sigma,
             select(data["observed_log_latency"]), shift_weight))
     c1 = pm.Deterministic("C1", c1, dims="group")
-    # The decode-iteration profile's shift at each point's measured concurrency (data;
-    # bayesspec.decode_profile) adds to the zero-load latency the point's requests feel.
-    point_c1 = c1[group_index]
-    if "profile_knots" in data:
-        # The self-consistent N of eq. (1) with the profile (one piece of the profile's
-        # linear pieces holds it), so that the fit's law is the one its answers use; the
-        # measured N's shift only where a draw has no root (past its ceiling).
-        _, shift, found = profile_concurrency_expr(
-            rps[:, None], point_c1[:, None], c2_point[:, None],
-            data["profile_knots"][group_index], data["profile_values"][group_index],
-            data["profile_slopes"][group_index], xp=pt)
-        point_c1 = point_c1 + pt.where(found, shift, data["profile_shift"])
+    point_c1 = profiled_point_c1(c1[group_index], c2_point, data)
     if mean_latency is None and "cap" in data:
         # The engine's concurrency cap (groups without one get eq. (1) exactly): the
         # latency and its sensitivity to the rate follow the slot queue.

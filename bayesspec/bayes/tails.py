@@ -53,13 +53,14 @@ from ..data import has_mean_latency, reference_latency
 from ..errors import BadInput
 from ..laws import (QUANTILE_RULES, latency_expr, load_amplification_expr,
                     load_elasticity_expr, load_factor_expr, percentile_latency_expr,
-                    profile_concurrency_expr, quantile_sampling_moments,
-                    sampled_quantile_error_expr, slot_queue_latency_expr)
+                    quantile_sampling_moments, sampled_quantile_error_expr,
+                    slot_queue_latency_expr)
 from ..prediction import MetricCurve, Noise, SummarySampling
 from ..schema import METRIC_COLUMNS, metric_description, metric_family, metric_quantile
 from .dense import DenseLatencyModel, profile_starts
 from .base import fitted_cap
-from .priors import CAP_MARGIN, latency_likelihood, soft_utilisation_cap
+from .priors import (CAP_MARGIN, latency_likelihood, profiled_point_c1,
+                     soft_utilisation_cap)
 
 #: Where a metric's zero-load value sits relative to C1 before the data speak: TTFT and
 #: ITL are about one step, C1 is about decode_tokens steps.
@@ -424,15 +425,14 @@ class TailLatencyModel(DenseLatencyModel):
             c2_summary = soft_utilisation_cap(every_rps, c2_tail[:, every_group])
             capped = has_mean and "cap" in data
             # With the engine's decode profile the mean law's zero-load latency at a point
-            # is C1 plus the profile's shift at the self-consistent N (as in the mean's
-            # likelihood), and the summaries' load factor L/C1 carries that shift.
-            point_c1 = c1[every_group] if has_mean else None
-            if has_mean and "profile_knots" in data:
-                _, shift, found = profile_concurrency_expr(
-                    data["rps"][:, None], c1[every_group][:, None], c2[every_group][:, None],
-                    data["profile_knots"][every_group], data["profile_values"][every_group],
-                    data["profile_slopes"][every_group], xp=pt)
-                point_c1 = point_c1 + pt.where(found, shift, data["profile_shift"])
+            # is C1 plus the profile's shift (as in the mean's likelihood), and the
+            # summaries' load factor L/C1 carries that shift.
+            profiled = has_mean and "profile_knots" in data
+            point_c1 = (profiled_point_c1(c1[every_group], c2[every_group], data)
+                        if has_mean else None)
+            open_factor = (latency_expr(every_rps, point_c1[None, :], c2_summary)
+                           / c1[every_group][None, :] if profiled
+                           else load_factor_expr(every_rps, c2_summary))
             if capped:
                 # The mean law's load factor L/C1 with the engine's cap (the slot
                 # queue) in the groups that have one, at each summary's own C2.
@@ -442,13 +442,9 @@ class TailLatencyModel(DenseLatencyModel):
                     every_rps, point_c1[None, :], c2_summary,
                     data["cap"][every_group][None, :],
                     xp=pt, wait_scale=data["wait_scale"][every_group][None, :],
-                    soft_margin=CAP_MARGIN) / c1_every,
-                    latency_expr(every_rps, point_c1[None, :], c2_summary) / c1_every)
-            elif has_mean and "profile_knots" in data:
-                load_factor = (latency_expr(every_rps, point_c1[None, :], c2_summary)
-                               / c1[every_group][None, :])
+                    soft_margin=CAP_MARGIN) / c1_every, open_factor)
             else:
-                load_factor = load_factor_expr(every_rps, c2_summary)
+                load_factor = open_factor
             log_q_all = pt.log(percentile_latency_expr(
                 load_factor, scale[:, every_group], exponent[:, every_group], xp=pt))
 
@@ -513,9 +509,7 @@ class TailLatencyModel(DenseLatencyModel):
             # pointwise log-likelihood it is the joint density of each point).
             pm.Deterministic("log_tail_point", by_point, dims="point")
         if has_mean and cfg["decode_profile"]:
-            # each group's chains start at its own costs, as dense's do (profile_starts)
-            log_c1_start, logit_start = profile_starts(inputs)
-            model.chain_starts = {"log_C1": log_c1_start, "utilisation_logit": logit_start}
+            model.chain_starts = profile_starts(inputs)  # as dense's
         return model
 
     @staticmethod

@@ -1,0 +1,26 @@
+"""The Vidur validation sets with their decode-iteration profiles, group by group (shared
+by the benchmark scripts that compare laws on them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent / "examples" / "vidur"
+KEYS = ["verifier", "gpu", "tensor_parallel", "prefill_tokens", "decode_tokens"]
+SETS = ("dense", "fresh", "capped")
+
+
+def profiled_groups(set_name: str):
+    """Per load-sweep group of ``vidur_<set_name>.csv``: (its key, its rows by rate, the
+    profile's batch sizes and seconds per decode iteration, its max_num_seqs)."""
+    data = pd.read_csv(ROOT / f"vidur_{set_name}.csv")
+    profiles = pd.read_csv(ROOT / "decode_profiles.csv")
+    profiles = profiles[profiles["set"] == set_name]
+    for key, group in data.groupby(KEYS, sort=False):
+        profile = profiles.loc[(profiles[KEYS] == pd.Series(key, index=KEYS)).all(axis=1)]
+        yield (key, group.sort_values("rps"), profile["batch_size"].to_numpy(float),
+               profile["decode_iteration_s"].to_numpy(float),
+               float(group["max_num_seqs"].iloc[0]))
