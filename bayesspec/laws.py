@@ -911,6 +911,182 @@ def binding_cap_source(max_num_seqs=np.nan, kv_cache_tokens=np.nan,
     return CAP_SOURCES[best] if np.isfinite(values[best]) else ""
 
 
+#: Time steps of a fluid run (:func:`fluid_run_latency`) over its arrivals, and the
+#: longest stretch of them it simulates, in steady-state latencies: beyond it the run is
+#: in its steady middle, which adds the steady latency per request and nothing else.
+FLUID_RUN_STEPS = 320
+FLUID_RUN_LIFETIMES = 32.0
+#: Elements simulated at once (the run keeps its history for the departures' lookup),
+#: the most steps over its arrivals, and the most steps in all (arrivals and drain).
+FLUID_RUN_CHUNK = 2048
+FLUID_RUN_MAX_STEPS = 4000
+FLUID_RUN_ROW_LIMIT = 40000
+
+
+def _piecewise_shift(concurrency, pieces):
+    """S(N) of :func:`profile_segments`' pieces (0 without a profile)."""
+    if pieces is None:
+        return np.zeros_like(concurrency)
+    knots, values, slopes = pieces
+    return np.where(concurrency > knots[-1],
+                    values[-1] + slopes[-1] * (concurrency - knots[-1]),
+                    np.interp(concurrency, knots, values))
+
+
+def fluid_run_latency(rps, n_requests, c1, c2, cap=np.inf, pieces=None, *, steady=None,
+                      steps=FLUID_RUN_STEPS, lifetimes=FLUID_RUN_LIFETIMES):
+    """Mean latency of one load test of ``n_requests`` requests sent at ``rps`` to an
+    empty server, in the fluid limit of the law's own parts with requests of one length.
+
+    Requests arrive evenly and are admitted as they come while the engine has prefill time
+    left (a prefill takes C2). Every request in the batch advances at the same pace: it
+    needs C1 + S(B) of the engine's time, S the decode profile's shift at the batch B
+    (``pieces`` of :func:`profile_segments`; none: eq. (1)), and gets the share of it that
+    the prefills of later admissions leave (eq. (1)'s stall, C2 per admission). A request
+    leaves when its progress since admission reaches one request's work; arrivals stop
+    after n/RPS. The mean latency is the area under the number in the system over n
+    (Little's law over the whole run).
+
+    With the ``cap``, a full batch serves mu = cap / (C1 + S(cap) + C2 cap) requests a
+    second. Past mu the batch is admitted at mu and the rest wait in a line that grows at
+    RPS - mu from the moment the batch first fills (cap/RPS) to the last arrival, and
+    then drains at mu: the run's mean is the batch's run at mu plus that line's area
+    over n.
+
+    The steady state of the same equations is the law's, N = RPS (C1 + S(N))/(1 - RPS C2)
+    (``steady``: that latency; eq. (1) at C1 when not given), so the run differs from it
+    by
+    - its fill: the first requests meet a batch still filling;
+    - its drain: the last ones meet no later admissions to stall them;
+    - near and past the ceiling, the queue it has time to build: a finite run has a
+      finite mean at any rate, where the steady state has none past the ceiling.
+    Fill and drain are each over in a few latencies, so a run longer than ``lifetimes``
+    steady latencies is simulated for that long and its steady middle added. One length
+    of request is the Vidur sets' design; the same fluid with exponential lengths (every
+    request leaving at the pace's rate) made the fill twice as deep as Vidur's runs
+    measure. Returns the run's mean latency (the broadcast inputs' shape)."""
+    if steady is None:
+        steady = latency(rps, c1, c2)
+    rps, n, c1, c2, cap, steady = np.broadcast_arrays(
+        *_as_float(rps, n_requests, c1, c2, cap, steady))
+    capped = np.isfinite(cap)
+    safe_cap = np.where(capped, cap, 1.0)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        full = np.where(capped, safe_cap / (c1 + _piecewise_shift(safe_cap, pieces)
+                                            + c2 * safe_cap), np.inf)
+        past = rps > full
+        admitted_rate = np.where(past, full, rps)
+        steady = np.where(past | (rps * steady > np.where(capped, safe_cap, np.inf)),
+                          np.inf, steady)
+        # the line waiting for a slot past mu: it grows from the batch's first filling to
+        # the last arrival, then drains at mu
+        duration = n / rps
+        growing = np.maximum(duration - safe_cap / rps, 0.0)
+        line = np.where(past, (rps - full) * growing, 0.0)
+        line_area = 0.5 * line * growing + 0.5 * line**2 / np.where(past, full, 1.0)
+    shape = rps.shape
+    flat = [np.ravel(v).astype(float) for v in (admitted_rate, n, c1, c2, steady)]
+    batch = np.empty(flat[0].size)
+    for start in range(0, batch.size, FLUID_RUN_CHUNK):
+        part = slice(start, start + FLUID_RUN_CHUNK)
+        batch[part] = _fluid_run_flat(*(v[part] for v in flat), pieces, steps, lifetimes)
+    with np.errstate(invalid="ignore"):
+        return (batch.reshape(shape) + np.where(past, line_area / n, 0.0))[()]
+
+
+def _fluid_run_flat(rps, n, c1, c2, steady, pieces, steps, lifetimes):
+    """The batch's run of :func:`fluid_run_latency` (no cap) on flat arrays."""
+    live = (rps > 0) & (n >= 1) & np.isfinite(c1) & np.isfinite(c2) & (c1 > 0)
+    rps = np.where(live, rps, 1.0)
+    n = np.where(live, n, 1.0)
+    c1 = np.where(live, c1, 1.0)
+    with np.errstate(over="ignore", invalid="ignore"):
+        window = np.where(np.isfinite(steady) & (steady > 0), lifetimes * steady, np.inf)
+    duration = np.minimum(n / rps, window)              # the stretch of arrivals simulated
+    sent = rps * duration
+    # at least ``steps`` steps over the arrivals, each under a twelfth of C1 (up to a limit)
+    dt = np.maximum(np.minimum(duration / steps, c1 / 12.0), duration / FLUID_RUN_MAX_STEPS)
+    rows = 3 * int(np.ceil(np.max(duration / dt))) + 2
+    progress = np.zeros((rows, rps.size))
+    admitted = np.zeros((rows, rps.size))
+    columns = np.arange(rps.size)
+    pointer = np.zeros(rps.size, dtype=int)
+    area = np.zeros(rps.size)
+    in_system = np.zeros(rps.size)
+    departed_before = np.zeros(rps.size)
+    finished = ~live
+    step = 0
+    while step < FLUID_RUN_ROW_LIMIT:
+        if step + 2 >= rows:
+            progress = np.concatenate([progress, np.zeros_like(progress)])
+            admitted = np.concatenate([admitted, np.zeros_like(admitted)])
+            rows = progress.shape[0]
+        # departed: the admissions whose progress since admission is one request's work
+        # (first come first served: the inverse of the progress history)
+        target = progress[step] - 1.0
+        while True:
+            move = (pointer + 1 < step) & (progress[pointer + 1, columns] <= target)
+            if not move.any():
+                break
+            pointer += move
+        upper = np.minimum(pointer + 1, step)
+        low, high = progress[pointer, columns], progress[upper, columns]
+        gap = high - low
+        share = np.clip((target - low) / np.where(gap > 0, gap, 1.0), 0.0, 1.0)
+        below, above = admitted[pointer, columns], admitted[upper, columns]
+        departed = np.where(target >= 0.0, below + share * (above - below), 0.0)
+        arrived = np.minimum(step * dt * rps, sent)
+        count = arrived - departed
+        if step > 0:
+            area += np.where(finished, 0.0, 0.5 * (in_system + count) * dt)
+        in_system = count
+        finished |= (arrived >= sent) & (count <= 1e-9 * sent)
+        if finished.all():
+            break
+        # admissions over the step: the arrivals, as far as the prefill time goes; their
+        # prefills stall the batch, whose size at the step's middle sets the iteration
+        admit = np.minimum(np.minimum((step + 1) * dt * rps, sent), admitted[step] + dt / c2)
+        admit = np.maximum(admit, admitted[step])
+        admitted[step + 1] = admit
+        stall = np.minimum((admit - admitted[step]) / dt * c2, 1.0)
+        # (the step's departures taken at the last step's pace)
+        middle = np.maximum(0.5 * (admitted[step] + admit) - departed
+                            - 0.5 * (departed - departed_before), 0.0)
+        pace = (1.0 - stall) / (c1 + _piecewise_shift(middle, pieces))
+        progress[step + 1] = progress[step] + pace * dt
+        departed_before = departed
+        step += 1
+    # a run cut at the row limit: its remaining requests leave at the last pace
+    area += np.where(finished, 0.0, in_system * (c1 + _piecewise_shift(in_system, pieces)))
+    simulated = area / sent
+    with np.errstate(invalid="ignore"):
+        # the steady middle of a longer run: each of its requests takes the steady latency
+        mean = np.where(n > sent * (1.0 + 1e-9),
+                        steady - (sent * steady - area) / n, simulated)
+    return np.where(live, mean, c1)
+
+
+def slot_wait_in_run(steady_wait, rps, n_requests, wait_scale=1.0):
+    """How much of the slot queue's steady-state stochastic wait ``steady_wait`` (the
+    capped law's latency above its fluid one) a run of ``n_requests`` has time to build.
+
+    Beyond the cap the waiting line is a random walk with the arrivals' and departures'
+    variance (2 RPS, times ``wait_scale`` for less variable requests). Its time-average
+    over a run from empty is the steady Q_ss = RPS W when the run is long against the
+    walk's relaxation, and at the critical rate (2/3) sqrt(2 sigma^2 T / pi) =
+    (4/3) sqrt(s n / pi) requests (reflected Brownian motion); the harmonic combination
+    of the two limits is used between. ``inf`` ``steady_wait`` (the fluid run is past
+    its ceiling) gives the critical value, so the run's mean is continuous in the rate."""
+    steady_wait, rps, n, scale = _as_float(steady_wait, rps, n_requests, wait_scale)
+    critical = (4.0 / 3.0) * np.sqrt(scale * np.maximum(n, 0.0) / np.pi)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        steady_queue = rps * steady_wait
+        queue = np.where(np.isinf(steady_queue), critical,
+                         steady_queue * critical / (steady_queue + critical))
+        wait = np.where(rps > 0, queue / rps, 0.0)
+    return np.where(steady_wait > 0, wait, 0.0)[()]
+
+
 def _profile_time(batch, batch_sizes, iteration_s):
     """t_d at ``batch``: linear between the profile's batch sizes and, beyond the largest,
     on with the slope of the profile's upper half (attention and the linear layers grow

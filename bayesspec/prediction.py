@@ -31,8 +31,9 @@ from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    curved_latency, effective_costs, expert_coverage, latency,
                    load_amplification_expr, moe_latency, percentile_latency,
                    percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
-                   profile_concurrency_expr, profile_segments,
-                   sampled_quantile_error_expr, two_regime_latency, verification_tokens)
+                   fluid_run_latency, profile_concurrency_expr, profile_segments,
+                   sampled_quantile_error_expr, slot_wait_in_run, two_regime_latency,
+                   verification_tokens)
 
 COEFFICIENT_NAMES = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
 
@@ -49,6 +50,13 @@ def _lift(values, rps: np.ndarray):
     if rps.ndim == 1:
         return values[..., None]
     return values.reshape(values.shape[0], *([1] * (rps.ndim - 1)))
+
+
+def _known_requests(n_requests) -> bool:
+    """Whether a new load test's request count is given for at least one rate."""
+    if n_requests is None:
+        return False
+    return bool(np.any(np.isfinite(np.asarray(n_requests, dtype=float))))
 
 
 # --------------------------------------------------------------------------- noise
@@ -219,12 +227,86 @@ class Curve:
         rps = np.asarray(rps, dtype=float)
         return np.broadcast_to(_lift(self.c2, rps), np.shape(curve))
 
-    def predictive(self, rps, rng: np.random.Generator, log_se=0.0) -> np.ndarray:
-        """Draws of a new measured mean latency at ``rps`` (curve and noise)."""
+    def _fluid_parts(self, rps):
+        """(C1, C2, cap, profile pieces, C1 + the profile's shift at the steady N) of
+        the run's fluid model (:func:`bayesspec.laws.fluid_run_latency`) aligned with
+        ``rps``, or None for a law it does not cover (the run is then the steady law)."""
+        if type(self) is not Curve:
+            return None
+        c1 = _lift(self.c1, rps)
+        cap = np.inf if self.cap is None else _lift(self.cap, rps)
+        return c1, _lift(self.c2, rps), cap, None, c1
+
+    def run_latency(self, rps, n_requests) -> np.ndarray:
+        """Per draw, the mean latency one load test of ``n_requests`` requests at ``rps``
+        measures, from an empty server to its last response: the law's fluid run
+        (:func:`bayesspec.laws.fluid_run_latency`: its fill, its drain, and the queue it
+        has time to build near and past the ceiling), plus the share of the slot queue's
+        stochastic wait such a run builds (:func:`bayesspec.laws.slot_wait_in_run`).
+        Finite at every rate. The fit's answers (RPS*, k*, ``predict`` without
+        ``--requests``) are the steady state's; this is what a new load test sees."""
+        rps = np.asarray(rps, dtype=float)
+        parts = self._fluid_parts(rps)
+        if parts is None:
+            return self.latency(rps)
+        c1, c2, cap, pieces, loaded_c1 = parts
+        with np.errstate(invalid="ignore", over="ignore"):
+            fluid_steady = latency(rps, loaded_c1, c2)
+        run = fluid_run_latency(rps, n_requests, c1, c2, cap, pieces, steady=fluid_steady)
+        if self.cap is None:
+            return run
+        steady = self.latency(rps)
+        with np.errstate(invalid="ignore", over="ignore"):
+            steady_wait = np.where(np.isfinite(steady),
+                                   np.maximum(steady - fluid_steady, 0.0), np.inf)
+        return run + slot_wait_in_run(steady_wait, rps, n_requests, self.wait_scale)
+
+    def run_amplification(self, rps, n_requests, step: float = 1e-3) -> np.ndarray:
+        """d log (run mean) / d log RPS: :meth:`amplification` for a finite run."""
+        rps = np.asarray(rps, dtype=float)
+        up = self.run_latency(rps * np.exp(step), n_requests)
+        down = self.run_latency(rps * np.exp(-step), n_requests)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (np.log(up) - np.log(down)) / (2.0 * step)
+
+    def _with_run(self, rps, curve, sigma, log_se, run_requests):
+        """``curve`` and ``sigma`` with the rates whose ``run_requests`` is known (a whole
+        run from an idle server of that many requests) taken from the finite run
+        (:meth:`run_latency`, its noise's load term from the run's own elasticity)."""
+        if not _known_requests(run_requests) or self._fluid_parts(rps) is None:
+            return curve, sigma
+        counts = np.broadcast_to(np.asarray(run_requests, dtype=float), rps.shape)
+        known = np.isfinite(counts)
+        if rps.ndim == 1:               # the runs of the rates that have one, only
+            at = np.flatnonzero(known)
+            some = np.asarray(log_se, dtype=float)
+            some = some[at] if some.ndim == 1 else some
+            run = self.run_latency(rps[at], counts[at])
+            run_sigma = self.noise.sigma(rps[at], log_se=some, amplification=np.broadcast_to(
+                self.run_amplification(rps[at], counts[at]), np.shape(run)))
+            curve, sigma = np.array(curve, copy=True), np.array(
+                np.broadcast_to(sigma, np.shape(curve)), copy=True)
+            curve[..., at], sigma[..., at] = run, run_sigma
+            return curve, sigma
+        safe = np.where(known, counts, 1.0)
+        run = self.run_latency(rps, safe)
+        run_sigma = self.noise.sigma(rps, log_se=log_se, amplification=np.broadcast_to(
+            self.run_amplification(rps, safe), np.shape(run)))
+        return np.where(known, run, curve), np.where(known, run_sigma, sigma)
+
+    def predictive(self, rps, rng: np.random.Generator, log_se=0.0,
+                   run_requests=None) -> np.ndarray:
+        """Draws of a new measured mean latency at ``rps`` (curve and noise): of the
+        steady law, or, where ``run_requests`` (scalar or one per rate; NaN: not a whole
+        run) gives one, of a whole load test of that many requests from an idle server
+        (:meth:`run_latency`), finite at every rate."""
         if self.noise is None:
             raise ValueError(f"curve '{self.label}' has no noise model")
+        rps = np.asarray(rps, dtype=float)
         curve = self.latency(rps)
-        return self.noise.draw(curve, self.noise_sigma(rps, curve, log_se), rng)
+        sigma = self.noise_sigma(rps, curve, log_se)
+        curve, sigma = self._with_run(rps, curve, sigma, log_se, run_requests)
+        return self.noise.draw(curve, sigma, rng)
 
     def log_predictive_density(self, rps, observed, log_se=0.0) -> np.ndarray:
         """Log pointwise predictive density of observed mean latencies (R,) at rates
@@ -296,6 +378,12 @@ class ProfileCurve(Curve):
             n, shift, found = profile_concurrency_expr(rps[..., None], c1[..., None],
                                                        c2[..., None], *self.pieces)
         return rps, c2, c1 + shift, n, found
+
+    def _fluid_parts(self, rps):
+        rps = np.asarray(rps, dtype=float)
+        _, _, loaded_c1, _, found = self._solution(rps)
+        c1, c2 = _lift(self.c1, rps), _lift(self.c2, rps)
+        return c1, c2, self._cap_value, self.pieces, np.where(found, loaded_c1, np.inf)
 
     def concurrency(self, rps) -> np.ndarray:
         """Per draw, the smallest self-consistent N at ``rps`` (``inf`` where none)."""
@@ -477,21 +565,47 @@ class MetricCurve(Curve):
             wait_scale=self.wait_scale), np.shape(curve))
 
     def predictive(self, rps, rng: np.random.Generator, log_se=0.0,
-                   n_requests=None) -> np.ndarray:
+                   n_requests=None, run_requests=None) -> np.ndarray:
         """Draws of a new reported summary at ``rps``: of a load test of ``n_requests``
         requests per rate (its order-statistic bias and scatter), or without one the
-        law's value with the fitted noise alone."""
+        law's value with the fitted noise alone. Where ``run_requests`` gives a count
+        (a whole run from an idle server), the load factor is that finite run's
+        (:meth:`Curve.run_latency` of the mean law), finite at every rate."""
         if self.noise is None:
             raise ValueError(f"curve '{self.label}' has no noise model")
         rps = np.asarray(rps, dtype=float)
         curve = self.latency(rps)
         sigma = self.noise_sigma(rps, curve, log_se)
+        run_law = self.run_law
+        if _known_requests(run_requests) and run_law is not None:
+            counts = np.broadcast_to(np.asarray(run_requests, dtype=float), rps.shape)
+            known = np.isfinite(counts)
+            safe = np.where(known, counts, 1.0)
+            factor = run_law.run_latency(rps, safe) / _lift(self.mean_c1, rps)
+            with np.errstate(invalid="ignore", over="ignore"):
+                run = percentile_latency_expr(factor, _lift(self.c1, rps),
+                                              _lift(self.exponent, rps))
+            run_sigma = self.noise.sigma(rps, log_se=log_se, amplification=np.broadcast_to(
+                run_law.run_amplification(rps, safe), np.shape(run)))
+            curve = np.where(known, run, curve)
+            sigma = np.where(known, run_sigma, sigma)
         if n_requests is not None and self.sampling is not None:
             bias, variance = self.sampling.error(rps, n_requests)
             with np.errstate(invalid="ignore", over="ignore"):
                 curve = curve * np.exp(bias)
             sigma = np.sqrt(sigma**2 + variance)
         return self.noise.draw(curve, sigma, rng)
+
+    @property
+    def run_law(self) -> Curve | None:
+        """The mean law whose finite run (:meth:`Curve.run_latency`) gives a new load
+        test's load factor, or None where the mean's zero-load latency is unknown (the
+        fill and drain need the time scale)."""
+        if self.mean_law is not None:
+            return self.mean_law
+        if self.mean_c1 is None:
+            return None
+        return Curve(self.mean_c1, self.c2, cap=self.cap, wait_scale=self.wait_scale)
 
     def rate_meeting(self, target: float) -> np.ndarray:
         """Per draw (S,), the highest rate at which this summary stays within ``target``
