@@ -53,7 +53,7 @@ POSITIVE_FLOAT_COLUMNS = ("rps", "latency_mean_s")
 NONNEGATIVE_FLOAT_COLUMNS = tuple(dict.fromkeys(
     ("rps_target", "latency_std_s") + SUMMARY_COLUMNS
     + ("verifier_params_b", "drafter_params_b", "mean_concurrency")))
-BOOLEAN_COLUMNS = ("saturated", "latency_reconstructed")
+BOOLEAN_COLUMNS = ("saturated", "latency_reconstructed", "whole_run")
 
 # Columns other producers write (ingest, the simulator) and the bookkeeping columns of a
 # prepared table: known, so that a near miss of one of them is caught as a typo.

@@ -53,7 +53,7 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
     fall inside their intervals if the truth were predictive draw s (shape (S,), the same
     posterior draw s for every group): the reference distribution of
     :func:`coverage_reference`. Returns (points, that dict) then."""
-    from .bayes.base import measurement_log_se
+    from .bayes.base import measurement_log_se, whole_run_requests
     from .data import included, row_group_labels
 
     rng = np.random.default_rng(seed)
@@ -79,12 +79,17 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
         observed = members["latency_mean_s"].to_numpy(float)
         # Every draw: the curve's parameters, its noise and these arrays must agree in
         # length (a cap at 4000 broke every fit of 4 chains x 2000 draws).
-        draws = curve.predictive(rps, rng, measurement_log_se(members))
+        # A held-out point is a new load test: where it is a whole run from an idle
+        # server, predicted as one of its own request count (fill, drain, and a finite
+        # queue near the ceiling); a fitted point as the likelihood has it, the steady law.
+        held = members["held_out"].to_numpy(bool)
+        requests = np.where(held, whole_run_requests(members), np.nan)
+        draws = curve.predictive(rps, rng, measurement_log_se(members),
+                                 run_requests=requests)
         mean_curve = curve.latency(rps)
         # how far up its ceiling each point sits (RPS*C2 for eq. (1))
         utilisation = curve.utilisation(rps, mean_curve)
         lo, median, hi = draw_quantiles(draws, [tail, 0.5, 1.0 - tail])
-        held = members["held_out"].to_numpy(bool)
         if reference and held.any():
             inside_by_draw[label] = inside_if_truth(draws[:, held], lo[held], hi[held])
         out.append(pd.DataFrame({

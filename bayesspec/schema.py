@@ -15,7 +15,7 @@ __all__ = ["TIDY_COLUMNS", "LAST_COLUMNS", "POSITION_COUNT_COLUMN", "order_colum
 #: ingest add; columns no row has are simply absent.
 TIDY_COLUMNS = [
     "verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens",
-    "rps", "latency_mean_s", "rps_target", "n_requests", "latency_std_s", "latency_p50_s",
+    "rps", "latency_mean_s", "rps_target", "n_requests", "whole_run", "latency_std_s", "latency_p50_s",
     "latency_p90_s", "latency_p95_s", "latency_p99_s", "ttft_mean_s", "itl_mean_s",
     "ttft_p50_s", "ttft_p90_s", "ttft_p95_s", "ttft_p99_s",
     "itl_p50_s", "itl_p90_s", "itl_p95_s", "itl_p99_s", "mean_concurrency",

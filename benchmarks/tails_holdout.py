@@ -5,8 +5,9 @@ For each data file: the tails model is fitted on each group's rates up to ``--fr
 (0.6) of its highest unsaturated rate (``misfit.split_by_rate``, the split of
 ``check --ppc --hold-out-above``); each held-out point's summary is predicted as a new
 load test's report of that point's ``n_requests`` requests (``MetricCurve.predictive``:
-the law, the fitted noise and the order-statistic error), and its 90% interval is
-checked. Printed per file and metric: held-out points, coverage, intervals with an
+the law, the fitted noise and the order-statistic error; where the file says the point is
+a whole run from an idle server, ``whole_run``, the load factor is that finite run's,
+unless ``--steady``), and its 90% interval is checked. Printed per file and metric: held-out points, coverage, intervals with an
 infinite upper bound, median width/value, and the worst median/measured ratio.
 
     .venv/bin/python benchmarks/tails_holdout.py examples/vidur/vidur_dense.csv \\
@@ -23,6 +24,7 @@ import time
 import numpy as np
 import pandas as pd
 
+from bayesspec.bayes.base import whole_run_requests
 from bayesspec.data import read_tidy, row_group_labels
 from bayesspec.inference import SamplerSettings
 from bayesspec.misfit import split_by_rate
@@ -30,7 +32,8 @@ from bayesspec.schema import METRIC_COLUMNS
 from bayesspec.workflow import fit as fit_model
 
 
-def held_out_points(fit, high: pd.DataFrame, *, prob: float = 0.9, seed: int = 0):
+def held_out_points(fit, high: pd.DataFrame, *, prob: float = 0.9, seed: int = 0,
+                    finite_runs: bool = True):
     model = fit.model()
     labels = row_group_labels(high, fit.groups)
     index = {label: g for g, label in enumerate(fit.groups["label"])}
@@ -47,8 +50,10 @@ def held_out_points(fit, high: pd.DataFrame, *, prob: float = 0.9, seed: int = 0
                 continue
             curve = model.metric_curve(fit, g, metric)
             n = float(pd.to_numeric(row.get("n_requests"), errors="coerce"))
+            run = float(whole_run_requests(row.to_frame().T)[0])
             draws = curve.predictive(np.array([float(row["rps"])]), rng,
-                                     n_requests=n if np.isfinite(n) else None)[:, 0]
+                                     n_requests=n if np.isfinite(n) else None,
+                                     run_requests=run if finite_runs else None)[:, 0]
             lo, median, hi = np.quantile(draws, [(1 - prob) / 2, 0.5, (1 + prob) / 2])
             rows.append({"metric": metric, "group": label, "rps": float(row["rps"]),
                          "observed": value, "lo": lo, "median": median, "hi": hi,
@@ -65,6 +70,9 @@ def main(argv=None) -> int:
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--csv", help="write the held-out points to this CSV")
+    parser.add_argument("--steady", action="store_true",
+                        help="predict every held-out point by the steady law, even where the "
+                             "file says it is a whole run from an idle server")
     args = parser.parse_args(argv)
     config = json.loads(args.config) or None
     frames = []
@@ -75,7 +83,7 @@ def main(argv=None) -> int:
         fit = fit_model(low, "tails", config=config,
                         settings=SamplerSettings(seed=args.seed, chains=args.chains,
                                                  draws=args.draws, progress=False))
-        points = held_out_points(fit, high).assign(file=path)
+        points = held_out_points(fit, high, finite_runs=not args.steady).assign(file=path)
         frames.append(points)
         print(f"{path}: {fit.diagnostics['text']} ({time.perf_counter() - started:.0f} s)",
               file=sys.stderr, flush=True)

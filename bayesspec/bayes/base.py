@@ -44,6 +44,19 @@ def measurement_log_se(rows: pd.DataFrame) -> np.ndarray:
     return np.where(np.isfinite(se), se, 0.0)
 
 
+def whole_run_requests(rows: pd.DataFrame) -> np.ndarray:
+    """Per row, the request count of a measurement that is a whole run from an idle
+    server (``whole_run`` true: GuideLLM, ``vllm bench serve``, Vidur), NaN for one from a
+    window in a run's steady middle (the simulator's) or where the file does not say.
+    A new such measurement is predicted as a finite run
+    (:meth:`bayesspec.prediction.Curve.run_latency`)."""
+    if not {"whole_run", "n_requests"} <= set(rows.columns):
+        return np.full(len(rows), np.nan)
+    count = pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
+    whole = rows["whole_run"].fillna(False).astype(bool).to_numpy()
+    return np.where(whole, count, np.nan)
+
+
 def group_caps(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
     """Per group, the engine's concurrency cap (``inf`` when unknown), which limit sets it
     (:func:`bayesspec.data.concurrency_caps`; one value per group, checked on read), and

@@ -26,10 +26,13 @@ def register(verbs) -> None:
     predict.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
     add_metric_option(predict, compared=False)
     predict.add_argument("--requests", type=float, metavar="N",
-                         help="with --metric: the new measurement is a load test's summary "
-                              "of N requests per rate (a p99 of few requests reads low and "
-                              "scatters; default: the median request count of the group's "
-                              "fitted points, when the data give one)")
+                         help="the new measurement is a load test of N requests per rate: "
+                              "a summary's sampling error (a p99 of few requests reads low "
+                              "and scatters) and, where the group's points are whole runs "
+                              "from an idle server (column whole_run), the run's fill, drain "
+                              "and finite queue past the ceiling (default: the median "
+                              "request count of the group's fitted points, when the data "
+                              "give one)")
     add_group_options(predict)
     predict.add_argument("--strict", action="store_true", help=STRICT_HELP)
     add_common(predict)
@@ -167,20 +170,34 @@ def _request_count(fit, group: int, args) -> float | None:
     return float(counts.median()) if len(counts) else None
 
 
+def _whole_runs(fit, group: int) -> bool:
+    """Whether the group's fitted points say they are whole runs from an idle server."""
+    data = fit.data
+    if "whole_run" not in data.columns:
+        return False
+    label = fit.groups["label"].iloc[group]
+    flags = data.loc[(data["group"] == label) & ~data["excluded"].astype(bool), "whole_run"]
+    return bool(len(flags)) and bool(flags.fillna(False).astype(bool).all())
+
+
 def run_predict(args) -> int:
     from ..decisions import predict_group
 
     check_prob(args)
     rps = rates(args.rps)
-    if args.requests is not None and args.metric == "mean":
-        raise BadInput("a request count applies to a summary's sampling error: give it with "
-                       "--metric (p99, ttft_p99, ...)", option="--requests")
     fit = load_fit(args.fit)
     group = fit.select_group(**group_criteria(args))
     metric = fit.model().check_metric(fit, args.metric)
-    requests = _request_count(fit, group, args) if metric else None
+    whole = _whole_runs(fit, group)
+    if args.requests is not None and metric is None and not whole:
+        raise BadInput("a request count changes a mean only for whole runs from an idle "
+                       "server (column whole_run), which this group's points are not; for a "
+                       "summary's sampling error give --metric (p99, ttft_p99, ...)",
+                       option="--requests")
+    requests = _request_count(fit, group, args) if (metric or whole) else None
     document = finish(predict_group(fit, group, rps, prob=args.prob, metric=metric,
-                                    n_requests=requests), fit.diagnostics, args)
+                                    n_requests=requests, whole_run=whole),
+                      fit.diagnostics, args)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
@@ -192,6 +209,10 @@ def run_predict(args) -> int:
               "that rate; a new measurement is "
               + (f"a load test's summary of {requests:.0f} requests" if requests
                  else "the law's value with the fitted noise (no request count)"))
+    if document["whole_run"]:
+        print(f"a new measurement is a whole run of {requests:.0f} requests from an idle "
+              "server (its fill, drain and, past the ceiling, a finite queue); the curve is "
+              "the steady state")
     print(f"{'RPS':>11}  {what + ' [interval]':>34}  {'new measurement s':>34}  "
           f"{'P(saturated)':>12}")
     top = document["rps_measured_max"]

@@ -214,6 +214,9 @@ def _benchmark(bench: Field, name: str) -> Point:
     if not isinstance(model.value, (dict, list)):
         point.fallback["verifier"] = model.string()
     extension = bench["x_bayesspec"].mapping(required=False)
+    # a GuideLLM benchmark starts from an idle server and reports every request it sent;
+    # the simulator's reports (with its extension) measure a window in the steady middle
+    row["whole_run"] = extension is None
     if extension is not None:
         for column in ("num_drafts", "draft_tokens", "accepted_tokens"):
             value = extension[column].number(integer=True)
