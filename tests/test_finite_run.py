@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections import deque
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from bayesspec import laws
@@ -201,7 +202,6 @@ def _whole_run_sweep(whole_run: bool | None):
              "latency_std_s": 0.05 * mean, "max_num_seqs": 128}
     if whole_run is not None:
         frame["whole_run"] = whole_run
-    import pandas as pd
     return pd.DataFrame(frame)
 
 
@@ -235,3 +235,40 @@ def test_predict_answers_for_a_new_whole_run(tmp_path, capsys, mock_sampling):
             err = capsys.readouterr().err
             assert "--requests" in err and "whole_run" in err
             assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("whole", [True, False])
+def test_held_out_whole_runs_are_predicted_as_runs(whole):
+    """``misfit.predictive_points``: a held-out point the file marks ``whole_run`` is a new
+    run of its own request count, finite near the ceiling where the steady law's upper
+    bound is not; a point without the mark keeps the steady law's interval."""
+    from bayesspec.data import assign_groups, prepare, row_group_labels
+    from bayesspec.misfit import predictive_points
+
+    rng = np.random.default_rng(4)
+    draws = 400
+    c1, c2 = rng.normal(10.0, 0.1, draws), rng.normal(0.03, 0.0015, draws)
+    ceiling = float(np.median(laws.ceiling_rps(c1, c2, 128)))
+    rows = _whole_run_sweep(whole if whole else None)
+    near = rows.iloc[[-1]].assign(rps=0.99 * ceiling, latency_mean_s=13.5)
+    data = prepare(pd.concat([rows, near], ignore_index=True))
+    groups, _ = assign_groups(data)
+    data["group"] = row_group_labels(data, groups)
+
+    class Fitted:
+        def __init__(self):
+            self.data, self.groups = data.iloc[:5], groups
+
+        def group_curve(self, g):
+            return Curve(c1, c2, cap=128, noise=_noise(draws))
+
+    points = predictive_points(Fitted(), data.iloc[5:])
+    held = points.loc[points["held_out"]]
+    top = held.loc[held["rps"].idxmax()]
+    steady = np.median(Curve(c1, c2, cap=128).latency(np.array([top["rps"]])))
+    if whole:
+        assert np.isfinite(held["hi"]).all() and top["predicted"] < steady
+    else:
+        assert not np.isfinite(top["hi"])
+    fitted = points.loc[~points["held_out"]]
+    assert np.isfinite(fitted["hi"]).all()
