@@ -227,11 +227,17 @@ class Curve:
         rps = np.asarray(rps, dtype=float)
         return np.broadcast_to(_lift(self.c2, rps), np.shape(curve))
 
+    @property
+    def has_fluid_run(self) -> bool:
+        """Whether :meth:`run_latency` has a finite run for this law (eq. (1), the slot
+        queue, the decode profile); other laws answer with the steady state."""
+        return type(self) is Curve
+
     def _fluid_parts(self, rps):
         """(C1, C2, cap, profile pieces, C1 + the profile's shift at the steady N) of
         the run's fluid model (:func:`bayesspec.laws.fluid_run_latency`) aligned with
         ``rps``, or None for a law it does not cover (the run is then the steady law)."""
-        if type(self) is not Curve:
+        if not self.has_fluid_run:
             return None
         c1 = _lift(self.c1, rps)
         cap = np.inf if self.cap is None else _lift(self.cap, rps)
@@ -273,7 +279,7 @@ class Curve:
         """``curve`` and ``sigma`` with the rates whose ``run_requests`` is known (a whole
         run from an idle server of that many requests) taken from the finite run
         (:meth:`run_latency`, its noise's load term from the run's own elasticity)."""
-        if not _known_requests(run_requests) or self._fluid_parts(rps) is None:
+        if not _known_requests(run_requests) or not self.has_fluid_run:
             return curve, sigma
         counts = np.broadcast_to(np.asarray(run_requests, dtype=float), rps.shape)
         known = np.isfinite(counts)
@@ -378,6 +384,8 @@ class ProfileCurve(Curve):
             n, shift, found = profile_concurrency_expr(rps[..., None], c1[..., None],
                                                        c2[..., None], *self.pieces)
         return rps, c2, c1 + shift, n, found
+
+    has_fluid_run = True
 
     def _fluid_parts(self, rps):
         rps = np.asarray(rps, dtype=float)
@@ -576,25 +584,31 @@ class MetricCurve(Curve):
         rps = np.asarray(rps, dtype=float)
         curve = self.latency(rps)
         sigma = self.noise_sigma(rps, curve, log_se)
-        run_law = self.run_law
-        if _known_requests(run_requests) and run_law is not None:
-            counts = np.broadcast_to(np.asarray(run_requests, dtype=float), rps.shape)
-            known = np.isfinite(counts)
-            safe = np.where(known, counts, 1.0)
-            factor = run_law.run_latency(rps, safe) / _lift(self.mean_c1, rps)
-            with np.errstate(invalid="ignore", over="ignore"):
-                run = percentile_latency_expr(factor, _lift(self.c1, rps),
-                                              _lift(self.exponent, rps))
-            run_sigma = self.noise.sigma(rps, log_se=log_se, amplification=np.broadcast_to(
-                run_law.run_amplification(rps, safe), np.shape(run)))
-            curve = np.where(known, run, curve)
-            sigma = np.where(known, run_sigma, sigma)
+        curve, sigma = self._with_run(rps, curve, sigma, log_se, run_requests)
         if n_requests is not None and self.sampling is not None:
             bias, variance = self.sampling.error(rps, n_requests)
             with np.errstate(invalid="ignore", over="ignore"):
                 curve = curve * np.exp(bias)
             sigma = np.sqrt(sigma**2 + variance)
         return self.noise.draw(curve, sigma, rng)
+
+    @property
+    def has_fluid_run(self) -> bool:
+        return self.run_law is not None
+
+    def run_latency(self, rps, n_requests) -> np.ndarray:
+        """The summary of a whole run of ``n_requests``: the law at the load factor of the
+        mean law's finite run (:meth:`Curve.run_latency`)."""
+        rps = np.asarray(rps, dtype=float)
+        factor = self.run_law.run_latency(rps, n_requests) / _lift(self.mean_c1, rps)
+        with np.errstate(invalid="ignore", over="ignore"):
+            return percentile_latency_expr(factor, _lift(self.c1, rps),
+                                           _lift(self.exponent, rps))
+
+    def run_amplification(self, rps, n_requests, step: float = 1e-3) -> np.ndarray:
+        """The mean law's run elasticity (the fitted noise's load term carries gamma, as
+        in :meth:`amplification`)."""
+        return self.run_law.run_amplification(rps, n_requests, step)
 
     @property
     def run_law(self) -> Curve | None:

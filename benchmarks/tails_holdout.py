@@ -39,9 +39,10 @@ def held_out_points(fit, high: pd.DataFrame, *, prob: float = 0.9, seed: int = 0
     index = {label: g for g, label in enumerate(fit.groups["label"])}
     rng = np.random.default_rng(seed)
     rows = []
+    runs = whole_run_requests(high) if finite_runs else np.full(len(high), np.nan)
     for metric in model.metrics(fit):
         column = METRIC_COLUMNS[metric]
-        for (_, row), label in zip(high.iterrows(), labels):
+        for (_, row), label, run in zip(high.iterrows(), labels, runs):
             value = float(pd.to_numeric(row.get(column), errors="coerce"))
             if not label or not np.isfinite(value) or value <= 0:
                 continue
@@ -50,10 +51,9 @@ def held_out_points(fit, high: pd.DataFrame, *, prob: float = 0.9, seed: int = 0
                 continue
             curve = model.metric_curve(fit, g, metric)
             n = float(pd.to_numeric(row.get("n_requests"), errors="coerce"))
-            run = float(whole_run_requests(row.to_frame().T)[0])
             draws = curve.predictive(np.array([float(row["rps"])]), rng,
                                      n_requests=n if np.isfinite(n) else None,
-                                     run_requests=run if finite_runs else None)[:, 0]
+                                     run_requests=run)[:, 0]
             lo, median, hi = np.quantile(draws, [(1 - prob) / 2, 0.5, (1 + prob) / 2])
             rows.append({"metric": metric, "group": label, "rps": float(row["rps"]),
                          "observed": value, "lo": lo, "median": median, "hi": hi,

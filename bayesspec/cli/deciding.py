@@ -161,22 +161,24 @@ def _request_count(fit, group: int, args) -> float | None:
             raise BadInput(f"must be a number of requests >= 1, got {args.requests:g}",
                            option="--requests")
         return float(args.requests)
-    data = fit.data
-    if "n_requests" not in data.columns:
+    if "n_requests" not in fit.data.columns:
         return None
-    label = fit.groups["label"].iloc[group]
-    counts = data.loc[(data["group"] == label) & ~data["excluded"].astype(bool), "n_requests"]
-    counts = counts.astype(float).dropna()
+    counts = _fitted_rows(fit, group)["n_requests"].astype(float).dropna()
     return float(counts.median()) if len(counts) else None
+
+
+def _fitted_rows(fit, group: int):
+    """The rows of the fitted group that entered the likelihood."""
+    data = fit.data
+    label = fit.groups["label"].iloc[group]
+    return data.loc[(data["group"] == label) & ~data["excluded"].astype(bool)]
 
 
 def _whole_runs(fit, group: int) -> bool:
     """Whether the group's fitted points say they are whole runs from an idle server."""
-    data = fit.data
-    if "whole_run" not in data.columns:
+    if "whole_run" not in fit.data.columns:
         return False
-    label = fit.groups["label"].iloc[group]
-    flags = data.loc[(data["group"] == label) & ~data["excluded"].astype(bool), "whole_run"]
+    flags = _fitted_rows(fit, group)["whole_run"]
     return bool(len(flags)) and bool(flags.fillna(False).astype(bool).all())
 
 
