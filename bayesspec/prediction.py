@@ -314,13 +314,16 @@ class Curve:
         curve, sigma = self._with_run(rps, curve, sigma, log_se, run_requests)
         return self.noise.draw(curve, sigma, rng)
 
-    def log_predictive_density(self, rps, observed, log_se=0.0) -> np.ndarray:
+    def log_predictive_density(self, rps, observed, log_se=0.0,
+                               run_requests=None) -> np.ndarray:
         """Log pointwise predictive density of observed mean latencies (R,) at rates
         (R,): log mean over draws of the error density of log obs around log L
-        (saturated draws count as 0)."""
+        (saturated draws count as 0); where ``run_requests`` gives a count, around the
+        mean of a whole run of that many requests (:meth:`predictive`)."""
         rps = np.asarray(rps, dtype=float)
         curve = self.latency(rps)
         sigma = self.noise_sigma(rps, curve, log_se)
+        curve, sigma = self._with_run(rps, curve, sigma, log_se, run_requests)
         with np.errstate(invalid="ignore", divide="ignore"):
             logp = self.noise.log_density(
                 np.log(np.asarray(observed, dtype=float)) - np.log(curve), sigma)
@@ -503,7 +506,10 @@ class MetricCurve(Curve):
     saturation cost C2 (near the mean's): 1/(1 - RPS*C2) for eq. (1)
     (:func:`bayesspec.laws.percentile_latency`), or, with the engine's concurrency
     ``cap``, the slot queue's (:func:`bayesspec.laws.capped_latency` over the mean's
-    zero-load latency ``mean_c1``). ``c1`` is A, the summary at zero load. The curve is
+    zero-load latency ``mean_c1``). With the engine's decode profile, q = A P F^gamma:
+    the profile's stretch P = (C1 + shift)/C1 slows every request alike, so it scales a
+    summary as it scales the mean; only the queue's factor F = L/(C1 + shift) carries the
+    exponent (:meth:`stretch_and_queue`). ``c1`` is A, the summary at zero load. The curve is
     the summary of the whole request population; ``sampling`` says how one load test's
     reported value scatters around it (:meth:`predictive` with ``n_requests``)."""
 
@@ -540,9 +546,30 @@ class MetricCurve(Curve):
     def load_factor(self, rps) -> np.ndarray:
         """The mean law's L/C1 at this summary's saturation cost (``inf`` at or past
         the ceiling)."""
+        stretch, queue = self.stretch_and_queue(rps)
+        return stretch * queue
+
+    def stretch_and_queue(self, rps, mean=None) -> tuple[np.ndarray, np.ndarray]:
+        """The mean law's load factor L/C1 in its two parts: the decode profile's stretch
+        (C1 + shift)/C1, every request slowed alike by the larger batches it meets (1
+        without a profile), and the queue's factor L/(C1 + shift) (eq. (1)'s
+        1/(1 - RPS*C2), or the slot queue's). ``mean``: the mean law's latency at ``rps``
+        when the caller has another (a finite run's) in place of the steady one."""
         rps = np.asarray(rps, dtype=float)
         if self.mean_law is not None:
-            return self.mean_law.latency(rps) / _lift(self.mean_c1, rps)
+            _, _, loaded_c1, _, found = self.mean_law._solution(rps)
+            loaded_c1 = np.where(found, loaded_c1, np.nan)
+            if mean is None:
+                mean = self.mean_law.latency(rps)
+            with np.errstate(invalid="ignore"):
+                stretch = np.where(found, loaded_c1 / _lift(self.mean_c1, rps), 1.0)
+                queue = np.where(found, mean / loaded_c1, np.inf)
+            return stretch, queue
+        if mean is not None:
+            return np.ones_like(mean), mean / _lift(self.mean_c1, rps)
+        return np.ones(()), self._queue_factor(rps)
+
+    def _queue_factor(self, rps) -> np.ndarray:
         if self.cap is None:
             return latency(rps, 1.0, _lift(self.c2, rps))
         c1 = _lift(self.mean_c1, rps)
@@ -554,9 +581,9 @@ class MetricCurve(Curve):
         if self.cap is None and self.mean_law is None:
             return percentile_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
                                       _lift(self.exponent, rps))
-        factor = self.load_factor(rps)
+        stretch, factor = self.stretch_and_queue(rps)
         with np.errstate(invalid="ignore", over="ignore"):
-            value = percentile_latency_expr(factor, _lift(self.c1, rps),
+            value = percentile_latency_expr(factor, _lift(self.c1, rps) * stretch,
                                             _lift(self.exponent, rps))
         return np.where(np.isfinite(factor), value, np.inf)
 
@@ -600,9 +627,10 @@ class MetricCurve(Curve):
         """The summary of a whole run of ``n_requests``: the law at the load factor of the
         mean law's finite run (:meth:`Curve.run_latency`)."""
         rps = np.asarray(rps, dtype=float)
-        factor = self.run_law.run_latency(rps, n_requests) / _lift(self.mean_c1, rps)
+        stretch, factor = self.stretch_and_queue(
+            rps, self.run_law.run_latency(rps, n_requests))
         with np.errstate(invalid="ignore", over="ignore"):
-            return percentile_latency_expr(factor, _lift(self.c1, rps),
+            return percentile_latency_expr(factor, _lift(self.c1, rps) * stretch,
                                            _lift(self.exponent, rps))
 
     def run_amplification(self, rps, n_requests, step: float = 1e-3) -> np.ndarray:

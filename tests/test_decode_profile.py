@@ -313,10 +313,20 @@ def test_a_summary_follows_the_profiled_mean_law():
     curve = MetricCurve(scale, c2, exponent, metric="p99", mean_c1=c1, cap=cap,
                         profile=profile)
     mean = ProfileCurve(c1, c2, cap=cap, **profile)
-    # the load factor is the profiled mean law's L/C1, raised to the summary's gamma
-    factor = mean.latency(rps) / c1[:, None]
-    assert np.allclose(curve.latency(rps), scale[:, None] * factor ** exponent[:, None],
-                       rtol=1e-9)
+    # the profiled mean law's L/C1 in two parts: the profile's stretch (C1 + shift)/C1,
+    # which slows every request alike and scales the summary linearly, and the queue's
+    # factor L/(C1 + shift), raised to the summary's gamma
+    loaded = mean._solution(rps)[2]
+    stretch, queue = loaded / c1[:, None], mean.latency(rps) / loaded
+    assert np.all(abs(stretch[:, -1] - 1) > 0.05)     # the profile moves these rates
+    assert np.allclose(curve.latency(rps),
+                       scale[:, None] * stretch * queue ** exponent[:, None], rtol=1e-9)
+    assert np.allclose(curve.load_factor(rps), mean.latency(rps) / c1[:, None], rtol=1e-9)
+    # against the whole load factor to the gamma, a tail (gamma > 1) differs by
+    # P^(1 - gamma): the stretch is not raised to the queue's exponent
+    whole = scale[:, None] * (stretch * queue) ** exponent[:, None]
+    assert np.allclose(curve.latency(rps) / whole,
+                       stretch ** (1 - exponent[:, None]), rtol=1e-9)
     assert np.allclose(curve.ceiling, mean.ceiling)
     # a flat profile is the capped summary law without one
     flat = dict(profile, iteration_s=np.full(len(SIZES), 0.04))

@@ -14,7 +14,10 @@ diverges where the mean does (the queue is unstable there), each with its own ze
 value A_m and its own pace gamma_m (1: grows like the mean; > 1: a waiting-time tail;
 < 1: dominated by a load-free part such as prompt processing or the spread of output
 lengths). A law of the mean with another pole (an engine's concurrency cap) carries the
-summaries with it through F.
+summaries with it through F. With the engine's decode profile the mean is
+L = (C1 + shift) F, and q_m = A_m P F^gamma_m with P = (C1 + shift)/C1: the profile's
+stretch slows every request alike, so it scales each summary linearly; only the queue's
+factor carries the exponent.
 
 q_m is the summary of the whole request population at that rate. What a load test
 reports is the summary of its n requests (``n_requests``): the sample p-quantile, an
@@ -208,7 +211,7 @@ def data_spread(rows: pd.DataFrame, group_index: np.ndarray, family: str,
 
 class TailLatencyModel(DenseLatencyModel):
     name = "tails"
-    version = "2"
+    version = "3"
     needs_mean_latency = False
     default_config = {
         **DenseLatencyModel.default_config,
@@ -425,28 +428,28 @@ class TailLatencyModel(DenseLatencyModel):
             c2_summary = soft_utilisation_cap(every_rps, c2_tail[:, every_group])
             capped = has_mean and "cap" in data
             # With the engine's decode profile the mean law's zero-load latency at a point
-            # is C1 plus the profile's shift (as in the mean's likelihood), and the
-            # summaries' load factor L/C1 carries that shift.
+            # is C1 plus the profile's shift (as in the mean's likelihood). That stretch
+            # slows every request alike, so it scales each summary as it scales the mean;
+            # the exponent is the queue's alone (MetricCurve.stretch_and_queue). Carried
+            # by the exponent too, it over-predicted the held-out p99s of the A100 70B
+            # sweeps, where the profile steps, by 20% (benchmarks/README.md).
             profiled = has_mean and "profile_knots" in data
             point_c1 = (profiled_point_c1(c1[every_group], c2[every_group], data)
                         if has_mean else None)
-            open_factor = (latency_expr(every_rps, point_c1[None, :], c2_summary)
-                           / c1[every_group][None, :] if profiled
-                           else load_factor_expr(every_rps, c2_summary))
+            stretch = (point_c1[None, :] / c1[every_group][None, :] if profiled else 1.0)
+            queue_factor = load_factor_expr(every_rps, c2_summary)
             if capped:
-                # The mean law's load factor L/C1 with the engine's cap (the slot
-                # queue) in the groups that have one, at each summary's own C2.
+                # The slot queue's factor with the engine's cap in the groups that have
+                # one, at each summary's own C2.
                 at_cap = data["has_cap"][every_group][None, :] > 0
-                c1_every = c1[every_group][None, :]
-                load_factor = pt.where(at_cap, slot_queue_latency_expr(
+                queue_factor = pt.where(at_cap, slot_queue_latency_expr(
                     every_rps, point_c1[None, :], c2_summary,
                     data["cap"][every_group][None, :],
                     xp=pt, wait_scale=data["wait_scale"][every_group][None, :],
-                    soft_margin=CAP_MARGIN) / c1_every, open_factor)
-            else:
-                load_factor = open_factor
+                    soft_margin=CAP_MARGIN) / point_c1[None, :], queue_factor)
             log_q_all = pt.log(percentile_latency_expr(
-                load_factor, scale[:, every_group], exponent[:, every_group], xp=pt))
+                queue_factor, scale[:, every_group] * stretch, exponent[:, every_group],
+                xp=pt))
 
             gamma = exponent[metric, group]
             log_q = log_q_all[metric, point]
