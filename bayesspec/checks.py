@@ -3,7 +3,9 @@
 ``leave_out_check`` (``bayesspec check DATA --leave-out N``): hold out N of the
 (prefill, decode) combinations (every single one for N = 1; seeded random subsets for
 N > 1), or whole verifiers (``--leave-out-model``), refit the hierarchical model on the
-rest and predict the held-out points. The model is compiled once with a ``fit_mask``
+rest and predict the held-out points (a point marked ``whole_run`` as a new run of its
+``n_requests``, as the rate hold-out does; each point's prediction is the predictive
+median, its interval and elpd the predictive's). The model is compiled once with a ``fit_mask``
 data array; a fold changes the mask only (nutpie ``with_data``), so a fold costs one
 sampling run. Held-out groups keep their parameters in the model with no data, so their
 posterior is exactly the predictive distribution of an unmeasured configuration: trends
@@ -26,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from .bayes import MODEL_CLASSES, get_model_class
+from .bayes.base import whole_run_requests
 from .errors import BadInput
 from .inference import SamplerSettings, convergence_verdict, settings_for, stacked_draws
 from .fitfile import Fit
@@ -127,6 +130,7 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
     rps = rows["rps"].to_numpy(float)
     observed = rows["latency_mean_s"].to_numpy(float)
     log_se = inputs.extras["log_se"]
+    run_requests = whole_run_requests(rows)
     rng = np.random.default_rng(seed)
     decision = latency_model.decision_variables()
 
@@ -169,12 +173,17 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
             members = index[group_of_point[index] == g]
             curve = latency_model.group_curve(fold, int(g))
             mean = curve.latency(rps[members])
-            predictive = curve.predictive(rps[members], rng, log_se[members])
+            # a held-out point that is a whole run from an idle server is predicted as a
+            # new run of its own request count (finite near the ceiling), as the rate
+            # hold-out does; its point prediction is the predictive median, never a mean
+            # that draws next to a pole would dominate
+            runs = run_requests[members]
+            predictive = curve.predictive(rps[members], rng, log_se[members],
+                                          run_requests=runs)
             lpd = curve.log_predictive_density(rps[members], observed[members],
-                                               log_se[members])
-            finite = np.where(np.isfinite(mean), mean, np.nan)
+                                               log_se[members], run_requests=runs)
             with np.errstate(invalid="ignore"):
-                predicted = np.nanmean(finite, axis=0)
+                predicted = np.median(predictive, axis=0)
                 lo, hi = np.nanquantile(predictive, [tail, 1 - tail], axis=0)
             for j, i in enumerate(members):
                 fold_records.append({

@@ -272,3 +272,21 @@ def test_held_out_whole_runs_are_predicted_as_runs(whole):
         assert not np.isfinite(top["hi"])
     fitted = points.loc[~points["held_out"]]
     assert np.isfinite(fitted["hi"]).all()
+
+
+def test_a_whole_runs_density_is_the_runs():
+    """``log_predictive_density(..., run_requests=)`` (the leave-out check's elpd): near
+    and past the ceiling a run's measured mean is likely under the run and unlikely or
+    impossible under the steady law; away from it the two agree."""
+    rng = np.random.default_rng(7)
+    draws = 300
+    c1, c2 = rng.normal(10.0, 0.1, draws), rng.normal(0.03, 0.001, draws)
+    curve = Curve(c1, c2, cap=128, noise=_noise(draws))
+    ceiling = float(np.median(curve.ceiling))
+    rates = np.array([0.3, 1.02]) * ceiling
+    run = np.median(curve.run_latency(rates, 1000), axis=0)
+    steady = curve.log_predictive_density(rates, run)
+    as_run = curve.log_predictive_density(rates, run, run_requests=1000)
+    assert np.isfinite(as_run).all()
+    assert as_run[1] > steady[1] + 2.0
+    assert as_run[0] == pytest.approx(steady[0], abs=0.2)
