@@ -4,6 +4,7 @@ fitted whole-run mean is read as the steady state it would have been?
 
     python benchmarks/whole_run_debias.py --set fresh     # the set the question came from
     python benchmarks/whole_run_debias.py --set fresh --fraction 1   # every point: R^2
+    python benchmarks/whole_run_debias.py --set fresh --fraction 1 --fill-drain-only
 
 Stage one fits dense with the decode profile on each group's rates up to 60% of its top
 rate (the split of ``check --ppc --hold-out-above 0.6``). Each fitted mean is then
@@ -31,8 +32,8 @@ from bayesspec.workflow import fit
 from vidur_sets import SETS  # the script's folder is on the path
 
 
-def median_curve(curve: ProfileCurve) -> ProfileCurve:
-    cap = None if curve.cap is None else float(np.ravel(curve.cap)[0])
+def median_curve(curve: ProfileCurve, with_cap: bool = True) -> ProfileCurve:
+    cap = None if curve.cap is None or not with_cap else float(np.ravel(curve.cap)[0])
     return ProfileCurve(np.array([np.median(curve.c1)]), np.array([np.median(curve.c2)]),
                         batch_sizes=curve.batch_sizes, iteration_s=curve.iteration_s,
                         decode_tokens=curve.decode_tokens, cap=cap)
@@ -42,6 +43,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", choices=SETS, default="fresh")
     parser.add_argument("--show", default="Llama-2-7B p128 g512,InternLM-20B p1152")
+    parser.add_argument("--fill-drain-only", action="store_true",
+                        help="the ratio of the run without the cap: its fill and drain "
+                             "alone, not the short queue a run builds near the ceiling")
     parser.add_argument("--fraction", type=float, default=0.6,
                         help="fit each group's rates up to this share of its top rate "
                              "(1: every point, and R^2 per group)")
@@ -61,7 +65,7 @@ def main() -> None:
         curve = first.group_curve(g)
         if not len(rows) or not isinstance(curve, ProfileCurve):
             continue
-        middle = median_curve(curve)
+        middle = median_curve(curve, with_cap=not args.fill_drain_only)
         rps = low["rps"].to_numpy(float)[rows]
         count = low["n_requests"].to_numpy(float)[rows]
         ratio[rows] = (middle.run_latency(rps, count) / middle.latency(rps))[0]
