@@ -7,13 +7,20 @@ predictive median and 90% interval.
 Used to compare the package's likelihood with a trial one (the fitted whole runs' slot
 wait, benchmarks/README.md "2026-12-05 (second session)") on the same groups.
 """
-import sys, time, warnings, numpy as np
-warnings.filterwarnings("ignore")
+from __future__ import annotations
+
+import time
+import warnings
+
 import arviz as az
-from bayesspec.data import read_tidy
-from bayesspec.workflow import fit
-from bayesspec.inference import SamplerSettings
+import numpy as np
+
 from bayesspec import misfit
+from bayesspec.data import read_tidy
+from bayesspec.inference import SamplerSettings
+from bayesspec.workflow import fit
+
+warnings.filterwarnings("ignore")
 d = read_tidy('examples/vidur/vidur_dense.csv')
 want = [("Llama-2-70B","A100",256,256),("Llama-2-70B","A100",512,128),("CodeLlama-34B","A100",512,128),
         ("Llama-3-70B","A100",256,256),("Llama-3-70B","A100",512,128),("Llama-2-70B","H100",256,256),
