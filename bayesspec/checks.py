@@ -5,11 +5,11 @@
 N > 1), or whole verifiers (``--leave-out-model``), refit the hierarchical model on the
 rest and predict the held-out points (a point marked ``whole_run`` as a new run of its
 ``n_requests``, as the rate hold-out does; each point's prediction is the predictive
-median, its interval and elpd the predictive's). The model is compiled once with a ``fit_mask``
-data array; a fold changes the mask only (nutpie ``with_data``), so a fold costs one
-sampling run. Held-out groups keep their parameters in the model with no data, so their
-posterior is exactly the predictive distribution of an unmeasured configuration: trends
-plus the learned spreads.
+median, its interval and elpd the predictive's). The model is compiled once with a
+``fit_mask`` data array; a fold changes the mask only (nutpie ``with_data``), so a fold
+costs one sampling run. Held-out groups keep their parameters in the model with no data,
+so their posterior is exactly the predictive distribution of an unmeasured
+configuration: trends plus the learned spreads.
 
 ``prior_predictive_check``: the share of observed points inside the prior predictive
 intervals (do the physics-informed priors admit the data?).

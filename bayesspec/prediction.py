@@ -558,7 +558,6 @@ class MetricCurve(Curve):
         rps = np.asarray(rps, dtype=float)
         if self.mean_law is not None:
             _, _, loaded_c1, _, found = self.mean_law._solution(rps)
-            loaded_c1 = np.where(found, loaded_c1, np.nan)
             if mean is None:
                 mean = self.mean_law.latency(rps)
             with np.errstate(invalid="ignore"):

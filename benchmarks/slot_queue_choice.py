@@ -41,6 +41,7 @@ import pandas as pd
 from scipy.optimize import least_squares
 from scipy.special import gammaincc, gammaln
 
+from bayesspec.checks import r_squared
 from bayesspec.laws import (capped_latency, fluid_run_latency, latency,
                             profile_concurrency_expr, profile_segments, queue_wait_scale,
                             slot_wait_in_run)
@@ -122,8 +123,7 @@ def main() -> None:
         n_requests = float(group["n_requests"].iloc[0])
         for form in FORMS:
             error, value = fit_group(form, rps, measured, pieces, cap, wait_scale, n_requests)
-            row[f"{form} r2"] = float(1.0 - np.sum((measured - value) ** 2)
-                                      / np.sum((measured - measured.mean()) ** 2))
+            row[f"{form} r2"] = r_squared(measured, value)
             row[f"{form} max"] = float(np.max(np.abs(error)))
             row[f"{form} top"] = float(np.mean(error[top]))
         rows.append(row)

@@ -24,6 +24,7 @@ import warnings
 import numpy as np
 
 from bayesspec import misfit
+from bayesspec.checks import r_squared
 from bayesspec.data import read_tidy, row_group_labels
 from bayesspec.inference import SamplerSettings
 from bayesspec.prediction import ProfileCurve
@@ -106,8 +107,7 @@ def r_squared_table(first, second, rows, ratio) -> None:
             predicted = np.median(result.group_curve(g).latency(rps), axis=0)
             predicted = predicted * (ratio[at] if stage else 1.0)
             observed = measured[at]
-            values.append(1.0 - np.sum((observed - predicted) ** 2)
-                          / np.sum((observed - observed.mean()) ** 2))
+            values.append(r_squared(observed, predicted))
             counts[stage] += values[-1] >= 0.98
         print(f"  {label:40s} R^2 {values[0]:.4f} -> {values[1]:.4f}")
     print(f"groups with R^2 >= 0.98: stage one {counts[0]}, stage two {counts[1]} "
