@@ -131,6 +131,13 @@ def load_amplification_expr(rps, c2):
     return utilisation / (1.0 - utilisation)
 
 
+def measured_load_amplification(latency, c1, xp: ModuleType = np):
+    """x/(1-x) read off a measured mean latency: eq. (1) gives L/C1 = 1/(1-x), so
+    x/(1-x) = L/C1 - 1 (floored at 0 for a point measured below its zero-load latency).
+    ``c1`` is the point's zero-load latency (with the decode profile, C1 plus its shift)."""
+    return xp.maximum(latency / c1 - 1.0, 0.0)
+
+
 #: How a reported percentile was computed from the n sorted values, as the rank r
 #: (1-based, fractional between two values) of the order statistic it reads:
 #: ``linear``, numpy's default (vllm bench, this package's simulator): r = 1 + p(n - 1);

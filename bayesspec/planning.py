@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .errors import BadInput
+from .laws import measured_load_amplification
 from .prediction import Noise
 
 __all__ = ["Configuration", "Candidate", "DiscreteAnswer", "RateAnswer", "Question",
@@ -496,7 +497,8 @@ def ceiling_question(curves: list, *, within: float = 0.05, spread: float,
 
 def _noise_at(noise: Noise, index: np.ndarray) -> Noise:
     return Noise(np.asarray(noise.base)[index], np.asarray(noise.load)[index],
-                 None if noise.nu is None else np.asarray(noise.nu)[index])
+                 None if noise.nu is None else np.asarray(noise.nu)[index],
+                 bounded_in_fit=noise.bounded_in_fit)
 
 
 def _full_noise_sigma(curve, rps: float, latency_full: np.ndarray, log_se: float):
@@ -525,8 +527,22 @@ def observation_log_weights(configuration: Configuration, rps: float, requests: 
     for row, (curve, spread) in enumerate(zip(configuration.curves, configuration.spreads)):
         latency, sigma, noise = _measured(configuration, curve, spread, rps, requests)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            if noise.bounded_in_fit:
+                # as the refit's likelihood will read it: the curve's load term, at most
+                # the measured latency's
+                at = configuration.index
+                full = np.asarray(curve.latency(float(rps)), dtype=float)
+                own = np.asarray(curve.amplification(float(rps), full), float)[at]
+                zero_load = np.asarray(curve.zero_load_at(float(rps)), dtype=float)[at]
+                sigma = noise.sigma(rps, log_se=spread / math.sqrt(requests),
+                                    amplification=np.fmin(own[:, None],
+                                                          measured_load_amplification(
+                                        np.exp(observed_log[row])[None, :],
+                                        zero_load[:, None])))
+            else:
+                sigma = sigma[:, None]
             residual = observed_log[row][None, :] - np.log(latency)[:, None]
-            logp = noise.log_density(residual, sigma[:, None])
+            logp = noise.log_density(residual, sigma)
         log_w += np.where(np.isfinite(logp), logp, -np.inf)
     return log_w
 

@@ -232,7 +232,8 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
     rng = np.random.default_rng(seed)
     noise = curves[0].noise
     noise = Noise(noise.base[:max_draws], noise.load[:max_draws],
-                  None if noise.nu is None else noise.nu[:max_draws])
+                  None if noise.nu is None else noise.nu[:max_draws],
+                  bounded_in_fit=noise.bounded_in_fit)
     ones = np.ones_like(noise.base)
     normalised_law = Curve(ones, ones, noise=noise)
     # Several noise draws per posterior draw: smooth band edges with a few hundred draws.

@@ -66,12 +66,17 @@ class Noise:
     """A measured mean latency: log L_obs = log L + e, e ~ Normal(0, sigma),
     sigma^2 = base^2 + (load * x/(1 - x))^2 + se^2, x = RPS*C2 at the point (the
     likelihood of :func:`bayesspec.bayes.priors.latency_likelihood`); se is the
-    standard error of the measured mean (0 when unknown)."""
+    standard error of the measured mean (0 when unknown). A new measurement's load term
+    is the law's elasticity (what a relative error in its rate does); with
+    ``bounded_in_fit`` the fit's likelihood took at most the measured latency's L/C1 - 1
+    (``noise_load_at`` "measured"), so a measured point's density
+    (:mod:`bayesspec.planning`'s reweighting) takes the lesser of the two too."""
 
     base: np.ndarray     # (S,)
     load: np.ndarray     # (S,)
     #: Student-t degrees of freedom (S,) when the model's error is Student-t, else None.
     nu: np.ndarray | None = None
+    bounded_in_fit: bool = False
 
     def _nu(self, ndim: int) -> np.ndarray:
         return np.asarray(self.nu, dtype=float).reshape((-1,) + (1,) * (ndim - 1))
@@ -176,6 +181,11 @@ class Curve:
             return latency(rps, _lift(self.c1, rps), _lift(self.c2, rps))
         return capped_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
                               _lift(self.cap, rps), wait_scale=self.wait_scale)
+
+    def zero_load_at(self, rps) -> np.ndarray:
+        """Per draw, the zero-load latency a point at ``rps`` has: C1 (C1 plus the decode
+        profile's shift at the point's N for :class:`ProfileCurve`)."""
+        return _lift(self.c1, np.asarray(rps, dtype=float))
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
         """d log L / d log RPS at ``rps`` for every draw (the shape of ``curve``): how a
@@ -426,6 +436,10 @@ class ProfileCurve(Curve):
     @property
     def ceiling_binding(self) -> str:
         return "decode profile" if self.cap is None else "cap"
+
+    def zero_load_at(self, rps) -> np.ndarray:
+        _, _, loaded_c1, _, found = self._solution(rps)
+        return np.where(found, loaded_c1, np.inf)
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
         """The noise's load term as the fit has it: the law's elasticity at C1 + shift."""

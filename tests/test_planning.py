@@ -265,14 +265,16 @@ def point(k, c1, c2, rate, requests, rng, spread=0.3):
 
 
 @pytest.fixture(scope="module")
-def refit_case():
+def refit_case(request):
     from bayesspec.bayes import get_model_class
     from bayesspec.data import prepare
     from bayesspec.fitfile import Fit
     from bayesspec.inference import (SamplerSettings, compile_model, sample_compiled,
                                      settings_for)
 
-    model = get_model_class("dense")()
+    # the likelihood's noise load term (a model option): the reweighting must read it as
+    # the refit does
+    model = get_model_class("dense")({"noise_load_at": getattr(request, "param", "curve")})
     settings = settings_for(model, SamplerSettings(draws=1000, tune=600, chains=2, seed=3,
                                                    progress=False))
     data = prepare(small_sweeps(0))
@@ -286,6 +288,7 @@ def refit_case():
     return data, fit
 
 
+@pytest.mark.parametrize("refit_case", ["curve", "measured"], indirect=True)
 def test_reweighting_matches_true_refits(refit_case):
     """For a measurement at 16 RPS (twice the highest fitted rate), the posterior of RPS*
     the importance weights give equals the refit's; and the pre-posterior's expected

@@ -209,6 +209,15 @@ COMMON_CONFIG = {
     "noise_base_median": 0.02,
     "noise_load_median": 0.02,
     "noise_log_sd": 0.75,
+    # The likelihood's rate-error amplification: "curve", the draw's law's elasticity, or
+    # "measured", that but at most each point's measured L/C1 - 1 (eq. (1)'s x/(1-x) at
+    # the measurement). On the curve alone a draw escapes a sweep's top point by putting
+    # its ceiling just above it, which inflates that point's noise. "measured" fits the
+    # top of a sweep near the cap far better (R^2), but its held-in intervals run wide
+    # near the cap, so it is not the default (benchmarks/README.md, 2026-12-05 third
+    # session). Predictions keep the law's elasticity; laws with a mean of their own
+    # (MoE, discrepancies) ignore the option.
+    "noise_load_at": "curve",
     "log_c1_scale": 2.0,          # prior scale of log C1 across groups
     "utilisation_logit_mean": 1.0,
     "utilisation_logit_scale": 1.5,
@@ -245,6 +254,9 @@ class LatencyModel:
         if unknown:
             raise ValueError(f"unknown {self.name} model option(s): {sorted(unknown)}")
         self.config = {**self.default_config, **(config or {})}
+        if self.config.get("noise_load_at", "curve") not in ("measured", "curve"):
+            raise ValueError("noise_load_at must be 'measured' or 'curve', got "
+                             f"{self.config['noise_load_at']!r}")
         self.check_config()
         self.inputs: ModelInputs | None = None
         self._catalog = catalog
@@ -532,7 +544,18 @@ class LatencyModel:
 
     def noise(self, fit) -> Noise:
         """The fitted measurement model of a mean latency."""
-        return Noise(fit.draws("noise_base"), fit.draws("noise_load"))
+        return Noise(fit.draws("noise_base"), fit.draws("noise_load"),
+                     bounded_in_fit=self.noise_load_bounded(fit))
+
+    #: Whether the model's mean latency is a law of its own (passed to
+    #: ``latency_likelihood`` as ``mean_latency``), whose noise keeps the curve's load
+    #: term whatever ``noise_load_at`` says.
+    own_mean_law: bool = False
+
+    def noise_load_bounded(self, fit) -> bool:
+        """Whether this fit's likelihood bounded its noise's load term by each measured
+        latency's L/C1 - 1 (``noise_load_at`` "measured" on an eq. (1) law)."""
+        return self.config.get("noise_load_at") == "measured" and not self.own_mean_law
 
     def group_curve(self, fit, group: int) -> Curve:
         """One fitted group's mean-latency curve (eq. 1 from its C1, C2)."""

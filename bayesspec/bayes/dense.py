@@ -13,7 +13,9 @@ Parameterisation (why it looks like this):
 - The error is multiplicative (normal on log L). Its scale grows with load: a relative
   error ``e`` in the measured rate moves log L by ``e * x/(1-x)``, x = RPS*C2, and finite
   runs near saturation have large queueing variance; a constant relative noise would be
-  overconfident about C2 there. When ``latency_std_s`` and ``n_requests`` are given, the
+  overconfident about C2 there. With ``noise_load_at`` "measured" the factor is at most
+  the measured latency's L/C1 - 1, so that no draw widens a top point's noise by putting
+  its ceiling just above it. When ``latency_std_s`` and ``n_requests`` are given, the
   standard error of each mean is added in quadrature.
 """
 

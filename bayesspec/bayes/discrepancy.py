@@ -36,6 +36,7 @@ class DiscrepancyLatencyModel(DenseLatencyModel):
     name = "dense-discrepancy"
     takes_decode_profile = False
     version = "1"
+    own_mean_law = True
     curve_parameters = 3
     learns_cap = False
     default_config = {

@@ -71,6 +71,7 @@ class MoELatencyModel(LatencyModel):
     # eight groups, whose ridge gave the divergences; 2 made C1u the pooled quantity and
     # C1s = C1u*exp(z); 1 pooled the total C1, split by a share)
     version = "5"
+    own_mean_law = True
     target_accept = 0.95
     # 2000 tuning steps and 2000 draws (hierarchical's): at 1000/1000, 1 of 20 held-out
     # validation fits (seed 112, coverage at mid-sweep 0.25: a weakly identified saturated

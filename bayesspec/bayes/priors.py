@@ -8,6 +8,7 @@ from ..lazymodule import lazy_module
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from ..laws import (latency_expr, load_amplification_expr, load_elasticity_expr,
+                    measured_load_amplification,
                     profile_concurrency_expr, slot_queue_latency_expr)
 
 #: How far below 1 the slot queue's rho is softly capped in a model (as x is by
@@ -103,12 +104,17 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
     queue's (:func:`bayesspec.laws.slot_queue_latency_expr`) in the groups that have one,
     and the load term of the noise its elasticity; the hooks below still see eq. (1) (they
     only centre a reparameterisation, which stays exact).
+    ``cfg["noise_load_at"]`` "measured" (an option of eq. (1)'s models) reads the load
+    term's amplification as the lesser of the curve's and the measured latency's,
+    L/C1 - 1 (:func:`bayesspec.laws.measured_load_amplification`); a law passed as
+    ``mean_latency`` keeps the curve's.
     ``shift_points``: None (the hooks see every point) or ``(index, multiplier)``, numpy
     arrays: the hooks see only the points ``index``, with their weights times
     ``multiplier``; the hierarchical model passes a fixed subsample of each cell so its
     per-cell sums cost the same however many rates a sweep has.
     """
     group_index, rps = data["group_index"], data["rps"]
+    own_law = mean_latency is not None
     # Log-normal, not half-normal: a prior with mass at zero lets the posterior reach a
     # noise-free neck where the few low-load points (whose only error is their tiny
     # standard error) make the likelihood razor sharp: a funnel, and the divergences of
@@ -203,10 +209,20 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
                             latency_expr(at, point_c1, c2_point))
 
         mean_latency = capped(rps)
-        sigma = noise_sd(pt.where(has_cap, load_elasticity_expr(capped, rps, xp=pt),
-                                  amplification))
+        amplification = pt.where(has_cap, load_elasticity_expr(capped, rps, xp=pt),
+                                 amplification)
+        sigma = noise_sd(amplification)
     if mean_latency is None:
         mean_latency = latency_expr(rps, point_c1, c2_point)
+    if not own_law and cfg.get("noise_load_at", "curve") == "measured":
+        # The rate error's amplification, at most what the measured latency shows: on the
+        # curve alone, a draw that puts its ceiling just above a group's top rate
+        # inflates that point's noise and so escapes it (the top of a sweep near the cap
+        # stopped constraining the fit); at the measurement alone, a C1 near zero
+        # inflates every point's (a far mode). The lesser of the two allows neither.
+        # benchmarks/README.md, 2026-12-05 third session.
+        sigma = noise_sd(pt.minimum(amplification, measured_load_amplification(
+            pt.exp(data["observed_log_latency"]), point_c1, xp=pt)))
     student_t = cfg.get("likelihood", "normal") == "student_t"
     if student_t:
         # nu - 1 ~ Gamma(2, 0.1): mean 21, 5% below 4.6; heavy tails only if the data ask.

@@ -656,6 +656,11 @@ class SpeculativeLatencyModel(LatencyModel):
     def _split_offset(self) -> float:
         return float(self.config["moe_token_offset"])
 
+    def noise_load_bounded(self, fit) -> bool:
+        # eq. (4)'s split likelihood passes its own mean law, for every group of the fit
+        return (super().noise_load_bounded(fit) and not (
+            "moe_split" in fit.groups.columns and bool(fit.groups["moe_split"].any())))
+
     def group_curve(self, fit, group: int) -> Curve:
         """A group's curve: eq. (4) with its split costs for a sparse verifier."""
         row = fit.groups.iloc[group]

@@ -99,6 +99,7 @@ class SplineDiscrepancyLatencyModel(DenseLatencyModel):
     name = "dense-spline"
     takes_decode_profile = False
     version = "1"
+    own_mean_law = True
     learns_cap = False
     default_config = {
         **DenseLatencyModel.default_config,

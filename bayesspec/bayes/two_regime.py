@@ -41,6 +41,7 @@ class TwoRegimeLatencyModel(DenseLatencyModel):
     name = "dense-roofline"
     takes_decode_profile = False
     version = "1"
+    own_mean_law = True
     curve_parameters = 4
     learns_cap = False
     default_config = {

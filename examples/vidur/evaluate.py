@@ -41,7 +41,11 @@ VARIANTS = {"dense": ("dense", {}), "dense-discrepancy": ("dense-discrepancy", {
             "dense-discrepancy:t": ("dense-discrepancy", {"likelihood": "student_t"}),
             "dense-roofline": ("dense-roofline", {}), "dense-spline": ("dense-spline", {}),
             # the engine's decode-iteration time by batch size (decode_profiles.csv)
-            "dense-profile": ("dense", {"decode_profile": str(HERE / "decode_profiles.csv")})}
+            "dense-profile": ("dense", {"decode_profile": str(HERE / "decode_profiles.csv")}),
+            # the same, its noise's load term bounded by each measured latency's L/C1 - 1
+            "dense-profile-bounded": ("dense", {
+                "decode_profile": str(HERE / "decode_profiles.csv"),
+                "noise_load_at": "measured"})}
 
 
 def variant(name: str) -> tuple[str, dict]:
