@@ -88,7 +88,8 @@ def law(form: str, rps, c1, c2, pieces, cap, wait_scale, n_requests=1000):
     return np.where(found, value, np.inf)
 
 
-def fit_group(form, rps, measured, pieces, cap, wait_scale, n_requests=1000):
+def fitted_costs(form, rps, measured, pieces, cap, wait_scale, n_requests=1000):
+    """(C1, C2) of the group's least-squares fit in log L."""
     def residual(theta):
         value = law(form, rps, np.exp(theta[0]), np.exp(theta[1]), pieces, cap, wait_scale,
                     n_requests)
@@ -98,8 +99,12 @@ def fit_group(form, rps, measured, pieces, cap, wait_scale, n_requests=1000):
     # start from a line through the light half, C2 a little under its slope
     c1 = float(measured.min())
     c2 = max(float(np.median((1.0 - c1 / measured[1:]) / rps[1:])), 1e-6) * 0.8
-    best = least_squares(residual, np.log([c1, c2]), method="lm")
-    value = law(form, rps, *np.exp(best.x), pieces, cap, wait_scale, n_requests)
+    return tuple(np.exp(least_squares(residual, np.log([c1, c2]), method="lm").x))
+
+
+def fit_group(form, rps, measured, pieces, cap, wait_scale, n_requests=1000):
+    costs = fitted_costs(form, rps, measured, pieces, cap, wait_scale, n_requests)
+    value = law(form, rps, *costs, pieces, cap, wait_scale, n_requests)
     return measured / value - 1.0, value
 
 
