@@ -306,6 +306,67 @@ def slot_queue_latency_expr(rps, c1, c2, cap, xp: ModuleType = np, *, wait_scale
     return (mean_below + tail_mean) / (below + at_cap * waiting)
 
 
+def profile_chain_extra(decode_tokens, batch_sizes, iteration_s, cap: int) -> np.ndarray:
+    """(cap,) the seconds the decode profile adds to a request with n in flight, n = 1..cap:
+    (decode_tokens - 1)(t_d(n) - t_d(1)), the batch being the n requests
+    (:func:`profile_chain_latency_expr`)."""
+    batch = np.arange(1.0, float(cap) + 1.0)
+    times = _profile_time(batch, batch_sizes, iteration_s)
+    return (float(decode_tokens) - 1.0) * (times - times[0])
+
+
+def profile_chain_latency_expr(rps, c1, c2, cap, extra, valid, xp: ModuleType = np, *,
+                               wait_scale=1.0, soft_margin=None):
+    """Mean latency of the slot queue's birth-death chain with the decode profile in it.
+
+    :func:`slot_queue_latency_expr` is the chain in which n requests in flight each take
+    T(n) = C1 + C2 (n - 1) and leave at rate n / T(n), the batch stopping at ``cap``. Here
+    T(n) = C1 + C2 (n - 1) + extra(n), extra(n) = (decode - 1)(t_d(n) - t_d(1)) the decode
+    profile's slowdown at a batch of n (:func:`profile_chain_extra`). Where the profile
+    rises, a burst of arrivals slows every request and so makes itself worse: the count
+    spreads wider than Poisson and its mean sits above the single self-consistent N of
+    :func:`decode_profile_shift`'s law. With a flat profile this is the slot queue exactly.
+    Weights w(n) = prod_{k<=n} RPS T(k)/k for n = 0..cap, then the geometric line for a
+    slot in rho = RPS T(cap)/cap, with the slot queue's ``wait_scale``:
+
+        N = [sum n w(n) + w(cap)(cap rho/(1-rho) + s rho/(1-rho)^2)]
+            / [sum w(n) + w(cap) rho/(1-rho)],   L = N / RPS.
+
+    Shapes: ``rps``, ``c1``, ``c2``, ``cap`` broadcast together (...); ``extra`` and
+    ``valid`` (..., K) with K >= cap, ``valid`` 1 for n = 1..cap and 0 beyond (padding
+    where caps differ). ``soft_margin``: rho capped smoothly below 1, as in
+    :func:`slot_queue_latency_expr`. Infinite at and past the ceiling (rho >= 1) without it.
+    """
+    rps, c1, c2, cap = (xp.asarray(v) if xp is np else v for v in (rps, c1, c2, cap))
+    count = xp.arange(1, extra.shape[-1] + 1) * 1.0
+    safe_rps = xp.maximum(rps, 1e-300)
+    time_in_flight = c1[..., None] + c2[..., None] * (count - 1.0) + extra
+    log_ratio = (xp.log(safe_rps)[..., None] + xp.log(time_in_flight) - xp.log(count))
+    log_weight = xp.cumsum(log_ratio * valid, axis=-1)
+    at_cap_entry = xp.abs(count - cap[..., None]) < 0.5   # (== is not elementwise in PyTensor)
+    log_at_cap = xp.sum(xp.where(at_cap_entry, log_weight, 0.0), axis=-1)
+    top = xp.maximum(xp.max(xp.where(valid > 0, log_weight, -np.inf), axis=-1), 0.0)
+    weight = xp.where(valid > 0, xp.exp(log_weight - top[..., None]), 0.0)
+    at_cap = xp.exp(log_at_cap - top)
+    at_zero = xp.exp(-top)
+    time_at_cap = xp.sum(xp.where(at_cap_entry, time_in_flight, 0.0), axis=-1)
+    rho = rps * time_at_cap / cap
+    if soft_margin is not None:
+        edge = 1.0 - soft_margin
+        excess = xp.maximum(rho - edge, 0.0)
+        rho = xp.where(rho < edge, rho, 1.0 - soft_margin / (1.0 + excess / soft_margin))
+    waiting = rho / (1.0 - rho)
+    mean = (xp.sum(count * weight, axis=-1)
+            + at_cap * (cap * waiting + wait_scale * rho / (1.0 - rho) ** 2))
+    total = at_zero + xp.sum(weight, axis=-1) + at_cap * waiting
+    value = mean / total / safe_rps
+    # at zero load the chain holds no one: the latency is T(1) = C1
+    value = xp.where(rps > 0, value, c1 * xp.ones_like(value))
+    if soft_margin is None:
+        value = xp.where(rho < 1.0, value, np.inf)
+    return value
+
+
 def queue_wait_scale(service_cv):
     """The slot queue's ``wait_scale`` for requests whose time in the batch varies with
     coefficient of variation ``service_cv``: (1 + cv^2)/2, the heavy-traffic

@@ -29,7 +29,8 @@ from .errors import BadInput
 from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    concurrency_cap, costs_for_acceptance_length, crossover_rps,
                    curved_latency, effective_costs, expert_coverage, latency,
-                   load_amplification_expr, moe_latency, percentile_latency,
+                   load_amplification_expr, load_elasticity_expr, moe_latency,
+                   percentile_latency, profile_chain_extra, profile_chain_latency_expr,
                    percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
                    fluid_run_latency, profile_concurrency_expr, profile_segments,
                    sampled_quantile_error_expr, slot_wait_in_run, two_regime_latency,
@@ -358,8 +359,12 @@ class ProfileCurve(Curve):
 
     def __init__(self, c1, c2, *, batch_sizes, iteration_s, decode_tokens: float,
                  label: str = "", noise: Noise | None = None, cap=None,
-                 wait_scale: float = 1.0):
+                 wait_scale: float = 1.0, law: str = "poisson"):
         super().__init__(c1, c2, label=label, noise=noise, cap=cap, wait_scale=wait_scale)
+        #: "poisson" (one self-consistent N) or "chain" (the profile inside the slot
+        #: queue's birth-death chain, :func:`bayesspec.laws.profile_chain_latency_expr`;
+        #: needs the cap).
+        self.law = law
         self.batch_sizes = np.asarray(batch_sizes, dtype=float)
         self.iteration_s = np.asarray(iteration_s, dtype=float)
         self.decode_tokens = float(decode_tokens)
@@ -370,6 +375,11 @@ class ProfileCurve(Curve):
                                        self.iteration_s, cap_value)
         self._cap_value = cap_value
         self._ceiling = None
+        if law == "chain":
+            if not np.isfinite(cap_value):
+                raise ValueError("the decode profile's chain law needs the engine's cap")
+            self._chain_extra = profile_chain_extra(self.decode_tokens, self.batch_sizes,
+                                                    self.iteration_s, int(cap_value))
 
     def shift(self, concurrency) -> np.ndarray:
         """Seconds the profile adds to a request at ``concurrency`` requests in flight, as
@@ -412,9 +422,22 @@ class ProfileCurve(Curve):
         return np.where(found, n, np.inf)
 
     def latency(self, rps) -> np.ndarray:
+        if self.law == "chain":
+            return self._chain_latency(rps)
         rps, c2, c1, _, found = self._solution(rps)
         value = self._base(rps, np.where(found, c1, 1.0), c2)
         return np.where(found, value, np.inf)
+
+    def _chain_latency(self, rps) -> np.ndarray:
+        rps = np.asarray(rps, dtype=float)
+        c1, c2 = _lift(self.c1, rps), _lift(self.c2, rps)
+        shape = np.broadcast_shapes(np.shape(c1), rps.shape)
+        rps, c1, c2 = (np.broadcast_to(v, shape) for v in (rps, c1, c2))
+        extra = self._chain_extra
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return profile_chain_latency_expr(
+                rps, c1, c2, np.full(shape, self._cap_value), extra,
+                np.ones_like(extra), wait_scale=self.wait_scale)
 
     @property
     def ceiling(self) -> np.ndarray:
@@ -442,7 +465,12 @@ class ProfileCurve(Curve):
         return np.where(found, loaded_c1, np.inf)
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
-        """The noise's load term as the fit has it: the law's elasticity at C1 + shift."""
+        """The noise's load term as the fit has it: the law's elasticity at C1 + shift
+        (the chain's own elasticity with the chain law)."""
+        if self.law == "chain":
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                return np.broadcast_to(load_elasticity_expr(
+                    self._chain_latency, np.asarray(rps, dtype=float)), np.shape(curve))
         rps, c2, c1, _, found = self._solution(rps)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             if self.cap is None:

@@ -26,12 +26,13 @@ import numpy as np
 import pandas as pd
 
 from bayesspec.checks import r_squared
-from bayesspec.laws import profile_segments, queue_wait_scale
+from bayesspec.laws import (profile_chain_extra, profile_chain_latency_expr,
+                            profile_segments, queue_wait_scale)
 
 from slot_queue_choice import fitted_costs, law as profile_law  # the script's folder
 from vidur_sets import SETS, profiled_groups
 
-FORMS = ("birth-death", "chain", "chain-scaled")
+FORMS = ("birth-death", "chain", "chain-scaled", "chain-slot")
 
 
 def chain_latency(rps, c1, c2, decode, sizes, times, cap, n_max=None, wait_scale=1.0):
@@ -69,6 +70,12 @@ def form_latency(form, rps, c1, c2, group_parts, n_requests):
         return chain_latency(rps, c1, c2, decode, sizes, times, cap)
     if form == "chain-scaled":
         return chain_latency(rps, c1, c2, decode, sizes, times, cap, wait_scale=wait_scale)
+    if form == "chain-slot":
+        extra = profile_chain_extra(decode, sizes, times, int(cap))[None, :]
+        return profile_chain_latency_expr(
+            np.asarray(rps, float)[:, None], np.array([c1]), np.array([c2]),
+            np.array([float(cap)]), extra, np.ones_like(extra),
+            wait_scale=wait_scale)[:, 0]
     return profile_law(form, rps, c1, c2, pieces, cap, wait_scale, n_requests)
 
 

@@ -188,6 +188,34 @@ def decode_profile_inputs(path, rows: pd.DataFrame, groups: pd.DataFrame,
             "profile_knots": knots, "profile_values": values, "profile_slopes": slopes}
 
 
+def profile_chain_arrays(inputs) -> dict[str, tuple[np.ndarray, str | None]]:
+    """The decode profile as the birth-death chain takes it
+    (:func:`bayesspec.laws.profile_chain_latency_expr`), per group: ``chain_extra`` (G, K),
+    the profile's added seconds at n = 1..cap in flight, ``chain_valid`` (G, K), 1 for
+    n <= cap, and ``has_chain`` (G,). K is the largest cap; a group without a profile or
+    a cap gets a one-slot stand-in that the graph does not select."""
+    from ..decode_profile import group_profile
+    from ..laws import profile_chain_extra
+
+    groups = inputs.groups
+    caps = groups["cap"].to_numpy(float) if "cap" in groups else np.full(len(groups), np.inf)
+    has = groups.get("decode_profile", pd.Series(False, index=groups.index)).to_numpy(bool)
+    has = has & np.isfinite(caps)
+    width = int(caps[has].max()) if has.any() else 1
+    extra = np.zeros((len(groups), width))
+    valid = np.zeros((len(groups), width))
+    valid[:, 0] = 1.0
+    for g in np.flatnonzero(has):
+        sizes, times = group_profile(inputs.extras["profile_sizes"],
+                                     inputs.extras["profile_times"], g)
+        cap = int(caps[g])
+        extra[g, :cap] = profile_chain_extra(float(groups["decode_tokens"].iloc[g]), sizes,
+                                             times, cap)
+        valid[g, :cap] = 1.0
+    return {"chain_extra": (extra, None), "chain_valid": (valid, None),
+            "has_chain": (has.astype(float), "group")}
+
+
 def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
     """Per group: the highest observed rate and the latency at the lowest rate."""
     rps = rows["rps"].to_numpy(float)
@@ -380,6 +408,8 @@ class LatencyModel:
                 inputs.groups["cap_prior_log_sd"].to_numpy(float)[learned], LEARNED_CAP_DIM)
         if "profile_shift" in inputs.extras:
             arrays["profile_shift"] = (inputs.extras["profile_shift"], "point")
+            if self.config.get("profile_law", "poisson") == "chain":
+                arrays.update(profile_chain_arrays(inputs))
             for name in ("profile_knots", "profile_values", "profile_slopes"):
                 arrays[name] = (inputs.extras[name], None)
         if caps is not None and np.isfinite(caps).any():
@@ -562,11 +592,13 @@ class LatencyModel:
         label = str(fit.groups["label"].iloc[group])
         profile = fit.decode_profile(group)
         if profile is not None:
+            cap = fitted_cap(fit.groups, group, fit)
             curve = ProfileCurve(fit.draws("C1", group), fit.draws("C2", group),
                                  batch_sizes=profile[0], iteration_s=profile[1],
                                  decode_tokens=float(fit.groups["decode_tokens"].iloc[group]),
                                  label=label, noise=self.noise(fit),
-                                 **fitted_cap(fit.groups, group, fit))
+                                 law=(self.config.get("profile_law", "poisson")
+                                      if cap else "poisson"), **cap)
         else:
             curve = Curve(fit.draws("C1", group), fit.draws("C2", group), label=label,
                           noise=self.noise(fit), **fitted_cap(fit.groups, group, fit))

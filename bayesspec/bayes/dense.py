@@ -82,6 +82,11 @@ class DenseLatencyModel(LatencyModel):
         # A decode-iteration profile file (bayesspec.decode_profile; `fit --decode-profile`):
         # the groups it names follow L = C1 + C2 N + the profile's shift at N.
         "decode_profile": "",
+        # With a decode profile and a stated cap: "poisson", the law's single
+        # self-consistent N with each batch spread like a Poisson count about it, or
+        # "chain", the profile inside the slot queue's birth-death chain
+        # (laws.profile_chain_latency_expr; benchmarks/README.md, 2026-12-05 third session).
+        "profile_law": "poisson",
     }
     #: Whether the model's law takes the engine's cap (the slot queue), so that it can
     #: learn one (``cap_prior``); the discrepancy and two-regime laws do not.
@@ -97,6 +102,12 @@ class DenseLatencyModel(LatencyModel):
         if how != "none" and not self.learns_cap:
             raise ValueError(f"the {self.name} model's law does not take the engine's cap, "
                              "so it cannot learn one: use --model dense or tails")
+        if self.config["profile_law"] not in ("poisson", "chain"):
+            raise ValueError("profile_law must be 'poisson' or 'chain', got "
+                             f"{self.config['profile_law']!r}")
+        if self.config["profile_law"] == "chain" and not self.config["decode_profile"]:
+            raise ValueError("profile_law chain puts the decode profile in the chain: give "
+                             "--decode-profile too")
         if self.config["decode_profile"]:
             # the laws of the discrepancy, spline and two-regime subclasses do not take it
             if not self.takes_decode_profile:

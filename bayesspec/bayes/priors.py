@@ -8,7 +8,7 @@ from ..lazymodule import lazy_module
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from ..laws import (latency_expr, load_amplification_expr, load_elasticity_expr,
-                    measured_load_amplification,
+                    measured_load_amplification, profile_chain_latency_expr,
                     profile_concurrency_expr, slot_queue_latency_expr)
 
 #: How far below 1 the slot queue's rho is softly capped in a model (as x is by
@@ -202,11 +202,20 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
         point_wait = data["wait_scale"][group_index]
 
         def capped(at):
-            return pt.where(has_cap,
-                            slot_queue_latency_expr(at, point_c1, c2_point, point_cap, xp=pt,
-                                                    wait_scale=point_wait,
-                                                    soft_margin=CAP_MARGIN),
-                            latency_expr(at, point_c1, c2_point))
+            value = pt.where(has_cap,
+                             slot_queue_latency_expr(at, point_c1, c2_point, point_cap, xp=pt,
+                                                     wait_scale=point_wait,
+                                                     soft_margin=CAP_MARGIN),
+                             latency_expr(at, point_c1, c2_point))
+            if "chain_extra" not in data:
+                return value
+            # the decode profile inside the slot queue's chain (profile_law "chain"):
+            # the groups' own C1, the profile's seconds at each n in flight
+            chain = profile_chain_latency_expr(
+                at, c1[group_index], c2_point, point_cap,
+                data["chain_extra"][group_index], data["chain_valid"][group_index], xp=pt,
+                wait_scale=point_wait, soft_margin=CAP_MARGIN)
+            return pt.where(data["has_chain"][group_index] > 0, chain, value)
 
         mean_latency = capped(rps)
         amplification = pt.where(has_cap, load_elasticity_expr(capped, rps, xp=pt),

@@ -251,6 +251,9 @@ class TailLatencyModel(DenseLatencyModel):
 
     def check_config(self) -> None:
         super().check_config()
+        if self.config["profile_law"] != "poisson":
+            raise ValueError("tails reads its load factor from the decode profile's "
+                             "Poisson law: profile_law chain is the dense model's")
         if self.config["spread"] not in ("model", "data"):
             raise ValueError(f"spread must be 'model' or 'data', got {self.config['spread']!r}")
         if self.config["quantile_rule"] not in QUANTILE_RULES:

@@ -45,7 +45,10 @@ VARIANTS = {"dense": ("dense", {}), "dense-discrepancy": ("dense-discrepancy", {
             # the same, its noise's load term bounded by each measured latency's L/C1 - 1
             "dense-profile-bounded": ("dense", {
                 "decode_profile": str(HERE / "decode_profiles.csv"),
-                "noise_load_at": "measured"})}
+                "noise_load_at": "measured"}),
+            # the same, with the decode profile inside the slot queue's chain
+            "dense-profile-chain": ("dense", {
+                "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "chain"})}
 
 
 def variant(name: str) -> tuple[str, dict]:
