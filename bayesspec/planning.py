@@ -507,14 +507,15 @@ def _full_noise_sigma(curve, rps: float, latency_full: np.ndarray, log_se: float
 
 
 def _measured(configuration: Configuration, curve, spread: float, rps: float, requests: int):
-    """(latency, sigma, noise) of a new measurement of ``curve`` on the joint draws."""
+    """(latency, sigma, noise) of a new measurement of ``curve`` on the joint draws, and
+    the curve's latency on all of its own draws."""
     if curve.noise is None:
         raise BadInput(f"curve '{curve.label}' has no noise model: cannot simulate a "
                        "measurement of it", argument="fit")
     full = np.asarray(curve.latency(float(rps)), dtype=float)
     sigma = np.asarray(_full_noise_sigma(curve, rps, full, spread / math.sqrt(requests)),
                        dtype=float)[configuration.index]
-    return full[configuration.index], sigma, _noise_at(curve.noise, configuration.index)
+    return full[configuration.index], sigma, _noise_at(curve.noise, configuration.index), full
 
 
 def observation_log_weights(configuration: Configuration, rps: float, requests: int,
@@ -525,13 +526,12 @@ def observation_log_weights(configuration: Configuration, rps: float, requests: 
     observed_log = np.atleast_2d(np.asarray(observed_log, dtype=float))
     log_w = np.zeros((configuration.index.size, observed_log.shape[1]))
     for row, (curve, spread) in enumerate(zip(configuration.curves, configuration.spreads)):
-        latency, sigma, noise = _measured(configuration, curve, spread, rps, requests)
+        latency, sigma, noise, full = _measured(configuration, curve, spread, rps, requests)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             if noise.bounded_in_fit:
                 # as the refit's likelihood will read it: the curve's load term, at most
                 # the measured latency's
                 at = configuration.index
-                full = np.asarray(curve.latency(float(rps)), dtype=float)
                 own = np.asarray(curve.amplification(float(rps), full), float)[at]
                 zero_load = np.asarray(curve.zero_load_at(float(rps)), dtype=float)[at]
                 sigma = noise.sigma(rps, log_se=spread / math.sqrt(requests),
@@ -564,7 +564,7 @@ def outcome_weights(configuration: Configuration, rps: float, requests: int,
     observed = np.zeros((len(configuration.curves), outcomes))
     saturated = np.zeros(outcomes, dtype=bool)
     for row, (curve, spread) in enumerate(zip(configuration.curves, configuration.spreads)):
-        latency, sigma, noise = _measured(configuration, curve, spread, rps, requests)
+        latency, sigma, noise, _ = _measured(configuration, curve, spread, rps, requests)
         at_truth = latency[truth]
         saturated |= ~np.isfinite(at_truth)
         standard = (rng.standard_normal(outcomes) if noise.nu is None
