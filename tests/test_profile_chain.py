@@ -109,3 +109,74 @@ def test_a_chain_fit_recovers_the_costs_of_a_chain_sweep(tmp_path):
     assert curve.law == "chain"
     median = np.median(curve.latency(rps), axis=0)
     np.testing.assert_allclose(median, truth.latency(rps)[0], rtol=0.01)
+
+
+def test_the_chain_fits_chains_start_at_each_groups_own_chain_costs(tmp_path):
+    """The starts of a chain fit are each group's least-squares costs under the chain law
+    (``dense.chain_law_starts``), not the profile law's: on two groups drawn from the
+    chain with different costs, within 2% of each truth."""
+    from bayesspec.bayes.dense import DenseLatencyModel, chain_law_starts
+    from bayesspec.data import prepare
+
+    path = tmp_path / "profile.csv"
+    profile_frame().to_csv(path, index=False)
+    rng = np.random.default_rng(5)
+    frames, truths = [], []
+    for prefill, c1, c2 in ((256, 10.4, 0.063), (512, 6.0, 0.11)):
+        truth = ProfileCurve(np.array([c1]), np.array([c2]), batch_sizes=SIZES,
+                             iteration_s=TIMES, decode_tokens=256, cap=48, law="chain")
+        rps = np.linspace(0.05, 0.6, 8) * truth.ceiling[0]
+        mean = truth.latency(rps)[0] * np.exp(0.003 * rng.standard_normal(rps.size))
+        frames.append(pd.DataFrame({"verifier": "Llama-2-70B", "gpu": "A100",
+                                    "prefill_tokens": prefill, "decode_tokens": 256,
+                                    "rps": rps, "latency_mean_s": mean, "max_num_seqs": 48}))
+        truths.append((c1, c2, rps.max()))
+    model = DenseLatencyModel({"decode_profile": str(path), "profile_law": "chain"})
+    inputs = model.prepare(prepare(pd.concat(frames, ignore_index=True)))
+    starts = chain_law_starts(inputs)
+    for g, label in enumerate(inputs.groups["label"]):
+        c1, c2, rps_max = truths[0] if "p256" in label else truths[1]
+        utilisation = 1.0 / (1.0 + np.exp(-starts["utilisation_logit"][g]))
+        assert np.exp(starts["log_C1"][g]) == pytest.approx(c1, rel=0.02), label
+        assert utilisation / rps_max == pytest.approx(c2, rel=0.02), label
+
+
+def test_the_chain_takes_its_cap_where_the_slot_queue_alone_would_not_reach_the_data(tmp_path):
+    """A chain group whose points sit far below its cap (the slot queue alone would be
+    eq. (1) there, so that cap stays out of the likelihood), fitted beside one that
+    reaches its cap, still runs its chain over n = 1..cap: the graph's mean latency
+    equals the numpy chain's at the same costs in both groups. Before, the graph's
+    one-slot stand-in made it a queue of one: the log density at the vidur_capped
+    hold-out fit's starts was -352 thousand, its posterior a far mode."""
+    from bayesspec.bayes.dense import DenseLatencyModel
+    from bayesspec.data import prepare
+
+    path = tmp_path / "profile.csv"
+    profile_frame().to_csv(path, index=False)
+    frames, curves = [], []
+    for prefill, cap, top in ((256, 256, 0.2), (512, 48, 0.9)):
+        truth = ProfileCurve(np.array([10.4]), np.array([0.063]), batch_sizes=SIZES,
+                             iteration_s=TIMES, decode_tokens=256, cap=cap, law="chain")
+        rps = np.linspace(0.02, top, 5) * truth.ceiling[0]
+        frames.append(pd.DataFrame({"verifier": "Llama-2-70B", "gpu": "A100",
+                                    "prefill_tokens": prefill, "decode_tokens": 256,
+                                    "rps": rps, "latency_mean_s": truth.latency(rps)[0],
+                                    "max_num_seqs": cap}))
+        curves.append(truth)
+    data = prepare(pd.concat(frames, ignore_index=True))
+    model = DenseLatencyModel({"decode_profile": str(path), "profile_law": "chain"})
+    inputs = model.prepare(data)
+    assert list(inputs.groups["cap_in_likelihood"]) == [False, True]
+    pm_model = model.build(data)
+    observed = pm_model.observed_RVs[0]
+    (mean_log,) = pm_model.replace_rvs_by_values([observed.owner.inputs[-2]])
+    at = pm_model.compile_fn(mean_log, inputs=pm_model.value_vars, on_unused_input="ignore")
+    point = pm_model.initial_point()
+    point["log_C1"] = np.log(np.full(2, 10.4))
+    rps = inputs.rows["rps"].to_numpy(float)
+    rps_max = np.array([rps[inputs.group_index == g].max() for g in range(2)])
+    utilisation = 0.063 * rps_max
+    point["utilisation_logit"] = np.log(utilisation / (1.0 - utilisation))
+    expected = np.concatenate([curves[g].latency(rps[inputs.group_index == g])[0]
+                               for g in range(2)])
+    np.testing.assert_allclose(np.exp(at(point)), expected, rtol=1e-9)

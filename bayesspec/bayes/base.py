@@ -410,6 +410,11 @@ class LatencyModel:
             arrays["profile_shift"] = (inputs.extras["profile_shift"], "point")
             if self.config.get("profile_law", "poisson") == "chain":
                 arrays.update(profile_chain_arrays(inputs))
+                # The chain runs over n = 1..cap whatever the data reach: its groups take
+                # their cap even where the slot queue alone would be eq. (1) (without it
+                # the graph's one-slot stand-in made the chain a queue of one).
+                in_chain = arrays["has_chain"][0] > 0
+                caps = np.where(in_chain, inputs.groups["cap"].to_numpy(float), caps)
             for name in ("profile_knots", "profile_values", "profile_slopes"):
                 arrays[name] = (inputs.extras[name], None)
         if caps is not None and np.isfinite(caps).any():

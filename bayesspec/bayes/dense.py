@@ -67,6 +67,51 @@ def profile_starts(inputs) -> dict[str, np.ndarray]:
     return {"log_C1": log_c1, "utilisation_logit": logit_u}
 
 
+def chain_law_starts(inputs) -> dict[str, np.ndarray]:
+    """:func:`profile_starts`, then for each group whose profile is in the birth-death
+    chain (``profile_law`` "chain"), the least-squares fit in log L of that chain's law
+    (:func:`bayesspec.laws.profile_chain_latency_expr`) from there.
+
+    Why: the profile law's starts are a self-consistent N's, and the chain's mean sits
+    above that N where the profile rises, so from them the optimiser can settle in a
+    far mode. Seen on vidur_capped's hold-out fit: one group predicted 71 s against 2.1 s
+    measured at its top held-out rate, where the same points fitted alone did not
+    (benchmarks/README.md, 2026-12-05 third session)."""
+    from scipy.optimize import least_squares
+
+    from ..laws import profile_chain_latency_expr
+    from .base import profile_chain_arrays
+    from .priors import CAP_MARGIN
+
+    starts = profile_starts(inputs)
+    arrays = profile_chain_arrays(inputs)
+    extra, valid = arrays["chain_extra"][0], arrays["chain_valid"][0]
+    has_chain = arrays["has_chain"][0] > 0
+    rows, groups = inputs.rows, inputs.groups
+    rps = rows["rps"].to_numpy(float)
+    log_latency = np.log(rows["latency_mean_s"].to_numpy(float))
+    for g in np.flatnonzero(has_chain):
+        members = np.flatnonzero(inputs.group_index == g)
+        rps_max = float(rps[members].max())
+        cap = float(groups["cap"].iloc[g])
+        wait = float(groups["wait_scale"].iloc[g]) if "wait_scale" in groups else 1.0
+
+        def residual(theta):
+            c1, u = np.exp(theta[0]), 1.0 / (1.0 + np.exp(-theta[1]))
+            value = profile_chain_latency_expr(
+                rps[members], np.full(len(members), c1), np.full(len(members), u / rps_max),
+                np.full(len(members), cap), extra[g][None, :], valid[g][None, :],
+                wait_scale=wait, soft_margin=CAP_MARGIN)
+            return np.log(value) - log_latency[members]
+
+        start = np.array([starts["log_C1"][g], starts["utilisation_logit"][g]])
+        best = least_squares(residual, start, method="trf",
+                             bounds=([-np.inf, -8.0], [np.inf, 8.0]))
+        if best.success and np.all(np.isfinite(best.x)):
+            starts["log_C1"][g], starts["utilisation_logit"][g] = best.x
+    return starts
+
+
 class DenseLatencyModel(LatencyModel):
     name = "dense"
     version = "2"
@@ -142,7 +187,9 @@ class DenseLatencyModel(LatencyModel):
         if self.config["decode_profile"]:
             # read by inference.compile_model (an initval on the variables would do, but
             # PyMC's model transforms, e.g. the log-likelihood for LOO, refuse those)
-            model.chain_starts = profile_starts(inputs)
+            model.chain_starts = (chain_law_starts(inputs)
+                                  if self.config["profile_law"] == "chain"
+                                  else profile_starts(inputs))
         return model
 
     def group_costs(self, data: dict, n_groups: int, name: str = "log_C1"):

@@ -48,7 +48,11 @@ VARIANTS = {"dense": ("dense", {}), "dense-discrepancy": ("dense-discrepancy", {
                 "noise_load_at": "measured"}),
             # the same, with the decode profile inside the slot queue's chain
             "dense-profile-chain": ("dense", {
-                "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "chain"})}
+                "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "chain"}),
+            # the chain with the noise's load term bounded as in dense-profile-bounded
+            "dense-profile-chain-bounded": ("dense", {
+                "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "chain",
+                "noise_load_at": "measured"})}
 
 
 def variant(name: str) -> tuple[str, dict]:
