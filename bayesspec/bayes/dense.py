@@ -72,11 +72,10 @@ def chain_law_starts(inputs) -> dict[str, np.ndarray]:
     chain (``profile_law`` "chain"), the least-squares fit in log L of that chain's law
     (:func:`bayesspec.laws.profile_chain_latency_expr`) from there.
 
-    Why: the profile law's starts are a self-consistent N's, and the chain's mean sits
-    above that N where the profile rises, so from them the optimiser can settle in a
-    far mode. Seen on vidur_capped's hold-out fit: one group predicted 71 s against 2.1 s
-    measured at its top held-out rate, where the same points fitted alone did not
-    (benchmarks/README.md, 2026-12-05 third session)."""
+    Why: the profile law's starts solve for a self-consistent N, and the chain's mean
+    sits above that N where the profile rises, so they put C2 a few percent off the
+    chain's (3% on the test's sweep). The optimiser climbs from here; a start of the
+    law being fitted keeps it off another law's basin."""
     from scipy.optimize import least_squares
 
     from ..laws import profile_chain_latency_expr
