@@ -316,7 +316,7 @@ def profile_chain_extra(decode_tokens, batch_sizes, iteration_s, cap: int) -> np
 
 
 def profile_chain_latency_expr(rps, c1, c2, cap, extra, valid, xp: ModuleType = np, *,
-                               wait_scale=1.0, soft_margin=None):
+                               wait_scale=1.0, soft_margin=None, elasticity: bool = False):
     """Mean latency of the slot queue's birth-death chain with the decode profile in it.
 
     :func:`slot_queue_latency_expr` is the chain in which n requests in flight each take
@@ -336,6 +336,12 @@ def profile_chain_latency_expr(rps, c1, c2, cap, extra, valid, xp: ModuleType = 
     ``valid`` (..., K) with K >= cap, ``valid`` 1 for n = 1..cap and 0 beyond (padding
     where caps differ). ``soft_margin``: rho capped smoothly below 1, as in
     :func:`slot_queue_latency_expr`. Infinite at and past the ceiling (rho >= 1) without it.
+
+    ``elasticity``: also return d log L / d log RPS in closed form, (latency, elasticity).
+    Every weight is RPS^n times terms free of the rate, so d w(n)/d log RPS = n w(n) and
+    the elasticity is the sums' own ratios, d log(mean)/d log RPS - d log(total)/d log
+    RPS - 1: one pass over the chain where a central difference needs three (the
+    likelihood's noise takes it at every point and gradient step).
     """
     rps, c1, c2, cap = (xp.asarray(v) if xp is np else v for v in (rps, c1, c2, cap))
     count = xp.arange(1, extra.shape[-1] + 1) * 1.0
@@ -351,20 +357,33 @@ def profile_chain_latency_expr(rps, c1, c2, cap, extra, valid, xp: ModuleType = 
     at_zero = xp.exp(-top)
     time_at_cap = xp.sum(xp.where(at_cap_entry, time_in_flight, 0.0), axis=-1)
     rho = rps * time_at_cap / cap
+    rho_slope = rho                      # d rho / d log RPS
     if soft_margin is not None:
         edge = 1.0 - soft_margin
         excess = xp.maximum(rho - edge, 0.0)
-        rho = xp.where(rho < edge, rho, 1.0 - soft_margin / (1.0 + excess / soft_margin))
+        below = rho < edge
+        rho_slope = xp.where(below, rho, rho / (1.0 + excess / soft_margin) ** 2)
+        rho = xp.where(below, rho, 1.0 - soft_margin / (1.0 + excess / soft_margin))
     waiting = rho / (1.0 - rho)
-    mean = (xp.sum(count * weight, axis=-1)
-            + at_cap * (cap * waiting + wait_scale * rho / (1.0 - rho) ** 2))
+    line = wait_scale * rho / (1.0 - rho) ** 2
+    spread = xp.sum(count * weight, axis=-1)
+    mean = spread + at_cap * (cap * waiting + line)
     total = at_zero + xp.sum(weight, axis=-1) + at_cap * waiting
     value = mean / total / safe_rps
     # at zero load the chain holds no one: the latency is T(1) = C1
     value = xp.where(rps > 0, value, c1 * xp.ones_like(value))
     if soft_margin is None:
         value = xp.where(rho < 1.0, value, np.inf)
-    return value
+    if not elasticity:
+        return value
+    waiting_slope = rho_slope / (1.0 - rho) ** 2
+    line_slope = wait_scale * rho_slope * (1.0 + rho) / (1.0 - rho) ** 3
+    mean_slope = (xp.sum(count * count * weight, axis=-1)
+                  + at_cap * cap * (cap * waiting + line)
+                  + at_cap * (cap * waiting_slope + line_slope))
+    total_slope = spread + at_cap * cap * waiting + at_cap * waiting_slope
+    slope = mean_slope / mean - total_slope / total - 1.0
+    return value, xp.where(rps > 0, slope, xp.zeros_like(slope))
 
 
 def queue_wait_scale(service_cv):

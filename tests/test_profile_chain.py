@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from bayesspec import laws
-from bayesspec.prediction import ProfileCurve
+from bayesspec.prediction import Curve, ProfileCurve
 
 from test_decode_profile import SIZES, TIMES, profile_frame
 
@@ -50,6 +50,35 @@ def test_the_graph_and_numpy_compute_the_same_chain():
         wait_scale=0.5, soft_margin=1e-3).eval()[:, 0]
     np.testing.assert_allclose(symbolic, chain(rates, 10.4, 0.063, 48, extra, 0.5),
                                rtol=1e-10)
+
+
+@pytest.mark.parametrize("soft_margin", [None, 1e-3])
+def test_the_chains_closed_form_elasticity_is_its_slope_in_log_rate(soft_margin):
+    """d log L / d log RPS of the chain in closed form equals a central difference, from
+    idle through the profile's dip (a negative slope) to the ceiling, and past it on the
+    soft margin; the graph computes the same."""
+    import pytensor.tensor as pt
+
+    extra = laws.profile_chain_extra(256, SIZES, TIMES, 48)
+    rates = np.array([0.0, 0.01, 0.5, 1.5, 2.5, 3.3, 3.5, 3.54]
+                     + ([3.6, 4.0] if soft_margin else []))
+    args = (np.array([10.4]), np.array([0.063]), np.array([48.0]), extra[None, :],
+            np.ones((1, 48)))
+
+    def latency_at(r):
+        return laws.profile_chain_latency_expr(r[:, None], *args, wait_scale=0.5,
+                                               soft_margin=soft_margin)[:, 0]
+
+    _, slope = laws.profile_chain_latency_expr(rates[:, None], *args, wait_scale=0.5,
+                                               soft_margin=soft_margin, elasticity=True)
+    difference = laws.load_elasticity_expr(latency_at, rates, step=1e-6)
+    difference[0] = 0.0                  # at idle the slope is zero
+    np.testing.assert_allclose(slope[:, 0], difference, rtol=1e-5, atol=1e-8)
+    assert slope[3, 0] < 0 < slope[-1, 0]
+    _, symbolic = laws.profile_chain_latency_expr(
+        pt.as_tensor(rates[:, None]), *(pt.as_tensor(a) for a in args), xp=pt,
+        wait_scale=0.5, soft_margin=soft_margin, elasticity=True)
+    np.testing.assert_allclose(symbolic.eval()[:, 0], slope[:, 0], rtol=1e-10)
 
 
 def test_the_chain_curve_ends_where_the_line_for_a_slot_never_clears():
@@ -147,12 +176,13 @@ def test_the_chain_takes_its_cap_where_the_slot_queue_alone_would_not_reach_the_
     reaches its cap, still runs its chain over n = 1..cap: the graph's mean latency
     equals the numpy chain's at the same costs in both groups. Before, the graph's
     one-slot stand-in made it a queue of one: the log density at the vidur_capped
-    hold-out fit's starts was -352 thousand, its posterior a far mode."""
+    hold-out fit's starts was -352 thousand, its posterior a far mode. A third group,
+    without a profile, keeps the slot queue beside them."""
     from bayesspec.bayes.dense import DenseLatencyModel
     from bayesspec.data import prepare
 
     path = tmp_path / "profile.csv"
-    profile_frame().to_csv(path, index=False)
+    profile_frame(verifier="Llama-2-70B").to_csv(path, index=False)
     frames, curves = [], []
     for prefill, cap, top in ((256, 256, 0.2), (512, 48, 0.9)):
         truth = ProfileCurve(np.array([10.4]), np.array([0.063]), batch_sizes=SIZES,
@@ -163,20 +193,31 @@ def test_the_chain_takes_its_cap_where_the_slot_queue_alone_would_not_reach_the_
                                     "rps": rps, "latency_mean_s": truth.latency(rps)[0],
                                     "max_num_seqs": cap}))
         curves.append(truth)
+    slot_queue = Curve(np.array([10.4]), np.array([0.063]), cap=8.0)
+    rps = np.linspace(0.05, 0.9, 5) * slot_queue.ceiling[0]
+    frames.append(pd.DataFrame({"verifier": "Llama-2-7B", "gpu": "A100",
+                                "prefill_tokens": 256, "decode_tokens": 256, "rps": rps,
+                                "latency_mean_s": slot_queue.latency(rps)[0],
+                                "max_num_seqs": 8}))
+    curves.append(slot_queue)
     data = prepare(pd.concat(frames, ignore_index=True))
     model = DenseLatencyModel({"decode_profile": str(path), "profile_law": "chain"})
     inputs = model.prepare(data)
-    assert list(inputs.groups["cap_in_likelihood"]) == [False, True]
+    labels = list(inputs.groups["label"])
+    order = [next(i for i, label in enumerate(labels) if label.startswith(start))
+             for start in ("Llama-2-70B p256 ", "Llama-2-70B p512 ", "Llama-2-7B ")]
+    assert list(inputs.groups["cap_in_likelihood"].iloc[order]) == [False, True, True]
     pm_model = model.build(data)
     observed = pm_model.observed_RVs[0]
     (mean_log,) = pm_model.replace_rvs_by_values([observed.owner.inputs[-2]])
     at = pm_model.compile_fn(mean_log, inputs=pm_model.value_vars, on_unused_input="ignore")
     point = pm_model.initial_point()
-    point["log_C1"] = np.log(np.full(2, 10.4))
+    point["log_C1"] = np.log(np.full(3, 10.4))
     rps = inputs.rows["rps"].to_numpy(float)
-    rps_max = np.array([rps[inputs.group_index == g].max() for g in range(2)])
+    rps_max = np.array([rps[inputs.group_index == g].max() for g in range(3)])
     utilisation = 0.063 * rps_max
     point["utilisation_logit"] = np.log(utilisation / (1.0 - utilisation))
-    expected = np.concatenate([curves[g].latency(rps[inputs.group_index == g])[0]
-                               for g in range(2)])
-    np.testing.assert_allclose(np.exp(at(point)), expected, rtol=1e-9)
+    mean = np.exp(at(point))
+    for curve, g in zip(curves, order):
+        members = inputs.group_index == g
+        np.testing.assert_allclose(mean[members], curve.latency(rps[members])[0], rtol=1e-9)

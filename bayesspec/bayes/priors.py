@@ -75,6 +75,14 @@ def profiled_point_c1(point_c1, point_c2, data: dict):
     return point_c1 + pt.where(found, shift, data["profile_shift"])
 
 
+def _every_capped_group_in_chain(data: dict) -> bool:
+    """Whether every group with a cap in the likelihood runs the decode profile's chain
+    (read from the model's data when it is built; the groups do not change with it)."""
+    has_cap = np.asarray(data["has_cap"].get_value()) > 0
+    in_chain = np.asarray(data["has_chain"].get_value()) > 0
+    return bool(np.all(in_chain[has_cap]))
+
+
 def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_point=None,
                        cap_utilisation: bool = False, group_load_noise: bool = False,
                        c1_log_shift=None, c2_log_shift=None, shift_points=None):
@@ -201,25 +209,34 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
         has_cap = data["has_cap"][group_index] > 0
         point_wait = data["wait_scale"][group_index]
 
-        def capped(at):
-            value = pt.where(has_cap,
-                             slot_queue_latency_expr(at, point_c1, c2_point, point_cap, xp=pt,
-                                                     wait_scale=point_wait,
-                                                     soft_margin=CAP_MARGIN),
-                             latency_expr(at, point_c1, c2_point))
-            if "chain_extra" not in data:
-                return value
-            # the decode profile inside the slot queue's chain (profile_law "chain"):
-            # the groups' own C1, the profile's seconds at each n in flight
-            chain = profile_chain_latency_expr(
-                at, c1[group_index], c2_point, point_cap,
-                data["chain_extra"][group_index], data["chain_valid"][group_index], xp=pt,
-                wait_scale=point_wait, soft_margin=CAP_MARGIN)
-            return pt.where(data["has_chain"][group_index] > 0, chain, value)
+        def slot_queue(at):
+            return pt.where(has_cap,
+                            slot_queue_latency_expr(at, point_c1, c2_point, point_cap, xp=pt,
+                                                    wait_scale=point_wait,
+                                                    soft_margin=CAP_MARGIN),
+                            latency_expr(at, point_c1, c2_point))
 
-        mean_latency = capped(rps)
-        amplification = pt.where(has_cap, load_elasticity_expr(capped, rps, xp=pt),
-                                 amplification)
+        in_chain = None
+        if "chain_extra" in data:
+            # the decode profile inside the slot queue's chain (profile_law "chain"):
+            # the groups' own C1, the profile's seconds at each n in flight; its
+            # elasticity in closed form (one pass over the chain instead of three)
+            chain, chain_elasticity = profile_chain_latency_expr(
+                rps, c1[group_index], c2_point, point_cap,
+                data["chain_extra"][group_index], data["chain_valid"][group_index], xp=pt,
+                wait_scale=point_wait, soft_margin=CAP_MARGIN, elasticity=True)
+            in_chain = data["has_chain"][group_index] > 0
+        if in_chain is not None and _every_capped_group_in_chain(data):
+            # no group needs the slot queue alone: leave its special functions out
+            mean_latency = pt.where(has_cap, chain, latency_expr(rps, point_c1, c2_point))
+            elasticity = chain_elasticity
+        else:
+            mean_latency = slot_queue(rps)
+            elasticity = load_elasticity_expr(slot_queue, rps, xp=pt)
+            if in_chain is not None:
+                mean_latency = pt.where(in_chain, chain, mean_latency)
+                elasticity = pt.where(in_chain, chain_elasticity, elasticity)
+        amplification = pt.where(has_cap, elasticity, amplification)
         sigma = noise_sd(amplification)
     if mean_latency is None:
         mean_latency = latency_expr(rps, point_c1, c2_point)

@@ -1,0 +1,68 @@
+"""What one log-density + gradient evaluation of the dense model with the decode profile
+costs, with the package's profile law and with the profile in the birth-death chain
+(``profile_law`` chain), in numba (the backend nutpie runs) and PyTensor's C backend, and
+the ratio to the first law listed, in one run.
+
+    .venv/bin/python benchmarks/chain_cost.py --set capped      # and fresh, dense
+
+The model is the Vidur hold-out check's (each group's rates up to 60% of its top rate),
+evaluated at its chains' starting point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gradient_cost import seconds_per_call  # noqa: E402 - the script's folder
+
+HERE = Path(__file__).resolve().parents[1] / "examples" / "vidur"
+LAWS = ("poisson", "chain")
+
+
+def cost(data, law: str) -> dict:
+    from bayesspec.bayes.dense import DenseLatencyModel
+
+    model = DenseLatencyModel({"decode_profile": str(HERE / "decode_profiles.csv"),
+                               "profile_law": law})
+    pm_model = model.build(data)
+    point = pm_model.initial_point()
+    point.update(pm_model.chain_starts)
+    flat = np.concatenate([np.ravel(point[v.name]) for v in pm_model.value_vars])
+    out = {}
+    for backend, mode in (("c_ms", None), ("numba_ms", "NUMBA")):
+        function = pm_model.logp_dlogp_function(ravel_inputs=True, mode=mode)
+        function.set_extra_values({})
+        out[backend] = round(seconds_per_call(function, flat) * 1e3, 3)
+    return out
+
+
+def main(argv=None) -> int:
+    from bayesspec import misfit
+    from bayesspec.data import read_tidy
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", choices=("capped", "fresh", "dense"), default="capped")
+    parser.add_argument("--fraction", type=float, default=0.6)
+    args = parser.parse_args(argv)
+    data = read_tidy(str(HERE / f"vidur_{args.set}.csv"))
+    fitted, _ = misfit.split_by_rate(data, args.fraction)
+    baseline = None
+    for law in LAWS:
+        row = {"set": args.set, "rows": len(fitted), "law": law, **cost(fitted, law)}
+        baseline = baseline or row
+        for backend in ("c_ms", "numba_ms"):
+            row[f"{backend[:-3]}_vs_first"] = round(row[backend] / baseline[backend], 2)
+        print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
