@@ -84,8 +84,11 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
         # queue near the ceiling); a fitted point as the likelihood has it, the steady law.
         held = members["held_out"].to_numpy(bool)
         requests = np.where(held, whole_run_requests(members), np.nan)
+        # a fitted point's replicate is the fit's own likelihood of it (with the load
+        # term bounded by its measurement where the fit's was: noise_load_at measured)
         draws = curve.predictive(rps, rng, measurement_log_se(members),
-                                 run_requests=requests)
+                                 run_requests=requests,
+                                 measured=np.where(held, np.nan, observed))
         mean_curve = curve.latency(rps)
         # how far up its ceiling each point sits (RPS*C2 for eq. (1))
         utilisation = curve.utilisation(rps, mean_curve)
@@ -166,7 +169,8 @@ def _left_out_pit(curve, rps, observed, members, mean_curve, draws) -> dict:
     pit = np.full(len(rps), np.nan)
     k = np.full(len(rps), np.nan)
     if fitted.any():
-        sigma = curve.noise_sigma(rps, mean_curve, measurement_log_se(members))
+        sigma = curve.noise_sigma(rps, mean_curve, measurement_log_se(members),
+                                  measured=np.where(fitted, observed, np.nan))
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             log_likelihood = curve.noise.log_density(
                 np.log(observed)[None, :] - np.log(mean_curve), sigma)

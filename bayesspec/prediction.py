@@ -29,8 +29,8 @@ from .errors import BadInput
 from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    concurrency_cap, costs_for_acceptance_length, crossover_rps,
                    curved_latency, effective_costs, expert_coverage, latency,
-                   load_amplification_expr, load_elasticity_expr, moe_latency,
-                   percentile_latency, profile_chain_extra, profile_chain_latency_expr,
+                   load_amplification_expr, load_elasticity_expr,
+                   measured_load_amplification, moe_latency, percentile_latency, profile_chain_extra, profile_chain_latency_expr,
                    percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
                    fluid_run_latency, profile_concurrency_expr, profile_segments,
                    sampled_quantile_error_expr, slot_wait_in_run, two_regime_latency,
@@ -201,10 +201,21 @@ class Curve:
             rps, _lift(self.c1, rps), _lift(self.c2, rps), _lift(self.cap, rps),
             wait_scale=self.wait_scale), np.shape(curve))
 
-    def noise_sigma(self, rps, curve: np.ndarray, log_se=0.0) -> np.ndarray:
-        """The measurement noise sd of a mean latency at ``rps`` (shape of ``curve``)."""
-        return self.noise.sigma(rps, log_se=log_se,
-                                amplification=self.amplification(rps, curve))
+    def noise_sigma(self, rps, curve: np.ndarray, log_se=0.0, measured=None) -> np.ndarray:
+        """The measurement noise sd of a mean latency at ``rps`` (shape of ``curve``).
+        ``measured`` (one per rate, NaN where none): the mean latency the fit's
+        likelihood read at that rate; where the fit bounded its load term by it
+        (``Noise.bounded_in_fit``), the load term is bounded here too, so that a fitted
+        point's predictive is the fit's own likelihood (a new rate keeps the law's
+        elasticity)."""
+        amplification = self.amplification(rps, curve)
+        if measured is not None and self.noise.bounded_in_fit:
+            measured = np.broadcast_to(np.asarray(measured, dtype=float), np.shape(rps))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                bound = np.where(np.isfinite(measured), measured_load_amplification(
+                    measured, self.zero_load_at(rps)), np.inf)
+            amplification = np.fmin(amplification, bound)
+        return self.noise.sigma(rps, log_se=log_se, amplification=amplification)
 
     def rate_meeting(self, target: float, *, steps: int = 48) -> np.ndarray:
         """Per draw (S,), the highest rate at which this curve stays within ``target``
@@ -312,16 +323,17 @@ class Curve:
         return np.where(known, run, curve), np.where(known, run_sigma, sigma)
 
     def predictive(self, rps, rng: np.random.Generator, log_se=0.0,
-                   run_requests=None) -> np.ndarray:
+                   run_requests=None, measured=None) -> np.ndarray:
         """Draws of a new measured mean latency at ``rps`` (curve and noise): of the
         steady law, or, where ``run_requests`` (scalar or one per rate; NaN: not a whole
         run) gives one, of a whole load test of that many requests from an idle server
-        (:meth:`run_latency`), finite at every rate."""
+        (:meth:`run_latency`), finite at every rate. ``measured``: see
+        :meth:`noise_sigma` (a replicate of a fitted point)."""
         if self.noise is None:
             raise ValueError(f"curve '{self.label}' has no noise model")
         rps = np.asarray(rps, dtype=float)
         curve = self.latency(rps)
-        sigma = self.noise_sigma(rps, curve, log_se)
+        sigma = self.noise_sigma(rps, curve, log_se, measured)
         curve, sigma = self._with_run(rps, curve, sigma, log_se, run_requests)
         return self.noise.draw(curve, sigma, rng)
 
@@ -641,7 +653,7 @@ class MetricCurve(Curve):
             wait_scale=self.wait_scale), np.shape(curve))
 
     def predictive(self, rps, rng: np.random.Generator, log_se=0.0,
-                   n_requests=None, run_requests=None) -> np.ndarray:
+                   n_requests=None, run_requests=None, measured=None) -> np.ndarray:
         """Draws of a new reported summary at ``rps``: of a load test of ``n_requests``
         requests per rate (its order-statistic bias and scatter), or without one the
         law's value with the fitted noise alone. Where ``run_requests`` gives a count
@@ -651,7 +663,7 @@ class MetricCurve(Curve):
             raise ValueError(f"curve '{self.label}' has no noise model")
         rps = np.asarray(rps, dtype=float)
         curve = self.latency(rps)
-        sigma = self.noise_sigma(rps, curve, log_se)
+        sigma = self.noise_sigma(rps, curve, log_se, measured)
         curve, sigma = self._with_run(rps, curve, sigma, log_se, run_requests)
         if n_requests is not None and self.sampling is not None:
             bias, variance = self.sampling.error(rps, n_requests)

@@ -69,3 +69,29 @@ def test_a_draw_cannot_escape_the_top_point_by_its_ceiling():
 def test_an_unknown_noise_reading_is_refused():
     with pytest.raises(ValueError, match="noise_load_at"):
         DenseLatencyModel({"noise_load_at": "data"})
+
+
+def test_a_fitted_points_replicate_is_the_bounded_likelihoods_and_a_new_rates_is_not():
+    """With the fit's load term bounded by the measurement, a fitted point's predictive
+    noise is the likelihood's (the lesser of the law's elasticity and the measured
+    L/C1 - 1), a rate without a measurement (NaN) keeps the law's elasticity, and a fit
+    that did not bound its term ignores the measurement."""
+    from bayesspec.prediction import Curve, Noise
+
+    draws = 3
+    base, load = np.full(draws, 0.01), np.full(draws, 0.05)
+    rps = np.array([1.0, 7.0, 7.4])
+    # cap 16 binds before 1/C2 = 10: near its ceiling the elasticity runs far above L/C1 - 1
+    bounded = Curve(np.full(draws, 2.0), np.full(draws, 0.1), cap=16.0,
+                    noise=Noise(base, load, bounded_in_fit=True))
+    curve = bounded.latency(rps)
+    elasticity = bounded.amplification(rps, curve)
+    measured = np.array([2.3, 9.0, np.nan])
+    sigma = bounded.noise_sigma(rps, curve, measured=measured)
+    lesser = np.fmin(elasticity[:, :2], measured_load_amplification(measured[:2], 2.0))
+    assert np.all(lesser[:, 1] < elasticity[:, 1])
+    np.testing.assert_allclose(sigma[:, :2], np.sqrt(0.01**2 + (0.05 * lesser) ** 2))
+    np.testing.assert_allclose(sigma[:, 2], bounded.noise_sigma(rps, curve)[:, 2])
+    free = Curve(np.full(draws, 2.0), np.full(draws, 0.1), cap=16.0, noise=Noise(base, load))
+    np.testing.assert_allclose(free.noise_sigma(rps, curve, measured=measured),
+                               free.noise_sigma(rps, curve))
