@@ -16,12 +16,11 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gradient_cost import seconds_per_call  # noqa: E402 - the script's folder
+from gradient_cost import backend_costs  # noqa: E402 - the script's folder
 
 HERE = Path(__file__).resolve().parents[1] / "examples" / "vidur"
 LAWS = ("poisson", "chain")
@@ -35,13 +34,7 @@ def cost(data, law: str) -> dict:
     pm_model = model.build(data)
     point = pm_model.initial_point()
     point.update(pm_model.chain_starts)
-    flat = np.concatenate([np.ravel(point[v.name]) for v in pm_model.value_vars])
-    out = {}
-    for backend, mode in (("c_ms", None), ("numba_ms", "NUMBA")):
-        function = pm_model.logp_dlogp_function(ravel_inputs=True, mode=mode)
-        function.set_extra_values({})
-        out[backend] = round(seconds_per_call(function, flat) * 1e3, 3)
-    return out
+    return backend_costs(pm_model, point)
 
 
 def main(argv=None) -> int:
