@@ -30,7 +30,7 @@ def cost(data, law: str) -> dict:
     from bayesspec.bayes.dense import DenseLatencyModel
 
     model = DenseLatencyModel({"decode_profile": str(HERE / "decode_profiles.csv"),
-                               "profile_law": law})
+                               "profile_law": law, "noise_load_at": "curve"})
     pm_model = model.build(data)
     point = pm_model.initial_point()
     point.update(pm_model.chain_starts)

@@ -29,7 +29,7 @@ sel = np.zeros(len(d), bool)
 for v,g,p,q in want:
     sel |= (d.verifier==v)&(d.gpu==g)&(d.prefill_tokens==p)&(d.decode_tokens==q)
 t=time.time()
-f = fit(d[sel], 'dense', settings=SamplerSettings(seed=1, progress=False), config={"decode_profile": "examples/vidur/decode_profiles.csv"})
+f = fit(d[sel], 'dense', settings=SamplerSettings(seed=1, progress=False), config={"decode_profile": "examples/vidur/decode_profiles.csv", "profile_law": "poisson", "noise_load_at": "curve"})
 print('seconds', round(time.time()-t), f.diagnostics['text'][:120])
 post = f.tree.posterior
 rh = az.rhat(post)["C2"].values

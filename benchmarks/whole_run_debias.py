@@ -56,7 +56,9 @@ def main() -> None:
     low, high = ((data, data.iloc[:0]) if args.fraction >= 1
                  else misfit.split_by_rate(data, args.fraction))
     settings = SamplerSettings(seed=1, progress=False)
-    config = {"decode_profile": "examples/vidur/decode_profiles.csv"}
+    # the law these figures were measured with (the defaults before 2026-12-05's fifth session)
+    config = {"decode_profile": "examples/vidur/decode_profiles.csv", "profile_law": "poisson",
+              "noise_load_at": "curve"}
     first = fit(low, "dense", settings=settings, config=config)
     print("stage one:", first.diagnostics["text"])
     labels = np.asarray(row_group_labels(low, first.groups))

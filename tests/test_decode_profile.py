@@ -165,7 +165,10 @@ def profile_fit(tmp_path_factory):
               sweep(prefill=2048, decode=512, c1=21.6, c2=0.40, seed=2)]
     data = prepare(pd.concat(frames, ignore_index=True))
     settings = SamplerSettings(draws=500, tune=500, chains=4, seed=5, progress=False)
-    return fit(data, "dense", settings=settings, config={"decode_profile": str(path)}), truth
+    # the data follow the Poisson law, so it is named (the default with a profile is the
+    # chain: tests/test_profile_chain.py recovers that one)
+    return fit(data, "dense", settings=settings,
+               config={"decode_profile": str(path), "profile_law": "poisson"}), truth
 
 
 @pytest.mark.long
@@ -271,7 +274,8 @@ def test_each_group_starts_at_its_own_costs(tmp_path, monkeypatch):
     data = prepare(pd.concat(
         [sweep(prefill=p, decode=d, c1=c1, c2=c2, seed=i)
          for i, ((p, d), (c1, c2)) in enumerate(truth.items())], ignore_index=True))
-    model = get_model_class("dense")(config={"decode_profile": str(path)})
+    model = get_model_class("dense")(config={"decode_profile": str(path),
+                                             "profile_law": "poisson"})
     inputs = model.prepare(data)
     starts = profile_starts(inputs)
     log_c1, logit_u = starts["log_C1"], starts["utilisation_logit"]

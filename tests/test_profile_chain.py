@@ -109,6 +109,57 @@ def test_the_chain_is_an_option_of_the_dense_models_profile_only():
         get_model_class("tails")({"profile_law": "chain", "decode_profile": "x.csv"})
 
 
+def test_the_chain_and_the_bound_are_the_dense_profiles_defaults_and_old_fits_keep_theirs(
+        tmp_path, mock_sampling):
+    """"auto" resolves at construction, so a fit file records the law it was fitted with;
+    a fit file made before the options existed reads back with the old defaults."""
+    import json
+
+    from bayesspec.bayes import DenseLatencyModel, get_model_class, load_fit
+    from bayesspec.data import prepare
+    from bayesspec.inference import SamplerSettings
+    from bayesspec.workflow import fit
+
+    def resolved(model):
+        return model.config["profile_law"], model.config["noise_load_at"]
+
+    assert resolved(DenseLatencyModel({"decode_profile": "p.csv"})) == ("chain", "measured")
+    assert resolved(DenseLatencyModel()) == ("poisson", "curve")
+    assert resolved(get_model_class("tails")({"decode_profile": "p.csv"})) == ("poisson",
+                                                                               "curve")
+    # what the user names is kept
+    named = DenseLatencyModel({"decode_profile": "p.csv", "profile_law": "poisson"})
+    assert resolved(named) == ("poisson", "curve")
+    named = DenseLatencyModel({"decode_profile": "p.csv", "noise_load_at": "curve"})
+    assert resolved(named) == ("chain", "curve")
+    with pytest.raises(ValueError, match="noise_load_at"):
+        get_model_class("speculative")({"noise_load_at": "auto"})
+
+    path = tmp_path / "profile.csv"
+    profile_frame().to_csv(path, index=False)
+    truth = ProfileCurve(np.array([10.4]), np.array([0.063]), batch_sizes=SIZES,
+                         iteration_s=TIMES, decode_tokens=256, cap=48, law="chain")
+    rps = np.linspace(0.05, 0.9, 6) * truth.ceiling[0]
+    data = prepare(pd.DataFrame({"verifier": "Llama-2-70B", "gpu": "A100",
+                                 "prefill_tokens": 256, "decode_tokens": 256, "rps": rps,
+                                 "latency_mean_s": truth.latency(rps)[0],
+                                 "max_num_seqs": 48}))
+    result = fit(data, "dense", settings=SamplerSettings(draws=20, tune=20, chains=2,
+                                                         seed=1, progress=False),
+                 config={"decode_profile": str(path)})
+    result.save(tmp_path / "new.nc")
+    assert load_fit(tmp_path / "new.nc").group_curve(0).law == "chain"
+    # an older file: the two options absent from its stored configuration
+    stored = json.loads(result.tree.attrs["model_config"])
+    for key in ("profile_law", "noise_load_at"):
+        del stored[key]
+    result.tree.attrs["model_config"] = json.dumps(stored)
+    result.save(tmp_path / "old.nc")
+    restored = load_fit(tmp_path / "old.nc")
+    assert resolved(restored.model()) == ("poisson", "curve")
+    assert restored.group_curve(0).law == "poisson"
+
+
 @pytest.mark.long
 def test_a_chain_fit_recovers_the_costs_of_a_chain_sweep(tmp_path):
     """One group's sweep drawn from the chain law (cap 48, the profile's fast band and tile
@@ -128,8 +179,11 @@ def test_a_chain_fit_recovers_the_costs_of_a_chain_sweep(tmp_path):
     data = prepare(pd.DataFrame({"verifier": "Llama-2-70B", "gpu": "A100",
                                  "prefill_tokens": 256, "decode_tokens": 256, "rps": rps,
                                  "latency_mean_s": mean, "max_num_seqs": 48}))
+    # at the defaults: a profile with a stated cap is fitted by the chain, with the bound
     result = fit(data, "dense", settings=SamplerSettings(seed=2, progress=False),
-                 config={"decode_profile": str(path), "profile_law": "chain"})
+                 config={"decode_profile": str(path)})
+    assert result.model_config["profile_law"] == "chain"
+    assert result.model_config["noise_load_at"] == "measured"
     assert result.diagnostics["converged"], result.diagnostics["text"]
     for name, value in (("C1", 10.4), ("C2", 0.063)):
         lo, hi = np.quantile(result.draws(name, 0), [0.05, 0.95])

@@ -241,10 +241,11 @@ COMMON_CONFIG = {
     # "measured", that but at most each point's measured L/C1 - 1 (eq. (1)'s x/(1-x) at
     # the measurement). On the curve alone a draw escapes a sweep's top point by putting
     # its ceiling just above it, which inflates that point's noise. "measured" fits the
-    # top of a sweep near the cap far better (R^2), but its held-in intervals run wide
-    # near the cap, so it is not the default (benchmarks/README.md, 2026-12-05 third
-    # session). Predictions keep the law's elasticity; laws with a mean of their own
-    # (MoE, discrepancies) ignore the option.
+    # top of a sweep near the cap far better (R^2); it is the dense model's default with a
+    # decode profile ("auto", with the chain law: DenseLatencyModel), chosen there on the
+    # Vidur sets, and measured nowhere else (benchmarks/README.md, 2026-12-05). A fitted
+    # point's interval is then the bounded likelihood's; predictions at new rates keep
+    # the law's elasticity. Laws with a mean of their own (MoE, discrepancies) ignore it.
     "noise_load_at": "curve",
     "log_c1_scale": 2.0,          # prior scale of log C1 across groups
     "utilisation_logit_mean": 1.0,
@@ -270,6 +271,9 @@ class LatencyModel:
     adaptation: str = "diag"
     # Chain starts ("jitter" or "optimised", see inference.optimised_starts).
     init: str = "jitter"
+    # Options whose default changed: the value a fit file that does not record the option
+    # was made with (read back by ``from_tree``).
+    legacy_defaults: dict = {"profile_law": "poisson", "noise_load_at": "curve"}
     # Tuning steps and draws per chain when the user does not say (``--tune``, ``--draws``).
     default_tune: int = 1000
     default_draws: int = 1000
@@ -282,10 +286,10 @@ class LatencyModel:
         if unknown:
             raise ValueError(f"unknown {self.name} model option(s): {sorted(unknown)}")
         self.config = {**self.default_config, **(config or {})}
+        self.check_config()
         if self.config.get("noise_load_at", "curve") not in ("measured", "curve"):
             raise ValueError("noise_load_at must be 'measured' or 'curve', got "
                              f"{self.config['noise_load_at']!r}")
-        self.check_config()
         self.inputs: ModelInputs | None = None
         self._catalog = catalog
         self.fitted: Fit | None = None
@@ -537,7 +541,9 @@ class LatencyModel:
             raise FitFileError(
                 f"made by {name} model version {attrs.get('bayesspec_model_version')}, this "
                 f"bayesspec has version {cls.version}; refit the data", file=where)
-        model = cls(json.loads(attrs.get("model_config", "{}")))
+        stored = json.loads(attrs.get("model_config", "{}"))
+        model = cls({**{key: value for key, value in cls.legacy_defaults.items()
+                        if key in cls.default_config}, **stored})
         model.restore(json.loads(attrs.get("model_record", "{}")))
         fit = Fit(tree, model, where)
         model.fitted = fit

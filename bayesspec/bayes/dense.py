@@ -130,13 +130,23 @@ class DenseLatencyModel(LatencyModel):
         # self-consistent N with each batch spread like a Poisson count about it, or
         # "chain", the profile inside the slot queue's birth-death chain
         # (laws.profile_chain_latency_expr; benchmarks/README.md, 2026-12-05 third session).
-        "profile_law": "poisson",
+        # "auto": the model's ``profile_law_with_profile`` where a profile is given.
+        "profile_law": "auto",
+        # "auto": "measured" where the profile's law is the chain, else "curve". The two
+        # were chosen together: the chain's R^2 misses on the set it was chosen on were
+        # top points near the cap that the bound pins (benchmarks/README.md, 2026-12-05
+        # fourth session, and the defaults' check on 2026-12-05 fifth session).
+        "noise_load_at": "auto",
     }
+    #: The decode profile's law by default: the chain, measured better than the Poisson
+    #: law on R^2 in all three Vidur sets and held out in two (equal on the third).
+    profile_law_with_profile = "chain"
     #: Whether the model's law takes the engine's cap (the slot queue), so that it can
     #: learn one (``cap_prior``); the discrepancy and two-regime laws do not.
     learns_cap = True
 
     def check_config(self) -> None:
+        self.resolve_profile_defaults()
         super().check_config()
         from .cap_prior import CAP_PRIORS
 
@@ -147,7 +157,7 @@ class DenseLatencyModel(LatencyModel):
             raise ValueError(f"the {self.name} model's law does not take the engine's cap, "
                              "so it cannot learn one: use --model dense or tails")
         if self.config["profile_law"] not in ("poisson", "chain"):
-            raise ValueError("profile_law must be 'poisson' or 'chain', got "
+            raise ValueError("profile_law must be 'poisson', 'chain' or 'auto', got "
                              f"{self.config['profile_law']!r}")
         if self.config["profile_law"] == "chain" and not self.config["decode_profile"]:
             raise ValueError("profile_law chain puts the decode profile in the chain: give "
@@ -174,6 +184,16 @@ class DenseLatencyModel(LatencyModel):
             # tuning steps ended at R-hat 1.012-1.048; 3 of 3 at 2000 converged
             # (R-hat <= 1.004; benchmarks/README.md)
             self.default_tune = 2000
+
+    def resolve_profile_defaults(self) -> None:
+        """Replace "auto" in ``profile_law`` and ``noise_load_at`` by what they mean for
+        this configuration, so that a fit file records the law it was fitted with."""
+        cfg = self.config
+        if cfg["profile_law"] == "auto":
+            cfg["profile_law"] = (self.profile_law_with_profile if cfg["decode_profile"]
+                                  else "poisson")
+        if cfg["noise_load_at"] == "auto":
+            cfg["noise_load_at"] = "measured" if cfg["profile_law"] == "chain" else "curve"
 
     def build(self, data: pd.DataFrame) -> pm.Model:
         inputs, model = self.empty_model(data)

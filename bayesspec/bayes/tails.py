@@ -249,6 +249,9 @@ class TailLatencyModel(DenseLatencyModel):
         "quantile_rule": "linear",
     }
 
+    #: tails reads its load factor from the Poisson law (the chain has no single N)
+    profile_law_with_profile = "poisson"
+
     def check_config(self) -> None:
         super().check_config()
         if self.config["profile_law"] != "poisson":

@@ -222,11 +222,19 @@ def decode_profile_note(result) -> str:
     has = result.groups.get("decode_profile")
     count = int(np.asarray(has, dtype=bool).sum()) if has is not None else 0
     total = len(result.groups)
+    config = result.model_config
+    law = {"chain": "the profile inside the slot queue's chain",
+           "poisson": "the profile at the law's own N"}.get(config.get("profile_law"), "")
+    if law:
+        law = (f"; law: {law}, the noise's load term "
+               f"{'bounded by each measurement' if config.get('noise_load_at') == 'measured' else 'on the curve'}"
+               " (--option profile_law=chain|poisson, noise_load_at=measured|curve)")
     if count == total:
-        return f"decode profile: all {total} group(s) follow it"
+        return f"decode profile: all {total} group(s) follow it{law}"
     missing = result.groups["label"][~np.asarray(has, dtype=bool)].tolist()
     return (f"decode profile: {count} of {total} group(s) follow it; no profile for "
-            f"{'; '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} (eq. (1) there)")
+            f"{'; '.join(missing[:4])}{' ...' if len(missing) > 4 else ''} (eq. (1) there)"
+            f"{law}")
 
 
 def questions_text(questions: list[dict]) -> str:

@@ -14,8 +14,9 @@ it were exactly right: ``misfit.coverage_reference``), repeated at
 ``--extra-fractions``. The sweeps run from 5% to 95% of each setup's ceiling, so the
 default 0.63 of the top rate is 60% of the ceiling (0.5 and 0.79: 47% and 75%). A model is a registered name or MODEL[:t][+OPTION=VALUE...]
 (``:t`` a Student-t error, options of the model's config, e.g.
-``dense-spline+knot_spacing=0.1``; ``dense-profile``: dense with the sets' decode-iteration
-profiles, ``decode_profiles.csv``). Prints one table per model and a comparison (with
+``dense-spline+knot_spacing=0.1``; ``dense-profile``: dense at its defaults with the sets'
+decode-iteration profiles, ``decode_profiles.csv``; ``dense-profile-poisson``: the
+defaults before 2026-12-05, the Poisson profile law). Prints one table per model and a comparison (with
 the median 90% interval width relative to the latency, held in and held out), writes
 evaluation.json, each model's held-out points with their intervals
 (points_holdout_<model>.csv) and the predictive-check figures of each model's hold-out
@@ -41,16 +42,22 @@ HERE = Path(__file__).resolve().parent
 VARIANTS = {"dense": ("dense", {}), "dense-discrepancy": ("dense-discrepancy", {}),
             "dense-discrepancy:t": ("dense-discrepancy", {"likelihood": "student_t"}),
             "dense-roofline": ("dense-roofline", {}), "dense-spline": ("dense-spline", {}),
-            # the engine's decode-iteration time by batch size (decode_profiles.csv)
+            # the engine's decode-iteration time by batch size (decode_profiles.csv), at
+            # the defaults: since 2026-12-05 (fifth session) the chain with the bound
             "dense-profile": ("dense", {"decode_profile": str(HERE / "decode_profiles.csv")}),
-            # the same, its noise's load term bounded by each measured latency's L/C1 - 1
+            # the default before: the Poisson law, the noise's load term on the curve
+            "dense-profile-poisson": ("dense", {
+                "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "poisson",
+                "noise_load_at": "curve"}),
+            # the Poisson law, its noise's load term bounded by each measured L/C1 - 1
             "dense-profile-bounded": ("dense", {
-                "decode_profile": str(HERE / "decode_profiles.csv"),
+                "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "poisson",
                 "noise_load_at": "measured"}),
-            # the same, with the decode profile inside the slot queue's chain
+            # the decode profile inside the slot queue's chain, the load term on the curve
             "dense-profile-chain": ("dense", {
-                "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "chain"}),
-            # the chain with the noise's load term bounded as in dense-profile-bounded
+                "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "chain",
+                "noise_load_at": "curve"}),
+            # the chain with the noise's load term bounded (what "dense-profile" now is)
             "dense-profile-chain-bounded": ("dense", {
                 "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "chain",
                 "noise_load_at": "measured"})}
