@@ -486,8 +486,8 @@ def fold_check(data: pd.DataFrame, *, model: str = "dense", folds: int = 5,
     if "holdout_mask" not in latency_model.default_config:
         raise BadInput(f"the {model} model cannot refit without some of its points "
                        "(no fit mask)", argument="model")
+    latency_model.build(data)  # first: a build may choose the starts by the data
     settings = settings_for(latency_model, settings)
-    latency_model.build(data)
     inputs = latency_model.inputs
     fold_of_point = interleaved_folds(inputs.rows["rps"], inputs.group_index, folds)
     values = latency_model.data_values(data)

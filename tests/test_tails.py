@@ -287,6 +287,11 @@ def test_tails_model_carries_the_engine_cap(mock_sampling):
                                                                        seed=1))
     curve = fit.model().metric_curve(fit, 0, "p99")
     assert curve.cap is not None and np.all(curve.cap == 64)
+    # with the slot queue in the law the chains start at the mode (as dense's learned cap)
+    assert json.loads(fit.tree.attrs["sampler_settings"])["init"] == "optimised"
+    uncapped = workflow.fit(prepare(generate_tail_sweeps(tail_truth(truth, METRICS), seed=0)),
+                            "tails", settings=SamplerSettings(draws=50, chains=2, seed=1))
+    assert json.loads(uncapped.tree.attrs["sampler_settings"])["init"] == "jitter"
     from bayesspec.laws import ceiling_rps
 
     # The mean's C1 with the summary's own saturation cost (near the mean's C2).

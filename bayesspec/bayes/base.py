@@ -511,9 +511,10 @@ class LatencyModel:
         from ..errors import ConvergenceWarning
         from ..inference import sample_model, settings_for
 
-        settings = settings_for(self, settings)
         started = time.perf_counter()
-        tree = sample_model(self.build(data), settings)
+        pm_model = self.build(data)  # first: a build may choose the starts by the data
+        settings = settings_for(self, settings)
+        tree = sample_model(pm_model, settings)
         result = Fit.from_sampling(self, data, tree, settings=dataclasses.asdict(settings))
         result.tree.attrs["fit_seconds"] = round(time.perf_counter() - started, 3)
         verdict = result.diagnostics

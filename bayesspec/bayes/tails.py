@@ -433,6 +433,13 @@ class TailLatencyModel(DenseLatencyModel):
             every_group = data["group_index"]
             c2_summary = soft_utilisation_cap(every_rps, c2_tail[:, every_group])
             capped = has_mean and "cap" in data
+            if capped:
+                # With the slot queue in the law, a jittered chain can stay in a far mode
+                # for the whole run: the README's SLO sweeps, freshly compiled, ended one
+                # first pass at R-hat 1.53 (C2, bulk ESS 7) and one retry at 0.99 the same
+                # way; started at the mode the same fit converged (benchmarks/README.md,
+                # 2026-12-05 fifth session). As dense does with a learned cap.
+                self.init = "optimised"
             # With the engine's decode profile the mean law's zero-load latency at a point
             # is C1 plus the profile's shift (as in the mean's likelihood). That stretch
             # slows every request alike, so it scales each summary as it scales the mean;

@@ -226,9 +226,10 @@ def decode_profile_note(result) -> str:
     law = {"chain": "the profile inside the slot queue's chain",
            "poisson": "the profile at the law's own N"}.get(config.get("profile_law"), "")
     if law:
+        bounded = config.get("noise_load_at") == "measured"
         law = (f"; law: {law}, the noise's load term "
-               f"{'bounded by each measurement' if config.get('noise_load_at') == 'measured' else 'on the curve'}"
-               " (--option profile_law=chain|poisson, noise_load_at=measured|curve)")
+               f"{'bounded by each measurement' if bounded else 'on the curve'} "
+               "(--option profile_law=chain|poisson, noise_load_at=measured|curve)")
     if count == total:
         return f"decode profile: all {total} group(s) follow it{law}"
     missing = result.groups["label"][~np.asarray(has, dtype=bool)].tolist()
