@@ -56,7 +56,7 @@ def dispersion_check(data: pd.DataFrame, name: str) -> None:
         light, held = in_flight < 0.6 * cap, (in_flight >= 0.6 * cap) & (in_flight < 0.9 * cap)
         if light.sum() < 3:
             continue
-        c2 = np.polyfit(in_flight[light], mean[light], 1)[0]
+        c2, c1 = np.polyfit(in_flight[light], mean[light], 1)
         observed = (p99 - mean) / (c2 * norm.ppf(0.99) * np.sqrt(in_flight))
         dispersion = float(np.median(observed[light]))
         dispersions.append(dispersion)
@@ -65,7 +65,6 @@ def dispersion_check(data: pd.DataFrame, name: str) -> None:
         held_errors.append((p99 / predicted - 1.0)[held])
         # the tails model's form, the same way: p99 / mean = a (L/C1)^(gamma - 1), C1
         # the line's intercept, a and gamma by least squares in logs below 0.6
-        c1 = np.polyfit(in_flight[light], mean[light], 1)[1]
         load = np.log(mean / c1)
         slope, level = np.polyfit(load[light], np.log(p99 / mean)[light], 1)
         power = mean * np.exp(level + slope * load)
