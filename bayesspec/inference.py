@@ -397,6 +397,36 @@ def stacked_draws(tree: xr.DataTree, name: str) -> np.ndarray:
     return np.asarray(values.values, dtype=float)
 
 
+def resample_within_chains(tree: xr.DataTree, log_weights: np.ndarray) -> xr.DataTree:
+    """The draws of ``tree`` reweighted by ``log_weights`` (one per draw, chains stacked
+    first as in :func:`stacked_draws`): each chain keeps its length and order, its draws
+    repeated or dropped by systematic resampling on its own normalised weights (a draw of
+    weight w appears about w times the chain's length). Applied alike to the posterior
+    and the sample stats, so each draw keeps its own stats; warm-up is left as sampled."""
+    import copy
+
+    posterior = tree["posterior"]
+    chains, draws = posterior.sizes["chain"], posterior.sizes["draw"]
+    # stacked_draws orders (chain, draw) with the chain outermost
+    logs = np.asarray(log_weights, dtype=float).reshape(chains, draws)
+    picks = np.empty((chains, draws), dtype=int)
+    offsets = (np.arange(draws) + 0.5) / draws
+    for c in range(chains):
+        weights = np.exp(logs[c] - np.max(logs[c]))
+        cumulative = np.cumsum(weights / weights.sum())
+        picks[c] = np.minimum(np.searchsorted(cumulative, offsets), draws - 1)
+    out = copy.deepcopy(tree)
+    for name in ("posterior", "sample_stats"):
+        if name not in out.children:
+            continue
+        dataset = out[name].to_dataset()
+        index = xr.DataArray(picks, dims=("chain", "draw"))
+        chosen = dataset.isel(draw=index)
+        out[name] = xr.DataTree(chosen.assign_coords(draw=dataset["draw"]),
+                                name=name)
+    return out
+
+
 #: Root attr of a fit file holding every posterior variable's (R-hat max, bulk ESS min),
 #: computed once when the fit is made: answering from a saved fit then needs no ArviZ
 #: (about a second of imports). Stored with a fingerprint of the draws it was computed

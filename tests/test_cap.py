@@ -348,3 +348,184 @@ def test_the_tail_bound_holds_and_skipping_the_queue_changes_nothing():
             assert laws.capped_latency(rps, c1, c2, cap) == pytest.approx(
                 laws.slot_queue_latency_expr(rps, c1, c2, cap), rel=1e-12)
     assert 50 < skipped < 400
+
+
+def test_fit_leaves_out_a_cap_its_points_stay_below_only_when_it_checks_the_draws():
+    """Between the two rules (the top point far enough below the cap, its load doubled
+    not): an unchecked build keeps the slot queue, ``fit``'s build leaves it out and marks
+    the group for the check on the draws; with a decode profile it never does."""
+    from bayesspec.bayes import get_model_class
+
+    raw = _law_sweep(400, shares=(0.1, 0.3, 0.5, 0.7, 0.8))
+    sweep = prepare(raw.assign(latency_p99_s=2.5 * raw["latency_mean_s"]))
+    top = sweep["rps"].max() * sweep["latency_mean_s"].iloc[-1]
+    assert 0.3 * 400 < top < 0.5 * 400                      # well inside the cap
+    for name in ("dense", "tails"):
+        model = get_model_class(name)()
+        assert model.prepare(sweep).groups["cap_in_likelihood"].all()
+        model.cap_checked_on_draws = True
+        groups = model.prepare(sweep).groups
+        assert not groups["cap_in_likelihood"].any()
+        assert groups["cap_left_out_on_trust"].all()
+    near = _law_sweep(16)
+    model = get_model_class("dense")()
+    model.cap_checked_on_draws = True
+    groups = model.prepare(prepare(near)).groups
+    assert groups["cap_in_likelihood"].all() and not groups["cap_left_out_on_trust"].any()
+    assert not get_model_class("dense-spline").checks_cap_on_draws
+
+
+def test_the_caps_departure_per_draw_is_nil_far_below_it_and_infinite_past_its_ceiling():
+    from bayesspec.bayes.base import cap_departure
+
+    rps = np.array([2.0, 8.0, 16.0])
+    c1, c2, cap = np.array([3.5, 3.5, 3.5]), np.array([0.04, 0.052, 0.054]), 400.0
+    departure = cap_departure(rps, c1, c2, cap, 1.0)
+    assert departure[0] < 1e-9                            # N = 156 at the top: far below
+    assert 1e-3 < departure[1] < np.inf                   # N = 333 of 400: the queue shows
+    assert departure[2] == np.inf                         # the top rate past its ceiling
+    # exactly the slot queue against eq. (1), scaled by a summary's exponent
+    expected = np.abs(np.log(laws.capped_latency(16.0, 3.5, 0.052, cap)
+                             / laws.latency(16.0, 3.5, 0.052)))
+    assert departure[1] == pytest.approx(expected)
+    assert cap_departure(rps, c1, c2, cap, 1.0, power=np.full(3, 2.0))[1] == pytest.approx(
+        2 * expected)
+
+
+@pytest.mark.filterwarnings("ignore::bayesspec.errors.ConvergenceWarning")  # prior draws
+@pytest.mark.parametrize("share, log_ratio, check", [
+    (0.0, None, "left out"),        # no draw moves a point: left out, nothing weighed
+    (0.3, "few", "reweighted"),     # some do: the draws reweighed by the capped model
+    (0.3, "many", "refitted"),      # too many: too few effective draws left
+    (0.3, "boost", "refitted"),     # one draw would count for a quarter of the chain
+])
+def test_fit_settles_a_left_out_cap_by_the_draws(monkeypatch, mock_sampling, capsys, share,
+                                                  log_ratio, check):
+    from bayesspec.bayes import base, get_model_class
+    from bayesspec.inference import SamplerSettings
+
+    shares, weighings = [], []
+    real = base.LatencyModel.cap_reach_share
+    draws = 4 * 20
+
+    def reported(self, fit):
+        measured = real(self, fit)
+        shares.append(measured)
+        return None if measured is None else share
+
+    def weigh(self, fit, data, free_model):
+        ratio = np.zeros(draws)
+        if log_ratio == "few":
+            ratio[::40] = -50.0                 # 2 of 80 draws the cap rules out
+        elif log_ratio == "many":
+            ratio[::2] = -50.0                  # half of them
+        elif log_ratio == "boost":
+            ratio[7] = np.log(25.0)
+        kept = self.inputs, self.cap_checked_on_draws
+        self.cap_checked_on_draws = False
+        self.build(data)
+        capped = self.inputs
+        self.inputs, self.cap_checked_on_draws = kept
+        weighings.append(ratio)
+        return ratio, capped
+
+    monkeypatch.setattr(base.LatencyModel, "cap_reach_share", reported)
+    monkeypatch.setattr(base.LatencyModel, "cap_importance", weigh)
+    sweep = prepare(_law_sweep(400, shares=(0.1, 0.3, 0.5, 0.7, 0.8)))
+    model = get_model_class("dense")()
+    result = model.fit(sweep, SamplerSettings(draws=20, tune=20, chains=4, seed=1,
+                                              progress=True))
+    assert shares[0] is not None and 0.0 <= shares[0] <= 1.0   # the check ran on the draws
+    assert len(weighings) == (share > 0)
+    attrs = result.tree.attrs
+    assert attrs["cap_check"] == check and attrs["cap_reach_share"] == share
+    assert ("fitting again with its slot queue" in capsys.readouterr().err) == (
+        check == "refitted")
+    # the posterior is the capped law's unless nothing moved
+    assert bool(result.groups["cap_in_likelihood"].all()) == (check != "left out")
+    if check == "reweighted":
+        assert attrs["cap_importance_ess_share"] == pytest.approx(78 / 80, abs=1e-3)
+        assert result.posterior["C2"].shape == (4, 20, 1)
+    assert not model.cap_checked_on_draws                     # only for fit's own build
+    assert model.prepare(sweep).groups["cap_in_likelihood"].all()
+
+
+def test_the_caps_importance_weights_are_the_likelihood_ratio_of_the_two_models(
+        mock_sampling):
+    """Draws far below the cap weigh the same in both models; draws that put the top rate
+    past the cap's ceiling weigh very differently in the model with the cap."""
+    from bayesspec import inference
+    from bayesspec.bayes import base, get_model_class
+    from bayesspec.data import included
+    from bayesspec.fitfile import Fit
+    from bayesspec.inference import SamplerSettings
+
+    sweep = prepare(_law_sweep(400, shares=(0.1, 0.3, 0.5, 0.7, 0.8)))
+    model = get_model_class("dense")()
+    model.cap_checked_on_draws = True
+    free_model = model.build(sweep)
+    settings = inference.settings_for(model, SamplerSettings(draws=100, tune=10, seed=3))
+    fit = Fit.from_sampling(model, sweep, inference.sample_model(free_model, settings))
+    model.cap_checked_on_draws = False
+    capped_model = model.build(sweep)
+    ratio = (base.log_density_at_draws(capped_model, fit)
+             - base.log_density_at_draws(free_model, fit))
+    rps = included(fit.data)["rps"].to_numpy(float)
+    departure = base.cap_departure(rps, fit.draws("C1", 0), fit.draws("C2", 0), 400.0,
+                                   float(fit.groups["wait_scale"].iloc[0]))
+    far, past = departure < 1e-9, ~np.isfinite(departure)
+    assert far.sum() > 10 and past.sum() > 10                 # prior draws span both
+    # (prior draws sit far off the data with small noise, which magnifies a departure of
+    # 1e-9 to a few thousandths of a log unit; posterior draws do not)
+    assert np.abs(ratio[far]).max() < 0.01
+    assert np.abs(ratio[past]).min() > 1.0 and np.median(ratio[past]) < -10.0
+
+
+def test_tails_checks_each_summary_at_its_own_saturation_cost(mock_sampling):
+    from bayesspec import inference
+    from bayesspec.bayes import base, get_model_class
+    from bayesspec.fitfile import Fit
+    from bayesspec.inference import SamplerSettings
+
+    raw = _law_sweep(400, shares=(0.1, 0.3, 0.5, 0.7, 0.8))
+    sweep = prepare(raw.assign(latency_p99_s=2.5 * raw["latency_mean_s"], n_requests=500))
+    model = get_model_class("tails")()
+    model.cap_checked_on_draws = True
+    pm_model = model.build(sweep)
+    settings = inference.settings_for(model, SamplerSettings(draws=30, tune=10, seed=2))
+    fit = Fit.from_sampling(model, sweep, inference.sample_model(pm_model, settings))
+    assert fit.groups["cap_left_out_on_trust"].all()
+    rps = sweep["rps"].to_numpy(float)
+    found = model.cap_departures(fit, 0, rps)
+    assert [tolerance for _, tolerance in found] == [base.CAP_REACH_TOLERANCE,
+                                                     base.CAP_REACH_SUMMARY_TOLERANCE]
+    tail = fit.posterior["tail_C2"].sel(metric="p99").isel(group=0)
+    exponent = fit.posterior["tail_exponent"].sel(metric="p99").isel(group=0)
+    expected = base.cap_departure(rps, fit.draws("C1", 0),
+                                  tail.stack(sample=("chain", "draw")).values, 400.0,
+                                  float(fit.groups["wait_scale"].iloc[0]),
+                                  exponent.stack(sample=("chain", "draw")).values)
+    np.testing.assert_allclose(found[1][0], expected)
+
+
+def test_resampling_within_chains_drops_the_draws_of_no_weight_and_keeps_each_chains_order():
+    import xarray as xr
+
+    from bayesspec.inference import resample_within_chains
+
+    values = np.arange(2 * 10, dtype=float).reshape(2, 10)
+    tree = xr.DataTree.from_dict({
+        "posterior": xr.Dataset({"C2": (("chain", "draw"), values)},
+                                coords={"chain": [0, 1], "draw": np.arange(10)}),
+        "sample_stats": xr.Dataset({"diverging": (("chain", "draw"), values % 3 == 0)},
+                                   coords={"chain": [0, 1], "draw": np.arange(10)})})
+    log_weights = np.zeros(20)
+    log_weights[[3, 14]] = -np.inf              # chain 0's draw 3, chain 1's draw 4
+    log_weights[[5]] = np.log(2.0)              # chain 0's draw 5 counts twice
+    out = resample_within_chains(tree, log_weights)
+    kept = out["posterior"]["C2"].values
+    assert kept.shape == (2, 10) and 3.0 not in kept[0] and 14.0 not in kept[1]
+    assert np.all(np.diff(kept, axis=1) >= 0)                 # order kept within each chain
+    assert list(kept[0]).count(5.0) == 2 and set(kept[1]) == set(range(10, 20)) - {14}
+    np.testing.assert_array_equal(out["sample_stats"]["diverging"].values, kept % 3 == 0)
+    np.testing.assert_array_equal(tree["posterior"]["C2"].values, values)   # not in place

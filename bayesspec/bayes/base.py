@@ -83,10 +83,28 @@ def group_caps(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
 #: How far (relative) the slot queue may depart from eq. (1) at the loosest load the
 #: data could imply before the likelihood needs it: well below any measured mean's noise.
 CAP_REACH_TOLERANCE = 1e-3
+#: The same for a latency summary (``tails``), whose own noise is 3% or more (its prior
+#: median): the cap may move a fitted percentile by at most a third of that.
+CAP_REACH_SUMMARY_TOLERANCE = 1e-2
+#: A cap left out of the likelihood on the fitted points' evidence alone is checked on the
+#: posterior draws (``LatencyModel.fit``). Where it would move some fitted point beyond
+#: its tolerance in some draws, the draws are weighed by the density of the model with
+#: the cap over the one without, and resampled within each chain: the posterior with the
+#: cap, by importance sampling. It is trusted when the weights' effective sample size is
+#: at least this share of the draws and no draw weighs more than
+#: :data:`CAP_IMPORTANCE_MAX_WEIGHT` times an even share (a bounded ratio bounds the
+#: estimate's variance, whatever a Pareto tail fitted to ratios within a few percent of
+#: each other says); otherwise ``fit`` samples again with the cap in.
+CAP_IMPORTANCE_MIN_ESS_SHARE = 0.9
+CAP_IMPORTANCE_MAX_WEIGHT = 5.0
+#: Where :func:`cap_reaches_the_data` looks: the share of the top point's headroom (1 - x)
+#: added to its load. 0.5 (about twice the requests in flight) when nothing checks the
+#: draws afterwards; 0 (the top point itself) when ``fit`` checks them.
+CAP_REACH_HEADROOM = 0.5
 
 
 def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.ndarray,
-                         wait: np.ndarray) -> np.ndarray:
+                         wait: np.ndarray, headroom: float = CAP_REACH_HEADROOM) -> np.ndarray:
     """Per group, whether the engine's cap can move the latency of the measured points.
 
     Far below the cap (hundreds of KV-cache slots against tens of requests in flight) the
@@ -95,9 +113,10 @@ def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.n
     worse. So the likelihood uses the queue only where it matters: with the group's
     costs read off its points (C1 the lowest latency, C2 the steepest load term any point
     implies: both lean towards a heavier queue tail), the queue must stay within
-    :data:`CAP_REACH_TOLERANCE` of eq. (1) at half the highest point's headroom (about
-    twice the requests in flight). Decisions keep the cap either way (the ceiling is the
-    cap's throughput when that is lower than 1/C2)."""
+    :data:`CAP_REACH_TOLERANCE` of eq. (1) at ``headroom`` times the highest point's
+    headroom added to its load (0.5: about twice the requests in flight; 0: at the point).
+    Decisions keep the cap either way (the ceiling is the cap's throughput when that is
+    lower than 1/C2)."""
     reaches = np.isfinite(caps)
     if "latency_mean_s" not in rows.columns:
         return reaches
@@ -110,7 +129,7 @@ def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.n
             continue
         c1 = float(np.min(mean))
         c2 = max(float(np.max((1.0 - c1 / mean) / r)), 1e-12)
-        utilisation = 1.0 - (1.0 - min(float(np.max(r)) * c2, 1.0)) / 2.0
+        utilisation = 1.0 - (1.0 - min(float(np.max(r)) * c2, 1.0)) * (1.0 - headroom)
         if utilisation >= 1.0:
             continue
         at = utilisation / c2
@@ -119,6 +138,50 @@ def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.n
                          / latency(at, c1, c2) - 1.0)
         reaches[g] = not (np.isfinite(departure) and abs(departure) < CAP_REACH_TOLERANCE)
     return reaches
+
+
+def cap_departure(rps, c1, c2, cap: float, wait_scale: float, power=1.0) -> np.ndarray:
+    """Per draw (``c1``, ``c2``, ``power``: (draws,)), the largest |log| ratio of the slot
+    queue's latency to eq. (1)'s over the rates ``rps``, times ``power`` (a summary's
+    exponent; 1 for the mean); ``inf`` where a draw puts a rate at or past the cap's
+    ceiling."""
+    rps = np.asarray(rps, dtype=float)[None, :]
+    c1, c2 = np.asarray(c1, float)[:, None], np.asarray(c2, float)[:, None]
+    with np.errstate(all="ignore"):
+        ratio = (capped_latency(rps, c1, c2, cap, wait_scale=wait_scale)
+                 / latency(rps, c1, c2))
+        departure = np.asarray(power, float)[..., None] * np.abs(np.log(ratio))
+    departure = np.where(np.isfinite(departure), departure, np.inf)
+    return departure.max(axis=1) if departure.shape[1] else np.zeros(len(departure))
+
+
+def log_density_at_draws(pm_model, fit: Fit) -> np.ndarray:
+    """(S,) ``pm_model``'s log density (C backend) at each posterior draw of ``fit``, whose
+    free variables it shares, mapped to the unconstrained space it samples in."""
+    logp = pm_model.compile_logp()
+    columns = {}
+    for rv in pm_model.free_RVs:
+        values = fit.posterior[rv.name].stack(sample=("chain", "draw")).transpose(
+            "sample", ...).values.astype(float)
+        transform = pm_model.rvs_to_transforms.get(rv)
+        if transform is not None:
+            values = np.asarray(transform.forward(values, *rv.owner.inputs).eval(), float)
+        columns[pm_model.rvs_to_values[rv].name] = values
+    count = len(next(iter(columns.values())))
+    return np.array([logp({name: values[i] for name, values in columns.items()})
+                     for i in range(count)], dtype=float)
+
+
+def importance_summary(log_ratio) -> dict | None:
+    """The effective sample size of importance weights given as log ratios, as a share of
+    the draws, and the largest weight in units of an even share; None without a finite
+    one."""
+    if log_ratio is None or not np.isfinite(np.max(log_ratio)):
+        return None
+    weights = np.exp(np.where(np.isfinite(log_ratio), log_ratio, -np.inf) - np.max(log_ratio))
+    weights /= weights.sum()
+    return {"ess_share": float(1.0 / np.sum(weights**2) / len(weights)),
+            "max_weight": float(np.max(weights) * len(weights))}
 
 
 def engine_limits(groups: pd.DataFrame, group: int, prefill=np.nan, decode=np.nan) -> dict:
@@ -280,6 +343,13 @@ class LatencyModel:
     # Parameters of one group's curve (C1, C2): a group needs this many rates plus two to
     # pin them down and see the noise (inference.design_advice).
     curve_parameters: int = 2
+    # Models whose likelihood reads eq. (1)'s C1 and C2 per group may let ``fit`` leave a
+    # stated cap out where the fitted points stay below where it moves the latency, and
+    # check the posterior draws afterwards (:meth:`cap_reach_share`).
+    checks_cap_on_draws: bool = False
+    # True only while ``fit`` builds with that check to follow; every other build (folds,
+    # refits on new data, plans) keeps the cap wherever twice the load would reach it.
+    cap_checked_on_draws: bool = False
 
     def __init__(self, config: dict | None = None, *, catalog=None):
         unknown = set(config or {}) - set(self.default_config)
@@ -341,9 +411,16 @@ class LatencyModel:
         groups["n_points"] = np.bincount(group_index, minlength=len(groups))
         groups["cap"], groups["cap_source"], groups["wait_scale"] = group_caps(
             rows, group_index, len(groups))
-        groups["cap_in_likelihood"] = cap_reaches_the_data(
-            rows, group_index, groups["cap"].to_numpy(float),
-            groups["wait_scale"].to_numpy(float))
+        caps, waits = groups["cap"].to_numpy(float), groups["wait_scale"].to_numpy(float)
+        groups["cap_in_likelihood"] = cap_reaches_the_data(rows, group_index, caps, waits)
+        if self.cap_checked_on_draws and not self.config.get("decode_profile"):
+            # ``fit`` checks the draws afterwards, so a cap that the fitted points
+            # themselves do not reach may stay out of the likelihood (its special functions
+            # cost several times eq. (1)'s gradient); the draws say whether it could.
+            at_points = cap_reaches_the_data(rows, group_index, caps, waits, headroom=0.0)
+            groups["cap_left_out_on_trust"] = (groups["cap_in_likelihood"].to_numpy(bool)
+                                               & ~at_points)
+            groups["cap_in_likelihood"] = at_points
         how = self.config.get("cap_prior", "none")
         learned = ~np.isfinite(groups["cap"].to_numpy(float)) if how != "none" else None
         if learned is not None and learned.any():
@@ -512,16 +589,111 @@ class LatencyModel:
         from ..inference import sample_model, settings_for
 
         started = time.perf_counter()
-        pm_model = self.build(data)  # first: a build may choose the starts by the data
-        settings = settings_for(self, settings)
-        tree = sample_model(pm_model, settings)
-        result = Fit.from_sampling(self, data, tree, settings=dataclasses.asdict(settings))
+        asked = settings
+        self.cap_checked_on_draws = self.checks_cap_on_draws
+        try:
+            pm_model = self.build(data)  # first: a build may choose the starts by the data
+            settings = settings_for(self, asked)
+            tree = sample_model(pm_model, settings)
+            result = Fit.from_sampling(self, data, tree, settings=dataclasses.asdict(settings))
+            result = self._settle_left_out_caps(result, data, pm_model, tree, settings, asked)
+        finally:
+            self.cap_checked_on_draws = False
         result.tree.attrs["fit_seconds"] = round(time.perf_counter() - started, 3)
         verdict = result.diagnostics
         if not verdict["converged"]:
             warnings.warn(verdict["text"], ConvergenceWarning, stacklevel=2)
         self.fitted = result
         return result
+
+    def _settle_left_out_caps(self, result: Fit, data, pm_model, tree, settings, asked) -> Fit:
+        """``fit``'s check of the caps its build left out (:meth:`cap_reach_share`): kept
+        out when no draw reaches them; else the draws reweighed by the model with the caps
+        (:meth:`cap_importance`) when the weights are sound; else sampled again with them.
+        What happened is in the tree's attrs (``cap_check``, ``cap_reach_share``, the
+        weights' ``cap_importance_*``)."""
+        import dataclasses
+
+        from ..inference import resample_within_chains, sample_model, settings_for
+        from ..outputs import log
+
+        share = self.cap_reach_share(result)
+        if share is None:
+            return result
+        check, weighed = "left out", None
+        if share > 0:
+            log_ratio, capped_inputs = self.cap_importance(result, data, pm_model)
+            weighed = importance_summary(log_ratio)
+            if weighed is not None and (weighed["ess_share"] >= CAP_IMPORTANCE_MIN_ESS_SHARE
+                                        and weighed["max_weight"] <= CAP_IMPORTANCE_MAX_WEIGHT):
+                check = "reweighted"
+                self.inputs = capped_inputs
+                result = Fit.from_sampling(self, data, resample_within_chains(tree, log_ratio),
+                                           settings=dataclasses.asdict(settings))
+            else:
+                check = "refitted"
+                said = ("" if weighed is None else
+                        f" (importance weights: effective share {weighed['ess_share']:.2f}, "
+                        f"largest {weighed['max_weight']:.1f} times an even share)")
+                log(f"note: the engine's cap would move the fitted points in {share:.1%} of "
+                    f"the draws{said}; fitting again with its slot queue in the likelihood",
+                    settings.progress)
+                self.cap_checked_on_draws = False
+                pm_model = self.build(data)
+                settings = settings_for(self, asked)
+                result = Fit.from_sampling(self, data, sample_model(pm_model, settings),
+                                           settings=dataclasses.asdict(settings))
+        result.tree.attrs["cap_check"] = check
+        result.tree.attrs["cap_reach_share"] = round(float(share), 6)
+        if weighed is not None:
+            result.tree.attrs["cap_importance_ess_share"] = round(weighed["ess_share"], 4)
+            result.tree.attrs["cap_importance_max_weight"] = round(weighed["max_weight"], 3)
+        return result
+
+    def cap_reach_share(self, fit: Fit) -> float | None:
+        """The share of the posterior draws in which a cap that ``fit`` left out of the
+        likelihood on the fitted points' evidence (groups' ``cap_left_out_on_trust``)
+        would move a fitted point beyond its tolerance (:meth:`cap_departures`); None when
+        no cap was left out so."""
+        groups = fit.groups
+        if ("cap_left_out_on_trust" not in groups
+                or not groups["cap_left_out_on_trust"].to_numpy(bool).any()):
+            return None
+        rows = included(fit.data)
+        beyond = None
+        for g in np.flatnonzero(groups["cap_left_out_on_trust"].to_numpy(bool)):
+            rps = rows.loc[rows["group"] == groups["label"].iloc[g], "rps"].to_numpy(float)
+            for departure, tolerance in self.cap_departures(fit, int(g), rps):
+                over = departure > tolerance
+                beyond = over if beyond is None else beyond | over
+        return None if beyond is None else float(np.mean(beyond))
+
+    def cap_importance(self, fit: Fit, data: pd.DataFrame, free_model):
+        """Per draw of ``fit`` (sampled from ``free_model``, a cap left out) the log density
+        of the same model with every stated cap in its likelihood over ``free_model``'s
+        (None when the draws cannot be evaluated), and that model's inputs."""
+        kept = self.inputs, self.init, self.cap_checked_on_draws
+        self.cap_checked_on_draws = False
+        try:
+            capped_model = self.build(data)
+            capped_inputs = self.inputs
+        finally:
+            self.inputs, self.init, self.cap_checked_on_draws = kept
+        try:
+            log_ratio = (log_density_at_draws(capped_model, fit)
+                         - log_density_at_draws(free_model, fit))
+        except Exception:  # a transform this check cannot invert: no evidence either way
+            return None, capped_inputs
+        return log_ratio, capped_inputs
+
+    def cap_departures(self, fit: Fit, group: int, rps) -> list[tuple[np.ndarray, float]]:
+        """For each law the likelihood reads in ``group``: per draw how far the group's cap
+        would move it at the fitted rates ``rps`` (:func:`cap_departure`), and how far it
+        may. Here eq. (1)'s mean."""
+        row = fit.groups.iloc[group]
+        departure = cap_departure(rps, fit.draws("C1", group), fit.draws("C2", group),
+                                  float(row["cap"]), float(row["wait_scale"]))
+        return [(departure, CAP_REACH_TOLERANCE)]
 
     def save(self, path) -> str:
         """Save the last fit (``self.fitted``) to a fit file."""

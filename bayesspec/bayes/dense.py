@@ -112,6 +112,9 @@ def chain_law_starts(inputs) -> dict[str, np.ndarray]:
 
 
 class DenseLatencyModel(LatencyModel):
+    # eq. (1)'s C1 and C2 per group: a cap the fitted points do not reach may stay out of
+    # the likelihood, checked on the draws (LatencyModel.cap_reach_share)
+    checks_cap_on_draws = True
     name = "dense"
     version = "2"
     #: Whether the law takes the decode-iteration profile (``decode_profile``).

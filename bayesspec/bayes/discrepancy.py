@@ -33,6 +33,7 @@ from .priors import latency_likelihood
 
 
 class DiscrepancyLatencyModel(DenseLatencyModel):
+    checks_cap_on_draws = False  # a law of its own: the cap stays as the data put it
     name = "dense-discrepancy"
     takes_decode_profile = False
     version = "1"

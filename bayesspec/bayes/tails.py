@@ -61,7 +61,7 @@ from ..laws import (QUANTILE_RULES, latency_expr, load_amplification_expr,
 from ..prediction import MetricCurve, Noise, SummarySampling
 from ..schema import METRIC_COLUMNS, metric_description, metric_family, metric_quantile
 from .dense import DenseLatencyModel, profile_starts
-from .base import fitted_cap
+from .base import CAP_REACH_SUMMARY_TOLERANCE, cap_departure, fitted_cap
 from .priors import (CAP_MARGIN, latency_likelihood, profiled_point_c1,
                      soft_utilisation_cap)
 
@@ -602,6 +602,25 @@ class TailLatencyModel(DenseLatencyModel):
         """Whether the fitted data measured mean latency (a file of percentiles alone
         did not: then only the summaries have laws)."""
         return "C1" in fit.posterior
+
+    def cap_departures(self, fit, group: int, rps) -> list[tuple[np.ndarray, float]]:
+        """The mean's, and each summary's: its queue factor at its own saturation cost,
+        to the power of its exponent (the likelihood's law of it without a profile)."""
+        if not self.has_mean(fit):
+            return []
+        found = super().cap_departures(fit, group, rps)
+        row = fit.groups.iloc[group]
+        c1 = fit.draws("C1", group)
+        for metric in self.metrics(fit):
+            def pick(name):
+                values = fit.posterior[name].sel(metric=metric).isel(group=group)
+                return np.asarray(values.stack(sample=("chain", "draw")).values, dtype=float)
+
+            c2 = pick("tail_C2") if "tail_C2" in fit.posterior else fit.draws("C2", group)
+            found.append((cap_departure(rps, c1, c2, float(row["cap"]),
+                                        float(row["wait_scale"]), pick("tail_exponent")),
+                          CAP_REACH_SUMMARY_TOLERANCE))
+        return found
 
     def group_curve(self, fit, group: int):
         if not self.has_mean(fit):

@@ -132,6 +132,30 @@ def concurrency_cap_note(data, cap_prior: str | None = None) -> str:
     return f"concurrency cap: {text}{missing}: the law kinks at it and its ceiling binds"
 
 
+def cap_left_out_note(result) -> str | None:
+    """How the fit settled the stated caps its fitted points stay below (None: nothing
+    to say, every cap in the likelihood as the data put it)."""
+    attrs = result.tree.attrs
+    check, share = attrs.get("cap_check"), attrs.get("cap_reach_share")
+    if check == "left out":
+        groups = result.groups
+        count = (int(groups["cap_left_out_on_trust"].sum())
+                 if "cap_left_out_on_trust" in groups else 0)
+        return (f"the cap is out of the likelihood in {count} of {len(groups)} groups: their "
+                "fitted points stay below where it moves the latency, and no posterior draw "
+                "says otherwise; it still sets their ceiling")
+    if check == "reweighted":
+        return ("the cap was left out of the sampled likelihood, then its slot queue "
+                f"weighed in: it moves the fitted points in {share:.1%} of the draws, which "
+                "were reweighted by the model with it (effective share "
+                f"{attrs.get('cap_importance_ess_share', float('nan')):.2f}); the posterior "
+                "is the capped law's")
+    if check == "refitted":
+        return (f"the cap would move the fitted points in {share:.1%} of the draws: fitted "
+                "again with its slot queue in the likelihood")
+    return None
+
+
 def run_fit(args) -> int:
     check_output_path(args.output)
     settings = sampler_settings(args)
@@ -159,6 +183,10 @@ def run_fit(args) -> int:
                                                           options)
     result = fit(data, args.model, settings=settings, config=options or None,
                  catalog=catalog_of(args))
+    left_out = cap_left_out_note(result)
+    if left_out:
+        log(left_out)
+        cap_note = f"{cap_note}; {left_out}"
     profile_note = decode_profile_note(result) if args.decode_profile else None
     if profile_note:
         log(profile_note)
