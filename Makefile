@@ -26,7 +26,7 @@ demo: install
 test: install
 	$(BIN)/python -m pytest -q -n 3
 
-# Every command of the README's walkthrough as pasted, in order (about 10 minutes on 2
+# Every command of the README's walkthrough as pasted, in order (about 5 minutes on 2
 # cores: three real fits at the defaults); CI runs it after the fast suite.
 test-readme: install
 	$(BIN)/python -m pytest -q tests/test_readme.py --walkthrough

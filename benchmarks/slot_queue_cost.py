@@ -59,9 +59,10 @@ def first_pass(data, checked: bool) -> dict:
     return {"seconds": float(fit.tree.attrs["fit_seconds"]),
             "caps in the likelihood": int(fit.groups["cap_in_likelihood"].sum()),
             "share of draws the cap would move": fit.tree.attrs.get("cap_reach_share"),
-            "importance weights (Pareto k, effective share)": (
-                fit.tree.attrs.get("cap_importance_k"),
-                fit.tree.attrs.get("cap_importance_ess_share")),
+            "what fit did": fit.tree.attrs.get("cap_check"),
+            "importance weights (effective share, largest in even shares)": (
+                fit.tree.attrs.get("cap_importance_ess_share"),
+                fit.tree.attrs.get("cap_importance_max_weight")),
             "divergences": int(stats["diverging"].values.sum()),
             "steps per draw": round(float(stats["n_steps"].values.mean()), 1),
             "C2": [interval(fit.draws("C2", g)) for g in groups],
