@@ -104,7 +104,8 @@ CAP_REACH_HEADROOM = 0.5
 
 
 def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.ndarray,
-                         wait: np.ndarray, headroom: float = CAP_REACH_HEADROOM) -> np.ndarray:
+                         wait: np.ndarray, headroom: float = CAP_REACH_HEADROOM,
+                         slope: str = "steepest") -> np.ndarray:
     """Per group, whether the engine's cap can move the latency of the measured points.
 
     Far below the cap (hundreds of KV-cache slots against tens of requests in flight) the
@@ -115,8 +116,10 @@ def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.n
     implies: both lean towards a heavier queue tail), the queue must stay within
     :data:`CAP_REACH_TOLERANCE` of eq. (1) at ``headroom`` times the highest point's
     headroom added to its load (0.5: about twice the requests in flight; 0: at the point).
-    Decisions keep the cap either way (the ceiling is the cap's throughput when that is
-    lower than 1/C2)."""
+    ``slope`` "top": C2 the load term the top point itself implies instead of the steepest
+    (one noisy light point can imply a steep one; ``fit``'s check of the draws backs this
+    reading). Decisions keep the cap either way (the ceiling is the cap's throughput when
+    that is lower than 1/C2)."""
     reaches = np.isfinite(caps)
     if "latency_mean_s" not in rows.columns:
         return reaches
@@ -128,7 +131,8 @@ def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.n
         if len(r) == 0 or not np.all(np.isfinite(mean)) or np.max(r * mean) >= caps[g] / 2:
             continue
         c1 = float(np.min(mean))
-        c2 = max(float(np.max((1.0 - c1 / mean) / r)), 1e-12)
+        implied = (1.0 - c1 / mean) / r
+        c2 = max(float(implied[np.argmax(r)] if slope == "top" else np.max(implied)), 1e-12)
         utilisation = 1.0 - (1.0 - min(float(np.max(r)) * c2, 1.0)) * (1.0 - headroom)
         if utilisation >= 1.0:
             continue
@@ -417,7 +421,8 @@ class LatencyModel:
             # ``fit`` checks the draws afterwards, so a cap that the fitted points
             # themselves do not reach may stay out of the likelihood (its special functions
             # cost several times eq. (1)'s gradient); the draws say whether it could.
-            at_points = cap_reaches_the_data(rows, group_index, caps, waits, headroom=0.0)
+            at_points = cap_reaches_the_data(rows, group_index, caps, waits, headroom=0.0,
+                                             slope="top")
             groups["cap_left_out_on_trust"] = (groups["cap_in_likelihood"].to_numpy(bool)
                                                & ~at_points)
             groups["cap_in_likelihood"] = at_points
