@@ -529,3 +529,17 @@ def test_resampling_within_chains_drops_the_draws_of_no_weight_and_keeps_each_ch
     assert list(kept[0]).count(5.0) == 2 and set(kept[1]) == set(range(10, 20)) - {14}
     np.testing.assert_array_equal(out["sample_stats"]["diverging"].values, kept % 3 == 0)
     np.testing.assert_array_equal(tree["posterior"]["C2"].values, values)   # not in place
+
+
+def test_fits_first_reading_of_a_left_out_cap_is_the_top_points_own_load():
+    """One light point measured 10% slow implies a steep C2 that puts the top rate near
+    the cap; the top point's own load term does not, and ``fit``'s draws check that
+    reading."""
+    from bayesspec.bayes.base import cap_reaches_the_data
+
+    sweep = _law_sweep(464, shares=(0.05, 0.15, 0.3, 0.5, 0.7, 0.8))
+    sweep.loc[1, "latency_mean_s"] *= 1.10
+    rows = prepare(sweep)
+    index, caps, wait = np.zeros(len(rows), dtype=int), np.array([464.0]), np.array([1.0])
+    assert cap_reaches_the_data(rows, index, caps, wait, headroom=0.0)[0]
+    assert not cap_reaches_the_data(rows, index, caps, wait, headroom=0.0, slope="top")[0]
