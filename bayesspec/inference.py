@@ -416,11 +416,11 @@ def resample_within_chains(tree: xr.DataTree, log_weights: np.ndarray) -> xr.Dat
         cumulative = np.cumsum(weights / weights.sum())
         picks[c] = np.minimum(np.searchsorted(cumulative, offsets), draws - 1)
     out = copy.deepcopy(tree)
+    index = xr.DataArray(picks, dims=("chain", "draw"))
     for name in ("posterior", "sample_stats"):
         if name not in out.children:
             continue
         dataset = out[name].to_dataset()
-        index = xr.DataArray(picks, dims=("chain", "draw"))
         chosen = dataset.isel(draw=index)
         out[name] = xr.DataTree(chosen.assign_coords(draw=dataset["draw"]),
                                 name=name)

@@ -224,7 +224,8 @@ def decode_profile_inputs(path, rows: pd.DataFrame, groups: pd.DataFrame,
     to the groups (``groups["decode_profile"]`` set), as the likelihood takes it: each
     group's profile in linear pieces (:func:`bayesspec.laws.profile_segments`), on which
     the graph solves the law's own N, and each row's shift at its measured N = RPS x L,
-    used only where a draw has no root there. Returns the model inputs' extras ``profile_sizes``, ``profile_times`` (G, K), the
+    used only where a draw has no root there. Returns the model inputs' extras
+    ``profile_sizes``, ``profile_times`` (G, K), the
     pieces ``profile_knots``, ``profile_values``, ``profile_slopes`` (G, J) and
     ``profile_shift`` (rows)."""
     from ..decode_profile import group_profile, match_profiles, read_decode_profile

@@ -209,6 +209,19 @@ def data_spread(rows: pd.DataFrame, group_index: np.ndarray, family: str,
     return np.clip(pooled, *SPREAD_BOUNDS)
 
 
+def _summary_draws(fit, name: str, group: int, metric: str) -> np.ndarray:
+    """(S,) draws of a per-(metric, group) posterior variable, chains stacked first."""
+    values = fit.posterior[name].sel(metric=metric).isel(group=group)
+    return np.asarray(values.stack(sample=("chain", "draw")).values, dtype=float)
+
+
+def _summary_c2(fit, group: int, metric: str) -> np.ndarray:
+    """A summary's own saturation cost (the mean's C2 without ``saturation_spread``)."""
+    if "tail_C2" in fit.posterior:
+        return _summary_draws(fit, "tail_C2", group, metric)
+    return fit.draws("C2", group)
+
+
 class TailLatencyModel(DenseLatencyModel):
     name = "tails"
     version = "3"
@@ -612,13 +625,9 @@ class TailLatencyModel(DenseLatencyModel):
         row = fit.groups.iloc[group]
         c1 = fit.draws("C1", group)
         for metric in self.metrics(fit):
-            def pick(name):
-                values = fit.posterior[name].sel(metric=metric).isel(group=group)
-                return np.asarray(values.stack(sample=("chain", "draw")).values, dtype=float)
-
-            c2 = pick("tail_C2") if "tail_C2" in fit.posterior else fit.draws("C2", group)
-            found.append((cap_departure(rps, c1, c2, float(row["cap"]),
-                                        float(row["wait_scale"]), pick("tail_exponent")),
+            found.append((cap_departure(rps, c1, _summary_c2(fit, group, metric),
+                                        float(row["cap"]), float(row["wait_scale"]),
+                                        _summary_draws(fit, "tail_exponent", group, metric)),
                           CAP_REACH_SUMMARY_TOLERANCE))
         return found
 
@@ -634,18 +643,14 @@ class TailLatencyModel(DenseLatencyModel):
         row = fit.groups.iloc[group]
         label = str(row["label"])
 
-        def pick(name):
-            values = fit.posterior[name].sel(metric=metric).isel(group=group)
-            return np.asarray(values.stack(sample=("chain", "draw")).values, dtype=float)
-
-        exponent = pick("tail_exponent")
+        exponent = _summary_draws(fit, "tail_exponent", group, metric)
         noise_scale = fit.posterior["tail_noise"].sel(metric=metric)
         # A new summary's rate error (the run's, shared with the mean) and its own
         # sampling error near saturation both grow with gamma * x/(1-x).
         rate_error = np.sqrt(fit.draws("noise_load") ** 2 + fit.draws("tail_noise_load") ** 2)
         noise = Noise(np.asarray(noise_scale.stack(sample=("chain", "draw")).values, float),
                       exponent * rate_error)
-        c2 = pick("tail_C2") if "tail_C2" in fit.posterior else fit.draws("C2", group)
+        c2 = _summary_c2(fit, group, metric)
         # With the engine's cap the summaries follow the slot queue's load factor, which
         # needs the mean's C1 (a fit of percentiles alone has none: eq. (1)'s).
         cap = fitted_cap(fit.groups, group, fit) if self.has_mean(fit) else {}
@@ -654,7 +659,7 @@ class TailLatencyModel(DenseLatencyModel):
         profile = (None if decode_profile is None else {
             "batch_sizes": decode_profile[0], "iteration_s": decode_profile[1],
             "decode_tokens": float(row["decode_tokens"])})
-        curve = MetricCurve(pick("tail_scale"), c2, exponent,
+        curve = MetricCurve(_summary_draws(fit, "tail_scale", group, metric), c2, exponent,
                             metric=metric, label=f"{label} {metric}", group=label,
                             noise=noise,
                             mean_c1=(fit.draws("C1", group) if cap or profile else None),
