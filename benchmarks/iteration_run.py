@@ -1,0 +1,175 @@
+"""A load test simulated iteration by iteration with the law's own parts (issue 34):
+does request-level randomness give the fill and drain that Vidur's runs measure, where
+the fluid run (`laws.fluid_run_latency`) gets a quarter to half of it at low load?
+
+    python benchmarks/iteration_run.py                 # the two vidur_fresh groups measured
+    python benchmarks/iteration_run.py --seeds 40      # more runs per rate
+
+The engine, as Vidur's vLLM scheduler runs it without chunked prefill: each iteration
+either prefills every waiting prompt (C2 each, eq. (1)'s stall per arrival) or runs one
+decode iteration of the whole batch at t_d(B) from the group's decode profile. A request
+needs its prefill and decode_tokens - 1 decode iterations. Arrivals are Poisson. Inputs
+are the group's measured parts (Vidur's stall per arrival and own prefill from
+`results_iterations_fresh_*.json`, its decode profile), nothing fitted.
+
+Printed per rate: the mean number in flight, the run's mean over its steady middle (the
+requests between the first and last 2N, as `examples/vidur/iteration_profile.py`
+measures it) for Vidur, this simulation and the fluid run; and the simulation's run mean
+over the true steady state (the middle of runs of 20,000 requests), which is the bias a
+fit that reads whole runs as steady state takes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from bayesspec import laws
+
+GROUPS = {
+    "internlm": dict(file="benchmarks/results_iterations_fresh_internlm20b_a100_1152_128.json",
+                     verifier="InternLM-20B", gpu="A100", prefill=1152, decode=128),
+    "llama7b": dict(file="benchmarks/results_iterations_fresh_llama2_7b_h100_128_512.json",
+                    verifier="Llama-2-7B", gpu="H100", prefill=128, decode=512),
+}
+
+
+def profile(verifier, gpu, prefill, decode):
+    import pandas as pd
+    table = pd.read_csv("examples/vidur/decode_profiles.csv")
+    rows = table[(table.verifier == verifier) & (table.gpu == gpu)
+                 & (table.prefill_tokens == prefill) & (table.decode_tokens == decode)]
+    rows = rows.sort_values("batch_size")
+    return rows.batch_size.to_numpy(float), rows.decode_iteration_s.to_numpy(float)
+
+
+def vidur_arrivals(rate, n, seed):
+    """Vidur 0.0.26's arrival times for a target mean rate ``rate``, as
+    `examples/vidur/run_point.py` asks for them: exponential gaps at qps = rate (1 - e^-3),
+    cut at three of its mean gaps, drawn from Python's ``random`` seeded with the run's
+    seed."""
+    import math
+    import random
+    qps = rate * (1.0 - math.exp(-3.0))
+    random.seed(seed)
+    gaps = [min(-math.log(1.0 - random.random()) / qps, 3.0 / qps) for _ in range(n)]
+    return np.cumsum(gaps)
+
+
+def simulate_run(rate, n, decode, prefill, sizes, times, cap, rng, max_prompts=1 << 30,
+                 arrivals=None, with_ttft=False):
+    """Latencies by arrival order of one run of ``n`` Poisson arrivals at ``rate``;
+    ``prefill`` (a, b): a prefill iteration of m prompts takes a + b m seconds. With
+    ``with_ttft``, (latencies, times to first token)."""
+    if arrivals is None:
+        arrivals = np.cumsum(rng.exponential(1.0 / rate, n))
+    table = laws._profile_time(np.arange(0, cap + 2, dtype=float), sizes, times)
+    left = np.zeros(n, dtype=np.int64)        # decode iterations still needed
+    done = np.full(n, np.nan)
+    first = np.full(n, np.nan)
+    now = 0.0
+    arrived = 0        # arrivals up to now
+    admitted = 0       # prompts prefilled (first come first served)
+    running = np.zeros(0, dtype=np.int64)     # indices in decode
+    while admitted < n or running.size:
+        arrived = int(np.searchsorted(arrivals, now, side="right"))
+        waiting = arrived - admitted
+        room = cap - running.size
+        if waiting > 0 and room > 0:
+            take = min(waiting, room, max_prompts)
+            now += prefill[0] + prefill[1] * take
+            new = np.arange(admitted, admitted + take)
+            admitted += take
+            left[new] = decode - 1
+            first[new] = now
+            if decode > 1:
+                running = np.concatenate([running, new])
+            else:
+                done[new] = now
+            continue
+        if not running.size:
+            now = arrivals[arrived]
+            continue
+        # decode iterations until the next arrival is waiting or a request is done
+        step = table[running.size]
+        steps = int(left[running].min())
+        if arrived < n:
+            steps = min(steps, max(1, int(np.ceil((arrivals[arrived] - now) / step))))
+        now += step * steps
+        left[running] -= steps
+        finished = left[running] == 0
+        done[running[finished]] = now
+        running = running[~finished]
+    if with_ttft:
+        return done - arrivals, first - arrivals
+    return done - arrivals
+
+
+def run_over_middle(latency, in_flight):
+    cut = int(2 * in_flight)
+    middle = latency[cut:-cut] if 2 * cut < latency.size else latency
+    return latency.mean() / middle.mean(), middle.mean()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=12)
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--long", type=int, default=20000)
+    parser.add_argument("--cap", type=int, default=128)
+    args = parser.parse_args()
+    for name, group in GROUPS.items():
+        points = json.load(open(group["file"]))["points"]
+        sizes, times = profile(group["verifier"], group["gpu"], group["prefill"],
+                               group["decode"])
+        # the prefill iteration's cost, a + b m for m prompts, from the run's own log
+        counts = np.array([p["prefills_per_prefill_iter"] for p in points])
+        spans = np.array([p["prefill_iter_ms"] for p in points]) / 1000.0
+        slope, fixed = np.polyfit(counts, spans, 1)
+        prefill = (fixed, slope)
+        max_prompts = 4096 // group["prefill"]
+        print(f"\n{group['verifier']} {group['gpu']} ({group['prefill']},{group['decode']})")
+        print("   N  | run/middle: Vidur   sim (sd)        fluid | sim run/steady | "
+              "sim steady / Vidur middle")
+        for point in points:
+            rate = point["rps"]
+            c2 = prefill[0] + prefill[1]
+            ratios, means, firsts, lasts, middles = [], [], [], [], []
+            for seed in range(args.seeds):
+                rng = np.random.default_rng(seed)
+                lat = simulate_run(rate, args.requests, group["decode"], prefill, sizes, times,
+                                   args.cap, rng, max_prompts)
+                ratio, _ = run_over_middle(lat, rate * lat.mean())
+                ratios.append(ratio)
+                means.append(lat.mean())
+                count = int(round(rate * lat.mean()))
+                firsts.append(lat[:count].mean())
+                lasts.append(lat[-count:].mean())
+                middles.append(_)
+            long = simulate_run(rate, args.long, group["decode"], prefill, sizes, times,
+                                args.cap, np.random.default_rng(999), max_prompts)
+            steady = long[len(long) // 5: -len(long) // 5].mean()
+            c1 = c2 + (group["decode"] - 1) * times[0]
+            pieces = laws.profile_segments(group["decode"], sizes, times, args.cap)
+            knots, values, slopes = pieces
+            n_star, _, _ = laws.profile_concurrency_expr(
+                np.array([[rate]]), np.array([[c1]]), np.array([[c2]]), knots[None],
+                values[None], slopes[None])
+            law_steady = float(np.ravel(n_star)[0]) / rate
+            fluid = laws.fluid_run_latency(rate, args.requests, c1, c2, args.cap, pieces,
+                                           steady=law_steady)
+            ratios = np.array(ratios)
+            print(f"{point['little_n']:6.1f} | {point['run_over_steady']:.4f}  "
+                  f"{ratios.mean():.4f} ({ratios.std(ddof=1):.4f})  "
+                  f"{fluid / law_steady:.4f} | {np.mean(means) / steady:.4f} | "
+                  f"{steady / point['steady_latency_s']:.3f} | first N "
+                  f"{point['first_n_latency_s'] / point['steady_latency_s']:.3f} / "
+                  f"{np.mean(firsts) / np.mean(middles):.3f}, last N "
+                  f"{point['last_n_latency_s'] / point['steady_latency_s']:.3f} / "
+                  f"{np.mean(lasts) / np.mean(middles):.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

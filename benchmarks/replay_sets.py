@@ -1,0 +1,91 @@
+"""A Vidur set replayed with other arrivals (issue 34): does the dense fit meet its
+held-out targets when each rate of a sweep is its own independent run, and is what it
+misses on the Vidur sets the one arrival pattern that every rate of a Vidur sweep shares?
+
+    python benchmarks/replay_sets.py --set fresh --seeds independent -o fresh_indep.csv
+    python benchmarks/replay_sets.py --set fresh --seeds shared:0 -o fresh_seed0.csv
+    python examples/vidur/evaluate.py --csv fresh_indep.csv --models dense-profile \\
+        --fraction 0.6 --folds 0 --out DIR
+
+Each group's truth is `run_replay.py`'s replay (the group's decode profile, the prefill
+iteration's a + b m fitted by least squares to all of the group's measured means with
+the runs' own arrivals). Each row is then replayed at its target rate with the arrivals
+of ``--seeds``: ``independent`` (a seed of its own per row, as separate load tests
+would have) or ``shared:S`` (seed S for every rate, scaled to it, as the Vidur sets and
+a GuideLLM sweep with a fixed seed have). The new set keeps the original's columns, with
+the replayed run's realized rate, mean, spread, percentiles and TTFT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from iteration_run import simulate_run, vidur_arrivals  # the script's folder is on the path
+from run_replay import replay
+from vidur_sets import ROOT, SETS, KEYS, profiled_groups
+
+
+def fit_prefill(group, decode, sizes, times, cap):
+    measured = group["latency_mean_s"].to_numpy(float)
+
+    def residual(theta):
+        return np.log(measured) - np.log(replay(group, decode, tuple(np.exp(theta)),
+                                                sizes, times, cap))
+
+    c2 = 0.5 / group["rps"].max()
+    start = np.log([min(times[0], 0.5 * c2), max(0.5 * c2, 1e-4)])
+    solution = least_squares(residual, start, diff_step=0.02, max_nfev=40,
+                             bounds=(np.log([1e-5, 1e-5]), np.log([10.0, 10.0])))
+    return tuple(np.exp(solution.x)), float(np.sqrt(np.mean(solution.fun ** 2)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", choices=SETS, default="fresh")
+    parser.add_argument("--seeds", default="independent",
+                        help="independent | shared:S")
+    parser.add_argument("-o", "--out", required=True)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    shared = None if args.seeds == "independent" else int(args.seeds.split(":")[1])
+    data = pd.read_csv(ROOT / f"vidur_{args.set}.csv")
+    out = []
+    for index, (key, group, sizes, times, cap) in enumerate(profiled_groups(args.set)):
+        started = time.time()
+        decode = float(key[4])
+        prefill, rms = fit_prefill(group, decode, sizes, times, cap)
+        for position, (row_index, row) in enumerate(group.iterrows()):
+            seed = shared if shared is not None else 1000 * (index + 1) + position
+            n = int(row["n_requests"])
+            arrivals = vidur_arrivals(row["rps_target"], n, seed)
+            latency, ttft = simulate_run(
+                row["rps_target"], n, int(decode), prefill, sizes, times, int(cap), None,
+                max(int(row["max_num_batched_tokens"]) // int(row["prefill_tokens"]), 1),
+                arrivals=arrivals, with_ttft=True)
+            new = row.copy()
+            rps = (n - 1) / (arrivals[-1] - arrivals[0])
+            new["rps"] = rps
+            new["latency_mean_s"] = latency.mean()
+            new["latency_std_s"] = latency.std(ddof=1)
+            new["latency_p50_s"], new["latency_p95_s"], new["latency_p99_s"] = np.percentile(
+                latency, [50, 95, 99])
+            new["ttft_mean_s"] = ttft.mean()
+            new["mean_concurrency"] = rps * latency.mean()
+            new["source"] = f"{row['source']} replayed seed={seed}"
+            out.append(new)
+        print(f"{' '.join(map(str, key))}: prefill a {1000 * prefill[0]:.2f} ms, "
+              f"b {1000 * prefill[1]:.2f} ms, fit rms {rms:.2e}, {time.time() - started:.0f} s",
+              flush=True)
+    frame = pd.DataFrame(out)[data.columns]
+    frame.to_csv(args.out, index=False)
+    print(f"wrote {len(frame)} rows to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
