@@ -2,21 +2,20 @@
 does request-level randomness give the fill and drain that Vidur's runs measure, where
 the fluid run (`laws.fluid_run_latency`) gets a quarter to half of it at low load?
 
-    python benchmarks/iteration_run.py                 # the two vidur_fresh groups measured
-    python benchmarks/iteration_run.py --seeds 40      # more runs per rate
+    python benchmarks/iteration_run.py      # the two vidur_fresh groups with an iteration log
 
 The engine, as Vidur's vLLM scheduler runs it without chunked prefill: each iteration
 either prefills every waiting prompt (C2 each, eq. (1)'s stall per arrival) or runs one
 decode iteration of the whole batch at t_d(B) from the group's decode profile. A request
-needs its prefill and decode_tokens - 1 decode iterations. Arrivals are Poisson. Inputs
-are the group's measured parts (Vidur's stall per arrival and own prefill from
-`results_iterations_fresh_*.json`, its decode profile), nothing fitted.
+needs its prefill and decode_tokens - 1 decode iterations. Arrivals are Vidur's own
+(`vidur_arrivals`: its generator at the run's target rate and seed 0). Inputs are the
+group's measured parts (the prefill iteration's a + b m from the run's own iteration log,
+`results_iterations_fresh_*.json`, and its decode profile), nothing fitted.
 
-Printed per rate: the mean number in flight, the run's mean over its steady middle (the
-requests between the first and last 2N, as `examples/vidur/iteration_profile.py`
-measures it) for Vidur, this simulation and the fluid run; and the simulation's run mean
-over the true steady state (the middle of runs of 20,000 requests), which is the bias a
-fit that reads whole runs as steady state takes on.
+Printed per rate, Vidur against the replay: the mean latency, the realized rate, the
+run's mean over its steady middle (the requests between the first and last 2N, as
+`examples/vidur/iteration_profile.py` measures it; also the fluid run's), and the first
+and last N requests over the middle (the replay's first N also with seeds 1-7).
 """
 
 from __future__ import annotations
@@ -108,19 +107,29 @@ def simulate_run(rate, n, decode, prefill, sizes, times, cap, rng, max_prompts=1
 
 
 def run_over_middle(latency, in_flight):
+    """The run's mean over its steady middle (the requests between the first and last
+    2N, as `examples/vidur/iteration_profile.py` measures it), and that middle's mean."""
     cut = int(2 * in_flight)
     middle = latency[cut:-cut] if 2 * cut < latency.size else latency
     return latency.mean() / middle.mean(), middle.mean()
 
 
+def summary(latency, arrivals):
+    """(mean, run / middle, first N / middle, last N / middle, realized rate)."""
+    rate = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+    in_flight = int(round(rate * latency.mean()))
+    ratio, middle = run_over_middle(latency, in_flight)
+    return (latency.mean(), ratio, latency[:in_flight].mean() / middle,
+            latency[-in_flight:].mean() / middle, rate)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=12)
+    parser.add_argument("--seeds", type=int, default=7, help="other seeds to compare")
     parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--long", type=int, default=20000)
     parser.add_argument("--cap", type=int, default=128)
     args = parser.parse_args()
-    for name, group in GROUPS.items():
+    for group in GROUPS.values():
         points = json.load(open(group["file"]))["points"]
         sizes, times = profile(group["verifier"], group["gpu"], group["prefill"],
                                group["decode"])
@@ -130,45 +139,38 @@ def main() -> None:
         slope, fixed = np.polyfit(counts, spans, 1)
         prefill = (fixed, slope)
         max_prompts = 4096 // group["prefill"]
-        print(f"\n{group['verifier']} {group['gpu']} ({group['prefill']},{group['decode']})")
-        print("   N  | run/middle: Vidur   sim (sd)        fluid | sim run/steady | "
-              "sim steady / Vidur middle")
+        print(f"\n{group['verifier']} {group['gpu']} ({group['prefill']},{group['decode']}): "
+              f"prefill iteration {1000 * fixed:.2f} + {1000 * slope:.2f} m ms")
+        print("     N | mean (s) Vidur / replay | rps Vidur / replay | run/middle Vidur / "
+              "replay / fluid | first N/middle Vidur / replay / other seeds | "
+              "last N/middle Vidur / replay")
         for point in points:
-            rate = point["rps"]
-            c2 = prefill[0] + prefill[1]
-            ratios, means, firsts, lasts, middles = [], [], [], [], []
-            for seed in range(args.seeds):
-                rng = np.random.default_rng(seed)
-                lat = simulate_run(rate, args.requests, group["decode"], prefill, sizes, times,
-                                   args.cap, rng, max_prompts)
-                ratio, _ = run_over_middle(lat, rate * lat.mean())
-                ratios.append(ratio)
-                means.append(lat.mean())
-                count = int(round(rate * lat.mean()))
-                firsts.append(lat[:count].mean())
-                lasts.append(lat[-count:].mean())
-                middles.append(_)
-            long = simulate_run(rate, args.long, group["decode"], prefill, sizes, times,
-                                args.cap, np.random.default_rng(999), max_prompts)
-            steady = long[len(long) // 5: -len(long) // 5].mean()
-            c1 = c2 + (group["decode"] - 1) * times[0]
+            rate = point["rate"]
+
+            def replayed(seed):
+                arrivals = vidur_arrivals(rate, args.requests, seed)
+                latency = simulate_run(rate, args.requests, group["decode"], prefill, sizes,
+                                       times, args.cap, None, max_prompts, arrivals=arrivals)
+                return summary(latency, arrivals)
+
+            own = replayed(0)
+            others = np.array([replayed(seed) for seed in range(1, 1 + args.seeds)])
+            c1 = fixed + slope + (group["decode"] - 1) * times[0]
+            c2 = fixed + slope
             pieces = laws.profile_segments(group["decode"], sizes, times, args.cap)
             knots, values, slopes = pieces
             n_star, _, _ = laws.profile_concurrency_expr(
-                np.array([[rate]]), np.array([[c1]]), np.array([[c2]]), knots[None],
+                np.array([[own[4]]]), np.array([[c1]]), np.array([[c2]]), knots[None],
                 values[None], slopes[None])
-            law_steady = float(np.ravel(n_star)[0]) / rate
-            fluid = laws.fluid_run_latency(rate, args.requests, c1, c2, args.cap, pieces,
-                                           steady=law_steady)
-            ratios = np.array(ratios)
-            print(f"{point['little_n']:6.1f} | {point['run_over_steady']:.4f}  "
-                  f"{ratios.mean():.4f} ({ratios.std(ddof=1):.4f})  "
-                  f"{fluid / law_steady:.4f} | {np.mean(means) / steady:.4f} | "
-                  f"{steady / point['steady_latency_s']:.3f} | first N "
-                  f"{point['first_n_latency_s'] / point['steady_latency_s']:.3f} / "
-                  f"{np.mean(firsts) / np.mean(middles):.3f}, last N "
-                  f"{point['last_n_latency_s'] / point['steady_latency_s']:.3f} / "
-                  f"{np.mean(lasts) / np.mean(middles):.3f}", flush=True)
+            law_steady = float(np.ravel(n_star)[0]) / own[4]
+            fluid = laws.fluid_run_latency(own[4], args.requests, c1, c2, args.cap, pieces,
+                                           steady=law_steady) / law_steady
+            middle = point["steady_latency_s"]
+            print(f"{point['little_n']:6.1f} | {point['latency_mean_s']:7.3f} / {own[0]:7.3f} | "
+                  f"{point['rps']:6.3f} / {own[4]:6.3f} | {point['run_over_steady']:.4f} / "
+                  f"{own[1]:.4f} / {fluid:.4f} | {point['first_n_latency_s'] / middle:.3f} / "
+                  f"{own[2]:.3f} / {others[:, 2].mean():.3f} | "
+                  f"{point['last_n_latency_s'] / middle:.3f} / {own[3]:.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,8 @@ def main() -> None:
     parser.add_argument("--set", choices=SETS, default="fresh")
     parser.add_argument("--seeds", default="independent",
                         help="independent | shared:S")
+    parser.add_argument("--seed-base", type=int, default=1000,
+                        help="independent: row j of group g takes seed base (g + 1) + j")
     parser.add_argument("-o", "--out", required=True)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
@@ -61,7 +63,7 @@ def main() -> None:
         decode = float(key[4])
         prefill, rms = fit_prefill(group, decode, sizes, times, cap)
         for position, (row_index, row) in enumerate(group.iterrows()):
-            seed = shared if shared is not None else 1000 * (index + 1) + position
+            seed = shared if shared is not None else args.seed_base * (index + 1) + position
             n = int(row["n_requests"])
             arrivals = vidur_arrivals(row["rps_target"], n, seed)
             latency, ttft = simulate_run(

@@ -13,10 +13,11 @@ KEYS = ["verifier", "gpu", "tensor_parallel", "prefill_tokens", "decode_tokens"]
 SETS = ("dense", "fresh", "capped")
 
 
-def profiled_groups(set_name: str):
-    """Per load-sweep group of ``vidur_<set_name>.csv``: (its key, its rows by rate, the
-    profile's batch sizes and seconds per decode iteration, its max_num_seqs)."""
-    data = pd.read_csv(ROOT / f"vidur_{set_name}.csv")
+def profiled_groups(set_name: str, path=None):
+    """Per load-sweep group of ``vidur_<set_name>.csv`` (or of ``path``, a file with the
+    set's groups, e.g. a replayed copy): (its key, its rows by rate, the profile's batch
+    sizes and seconds per decode iteration, its max_num_seqs)."""
+    data = pd.read_csv(path or ROOT / f"vidur_{set_name}.csv")
     profiles = pd.read_csv(ROOT / "decode_profiles.csv")
     profiles = profiles[profiles["set"] == set_name]
     for key, group in data.groupby(KEYS, sort=False):
