@@ -5,7 +5,8 @@ the fluid run (`laws.fluid_run_latency`) gets a quarter to half of it at low loa
     python benchmarks/iteration_run.py      # the two vidur_fresh groups with an iteration log
 
 The engine, as Vidur's vLLM scheduler runs it without chunked prefill: each iteration
-either prefills every waiting prompt (C2 each, eq. (1)'s stall per arrival) or runs one
+either prefills every waiting prompt (a + b m seconds for m prompts, at most
+max_num_batched_tokens / prompt length of them and room under the cap) or runs one
 decode iteration of the whole batch at t_d(B) from the group's decode profile. A request
 needs its prefill and decode_tokens - 1 decode iterations. Arrivals are Vidur's own
 (`vidur_arrivals`: its generator at the run's target rate and seed 0). Inputs are the
@@ -59,7 +60,8 @@ def vidur_arrivals(rate, n, seed):
 
 def simulate_run(rate, n, decode, prefill, sizes, times, cap, rng, max_prompts=1 << 30,
                  arrivals=None, with_ttft=False):
-    """Latencies by arrival order of one run of ``n`` Poisson arrivals at ``rate``;
+    """Latencies by arrival order of one run of ``n`` arrivals at ``rate`` (Poisson from
+    ``rng`` unless ``arrivals`` gives their times);
     ``prefill`` (a, b): a prefill iteration of m prompts takes a + b m seconds. With
     ``with_ttft``, (latencies, times to first token)."""
     if arrivals is None:
