@@ -6,6 +6,7 @@ the Vidur sweeps, with the prefill's fixed part set from the decode profile?
     python benchmarks/prefill_batching_law.py --set fresh    # tested
     python benchmarks/prefill_batching_law.py --set capped   # tested
     python benchmarks/prefill_batching_law.py --set dense --csv dense_indep.csv  # replayed
+    python benchmarks/prefill_batching_law.py --set dense --closed-form  # m in closed form
 
 Without chunked prefill a prefill iteration of m waiting prompts costs a + b m, so the
 stall each arrival puts on the batch is (a + b m)/m averaged over prefill iterations: it
@@ -35,8 +36,19 @@ from slot_queue_choice import law
 from vidur_sets import SETS, profiled_groups
 
 
-def batched_law(rps, c1, c2, pieces, sizes, times, budget, iterations=8):
-    """Mean latency with the stall per arrival from the iteration chain at each rate."""
+def prompts_per_prefill(rate, decode_s, prefill_s):
+    """A closed form of the chain's prompts per prefill iteration: a prefill iteration
+    carries the arrivals of the iteration before it, given at least one; that one was a
+    prefill with probability q = 1 - exp(-RPS t_p(1)), else a decode."""
+    mu_d, mu_p = rate * decode_s, rate * prefill_s
+    q = -np.expm1(-mu_p)
+    return (1.0 - q) * mu_d / -np.expm1(-mu_d) + q * mu_p / -np.expm1(-mu_p)
+
+
+def batched_law(rps, c1, c2, pieces, sizes, times, budget, iterations=8,
+                closed_form=False):
+    """Mean latency with the stall per arrival from the iteration chain at each rate
+    (``closed_form``: from :func:`prompts_per_prefill`)."""
     fixed = min(times[0], 0.9 * c2)
     out = np.empty(len(rps))
     for i, rate in enumerate(rps):
@@ -46,8 +58,12 @@ def batched_law(rps, c1, c2, pieces, sizes, times, budget, iterations=8):
                 np.array([[rate]]), np.array([[c1]]), np.array([[stall]]), *pieces)
             n = float(np.ravel(n)[0]) if bool(np.ravel(found)[0]) else float(sizes[-1])
             table = fixed + (c2 - fixed) * np.arange(1, budget + 1)
-            _, per_prompt = chain(rate, float(_profile_time(max(n, 1.0), sizes, times)),
-                                  table, budget, states=60)
+            decode_s = float(_profile_time(max(n, 1.0), sizes, times))
+            if closed_form:
+                m = min(prompts_per_prefill(rate, decode_s, c2), budget)
+                per_prompt = (fixed + (c2 - fixed) * m) / m
+            else:
+                _, per_prompt = chain(rate, decode_s, table, budget, states=60)
             if abs(per_prompt - stall) < 1e-6 * c2:
                 break
             stall = per_prompt
@@ -61,6 +77,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", choices=SETS, default="dense")
     parser.add_argument("--csv", help="a file with the set's groups (e.g. replay_sets.py's)")
+    parser.add_argument("--closed-form", action="store_true",
+                        help="prompts per prefill iteration by prompts_per_prefill, not "
+                             "the chain")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     rows = []
@@ -79,7 +98,8 @@ def main() -> None:
 
         def batched(theta, at):
             c1, c2 = np.exp(theta)
-            return batched_law(rps[at], c1, c2, pieces, sizes, times, budget)
+            return batched_law(rps[at], c1, c2, pieces, sizes, times, budget,
+                               closed_form=args.closed_form)
 
         errors = {}
         for name, form in (("steady", plain), ("batched", batched)):
