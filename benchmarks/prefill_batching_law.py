@@ -7,6 +7,7 @@ the Vidur sweeps, with the prefill's fixed part set from the decode profile?
     python benchmarks/prefill_batching_law.py --set capped   # tested
     python benchmarks/prefill_batching_law.py --set dense --csv dense_indep.csv  # replayed
     python benchmarks/prefill_batching_law.py --set dense --closed-form  # m in closed form
+    python benchmarks/prefill_batching_law.py --check-closed-form   # closed form vs chain
 
 Without chunked prefill a prefill iteration of m waiting prompts costs a + b m, so the
 stall each arrival puts on the batch is (a + b m)/m averaged over prefill iterations: it
@@ -45,6 +46,22 @@ def prompts_per_prefill(rate, decode_s, prefill_s):
     return (1.0 - q) * mu_d / -np.expm1(-mu_d) + q * mu_p / -np.expm1(-mu_p)
 
 
+def check_closed_form() -> None:
+    """The closed form's stall per arrival against the chain's over a grid."""
+    gaps = []
+    for one in (0.008, 0.03, 0.08, 0.2, 0.4):                 # t_p(1), s
+        for share in (0.1, 0.35, 0.6, 0.9):                   # fixed part of t_p(1)
+            for decode_s in (0.008, 0.015, 0.03, 0.06):
+                for load in (0.05, 0.2, 0.4, 0.6):            # RPS t_p(1)
+                    rate, fixed, budget = load / one, share * one, 16
+                    table = fixed + (one - fixed) * np.arange(1, budget + 1)
+                    _, exact = chain(rate, decode_s, table, budget, states=60)
+                    m = min(prompts_per_prefill(rate, decode_s, one), budget)
+                    gaps.append(abs((fixed + (one - fixed) * m) / m / exact - 1.0))
+    print(f"closed form against the chain, stall per arrival over {len(gaps)} points: "
+          f"largest {max(gaps):.2%}, median {np.median(gaps):.2%}")
+
+
 def batched_law(rps, c1, c2, pieces, sizes, times, budget, iterations=8,
                 closed_form=False):
     """Mean latency with the stall per arrival from the iteration chain at each rate
@@ -80,7 +97,12 @@ def main() -> None:
     parser.add_argument("--closed-form", action="store_true",
                         help="prompts per prefill iteration by prompts_per_prefill, not "
                              "the chain")
+    parser.add_argument("--check-closed-form", action="store_true",
+                        help="only compare the closed form with the chain over a grid")
     args = parser.parse_args()
+    if args.check_closed_form:
+        check_closed_form()
+        return
     warnings.filterwarnings("ignore")
     rows = []
     for key, group, sizes, times, cap in profiled_groups(args.set, args.csv):
