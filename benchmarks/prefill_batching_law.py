@@ -67,6 +67,7 @@ def batched_law(rps, c1, c2, pieces, sizes, times, budget, iterations=8,
     """Mean latency with the stall per arrival from the iteration chain at each rate
     (``closed_form``: from :func:`prompts_per_prefill`)."""
     fixed = min(times[0], 0.9 * c2)
+    table = fixed + (c2 - fixed) * np.arange(1, budget + 1)
     out = np.empty(len(rps))
     for i, rate in enumerate(rps):
         stall = c2
@@ -74,7 +75,6 @@ def batched_law(rps, c1, c2, pieces, sizes, times, budget, iterations=8,
             n, shift, found = profile_concurrency_expr(
                 np.array([[rate]]), np.array([[c1]]), np.array([[stall]]), *pieces)
             n = float(np.ravel(n)[0]) if bool(np.ravel(found)[0]) else float(sizes[-1])
-            table = fixed + (c2 - fixed) * np.arange(1, budget + 1)
             decode_s = float(_profile_time(max(n, 1.0), sizes, times))
             if closed_form:
                 m = min(prompts_per_prefill(rate, decode_s, c2), budget)

@@ -24,25 +24,10 @@ import warnings
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import least_squares
 
 from iteration_run import simulate_run, vidur_arrivals  # the script's folder is on the path
-from run_replay import replay
-from vidur_sets import ROOT, SETS, KEYS, profiled_groups
-
-
-def fit_prefill(group, decode, sizes, times, cap):
-    measured = group["latency_mean_s"].to_numpy(float)
-
-    def residual(theta):
-        return np.log(measured) - np.log(replay(group, decode, tuple(np.exp(theta)),
-                                                sizes, times, cap))
-
-    c2 = 0.5 / group["rps"].max()
-    start = np.log([min(times[0], 0.5 * c2), max(0.5 * c2, 1e-4)])
-    solution = least_squares(residual, start, diff_step=0.02, max_nfev=40,
-                             bounds=(np.log([1e-5, 1e-5]), np.log([10.0, 10.0])))
-    return tuple(np.exp(solution.x)), float(np.sqrt(np.mean(solution.fun ** 2)))
+from run_replay import fit_prefill
+from vidur_sets import ROOT, SETS, profiled_groups
 
 
 def main() -> None:
@@ -61,7 +46,10 @@ def main() -> None:
     for index, (key, group, sizes, times, cap) in enumerate(profiled_groups(args.set)):
         started = time.time()
         decode = float(key[4])
-        prefill, rms = fit_prefill(group, decode, sizes, times, cap)
+        c2 = 0.5 / group["rps"].max()
+        start = np.log([min(times[0], 0.5 * c2), max(0.5 * c2, 1e-4)])
+        prefill, solution = fit_prefill(group, decode, sizes, times, cap, start)
+        rms = float(np.sqrt(np.mean(solution.fun ** 2)))
         for position, (row_index, row) in enumerate(group.iterrows()):
             seed = shared if shared is not None else args.seed_base * (index + 1) + position
             n = int(row["n_requests"])

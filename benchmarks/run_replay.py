@@ -61,6 +61,21 @@ def replay(rows, decode, prefill, sizes, times, cap, seed_offset=None):
     return np.array(means)
 
 
+def fit_prefill(rows, decode, sizes, times, cap, start):
+    """The prefill iteration's (a, b) that bring the replay of ``rows`` (their own
+    arrivals) closest to their measured means in log, from ``start`` (log a, log b);
+    returns (a, b) and the least-squares solution."""
+    measured = rows["latency_mean_s"].to_numpy(float)
+
+    def residual(theta):
+        return np.log(measured) - np.log(replay(rows, decode, tuple(np.exp(theta)),
+                                                sizes, times, cap))
+
+    solution = least_squares(residual, start, diff_step=0.02, max_nfev=40,
+                             bounds=(np.log([1e-5, 1e-5]), np.log([10.0, 10.0])))
+    return tuple(np.exp(solution.x)), solution
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", choices=SETS, default="fresh")
@@ -93,15 +108,7 @@ def main() -> None:
         # the replay's own work per request is its prefill and decode - 1 iterations at
         # t_d(1) and up; start from the steady fit's stall with the fixed part at t_d(1)
         start = np.log([min(times[0], 0.5 * c2), max(c2 - min(times[0], 0.5 * c2), 1e-4)])
-        low_rows = group[fitted]
-
-        def replay_residual(theta):
-            value = replay(low_rows, decode, tuple(np.exp(theta)), sizes, times, cap)
-            return np.log(measured[fitted]) - np.log(value)
-
-        solution = least_squares(replay_residual, start, diff_step=0.02, max_nfev=40,
-                                 bounds=(np.log([1e-5, 1e-5]), np.log([10.0, 10.0])))
-        prefill = tuple(np.exp(solution.x))
+        prefill, solution = fit_prefill(group[fitted], decode, sizes, times, cap, start)
         own = replay(group, decode, prefill, sizes, times, cap)
         new = np.array([replay(group[held], decode, prefill, sizes, times, cap,
                                seed_offset=1 + s) for s in range(args.new_runs)])
