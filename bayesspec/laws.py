@@ -315,8 +315,76 @@ def profile_chain_extra(decode_tokens, batch_sizes, iteration_s, cap: int) -> np
     return (float(decode_tokens) - 1.0) * (times - times[0])
 
 
+def prompts_per_prefill_expr(rps, decode_s, prefill_s, xp: ModuleType = np):
+    """Mean prompts per prefill iteration of an engine that prefills, without chunking,
+    every prompt waiting at an iteration boundary, and its derivative in log RPS.
+
+    A prefill iteration carries the arrivals during the iteration before it, given at
+    least one: that iteration was a decode of ``decode_s`` seconds, or, with probability
+    q = 1 - exp(-mu_p), a prefill of about ``prefill_s`` (one prompt's). With
+    f(mu) = mu/(1 - exp(-mu)), the mean of a Poisson count given that it is positive,
+    m = (1 - q) f(mu_d) + q f(mu_p), mu_d = RPS t_d, mu_p = RPS t_p(1). Against the
+    iteration chain that matched Vidur's logs (``benchmarks/prefill_batching.py``) the
+    stall per arrival it gives, (a + b m)/m, is within 3.4% over 320 grid points (median
+    0.09%; ``benchmarks/prefill_batching_law.py --check-closed-form``). Returns
+    (m, dm/d log RPS)."""
+    mu_d, mu_p = rps * decode_s, rps * prefill_s
+
+    def positive_mean(mu):
+        # f and f' by their series where 1 - exp(-mu) cancels (f -> 1, f' -> 1/2)
+        small = mu < 1e-3
+        safe = xp.where(small, 1.0, mu)
+        kept = -xp.expm1(-safe)
+        value = xp.where(small, 1.0 + mu / 2.0 + mu * mu / 12.0, safe / kept)
+        slope = xp.where(small, 0.5 + mu / 6.0,
+                         (kept - safe * xp.exp(-safe)) / (kept * kept))
+        return value, slope
+
+    decode_mean, decode_slope = positive_mean(mu_d)
+    prefill_mean, prefill_slope = positive_mean(mu_p)
+    stay = xp.exp(-mu_p)                                  # 1 - q
+    m = stay * decode_mean + (1.0 - stay) * prefill_mean
+    m_slope = (mu_p * stay * (prefill_mean - decode_mean)
+               + stay * decode_slope * mu_d + (1.0 - stay) * prefill_slope * mu_p)
+    return m, m_slope
+
+
+#: The largest share of one prompt's prefill iteration taken as paid once per iteration:
+#: the rest, b = C2 - a, is each prompt's own work, which no batching removes.
+PREFILL_FIXED_SHARE_MAX = 0.9
+
+
+def prefill_fixed_part(c2, decode_at_one, xp: ModuleType = np):
+    """The part of a prefill iteration paid once however many prompts it carries, a in
+    t_p(m) = a + b m: one decode iteration at batch 1, t_d(1) (the weights read, the
+    all-reduces and launches a prefill shares with a decode), at most
+    :data:`PREFILL_FIXED_SHARE_MAX` of C2 = t_p(1). Least squares that fitted a as well
+    (a Normal(log t_d(1), 0.5) penalty) put it at 0.86-1.06 t_d(1) in every group of the
+    five Vidur sets and replays, with the same held-out errors
+    (``benchmarks/prefill_chain_law.py``), so the law takes it as known."""
+    return xp.minimum(decode_at_one, PREFILL_FIXED_SHARE_MAX * c2)
+
+
+def batched_prefill_stall_expr(rps, c2, prefill_fixed, decode_s, xp: ModuleType = np):
+    """The stall per arrival of eq. (1) when the engine batches waiting prompts into one
+    prefill iteration, and its derivative in log RPS.
+
+    C2 is one prompt's prefill iteration alone, t_p(1) = a + b with a = ``prefill_fixed``
+    the part paid once per iteration (weights read, launches) and b per prompt. With m
+    prompts per iteration (:func:`prompts_per_prefill_expr`, ``decode_s`` the decode
+    iteration's seconds) each arrival stalls the batch (a + b m)/m = C2 - a (1 - 1/m):
+    C2 at light load, falling towards b as prompts queue at iteration boundaries. This is
+    why eq. (1) fitted at low load over-predicts the top of a sweep (the top's residual
+    was negative in 24 of 25 vidur_dense groups; benchmarks/README.md, 2026-12-05 seventh
+    session). Returns (stall, d stall / d log RPS)."""
+    m, m_slope = prompts_per_prefill_expr(rps, decode_s, c2, xp=xp)
+    stall = c2 - prefill_fixed * (1.0 - 1.0 / m)
+    return stall, -prefill_fixed * m_slope / (m * m)
+
+
 def profile_chain_latency_expr(rps, c1, c2, cap, extra, valid, xp: ModuleType = np, *,
-                               wait_scale=1.0, soft_margin=None, elasticity: bool = False):
+                               wait_scale=1.0, soft_margin=None, elasticity: bool = False,
+                               prefill_fixed=None, decode_s=None):
     """Mean latency of the slot queue's birth-death chain with the decode profile in it.
 
     :func:`slot_queue_latency_expr` is the chain in which n requests in flight each take
@@ -342,11 +410,24 @@ def profile_chain_latency_expr(rps, c1, c2, cap, extra, valid, xp: ModuleType = 
     the elasticity is the sums' own ratios, d log(mean)/d log RPS - d log(total)/d log
     RPS - 1: one pass over the chain where a central difference needs three (the
     likelihood's noise takes it at every point and gradient step).
+
+    ``prefill_fixed`` (...) and ``decode_s`` (..., K), the decode iteration's seconds at
+    n = 1..K in flight: the stall per arrival C2 becomes the batched prefill's
+    (:func:`batched_prefill_stall_expr`), which falls with the rate and, through the
+    decode iteration, with n. The weights then carry the rate in T(k) too, and the
+    elasticity adds d log T(k)/d log RPS summed over k <= n to each state's n.
     """
     rps, c1, c2, cap = (xp.asarray(v) if xp is np else v for v in (rps, c1, c2, cap))
     count = xp.arange(1, extra.shape[-1] + 1) * 1.0
     safe_rps = xp.maximum(rps, 1e-300)
-    time_in_flight = c1[..., None] + c2[..., None] * (count - 1.0) + extra
+    batched = prefill_fixed is not None
+    if batched:
+        fixed = xp.asarray(prefill_fixed) if xp is np else prefill_fixed
+        stall, stall_slope = batched_prefill_stall_expr(
+            rps[..., None], c2[..., None], fixed[..., None], decode_s, xp=xp)
+    else:
+        stall = c2[..., None]
+    time_in_flight = c1[..., None] + stall * (count - 1.0) + extra
     log_ratio = (xp.log(safe_rps)[..., None] + xp.log(time_in_flight) - xp.log(count))
     log_weight = xp.cumsum(log_ratio * valid, axis=-1)
     at_cap_entry = xp.abs(count - cap[..., None]) < 0.5   # (== is not elementwise in PyTensor)
@@ -357,12 +438,19 @@ def profile_chain_latency_expr(rps, c1, c2, cap, extra, valid, xp: ModuleType = 
     at_zero = xp.exp(-top)
     time_at_cap = xp.sum(xp.where(at_cap_entry, time_in_flight, 0.0), axis=-1)
     rho = rps * time_at_cap / cap
-    rho_slope = rho                      # d rho / d log RPS
+    if batched:
+        # d log w(n) / d log RPS: n from the rate itself, plus the rate in each T(k)
+        time_slope = (count - 1.0) * stall_slope / time_in_flight
+        state_slope = count + xp.cumsum(time_slope * valid, axis=-1)
+        cap_slope = xp.sum(xp.where(at_cap_entry, state_slope, 0.0), axis=-1)
+        rho_slope = rho * (1.0 + xp.sum(xp.where(at_cap_entry, time_slope, 0.0), axis=-1))
+    else:
+        state_slope, cap_slope, rho_slope = count, cap, rho   # d rho / d log RPS
     if soft_margin is not None:
         edge = 1.0 - soft_margin
         excess = xp.maximum(rho - edge, 0.0)
         below = rho < edge
-        rho_slope = xp.where(below, rho, rho / (1.0 + excess / soft_margin) ** 2)
+        rho_slope = xp.where(below, rho_slope, rho_slope / (1.0 + excess / soft_margin) ** 2)
         rho = xp.where(below, rho, 1.0 - soft_margin / (1.0 + excess / soft_margin))
     waiting = rho / (1.0 - rho)
     line = wait_scale * rho / (1.0 - rho) ** 2
@@ -378,10 +466,11 @@ def profile_chain_latency_expr(rps, c1, c2, cap, extra, valid, xp: ModuleType = 
         return value
     waiting_slope = rho_slope / (1.0 - rho) ** 2
     line_slope = wait_scale * rho_slope * (1.0 + rho) / (1.0 - rho) ** 3
-    mean_slope = (xp.sum(count * count * weight, axis=-1)
-                  + at_cap * cap * (cap * waiting + line)
+    mean_slope = (xp.sum(count * state_slope * weight, axis=-1)
+                  + at_cap * cap_slope * (cap * waiting + line)
                   + at_cap * (cap * waiting_slope + line_slope))
-    total_slope = spread + at_cap * cap * waiting + at_cap * waiting_slope
+    total_slope = (xp.sum(state_slope * weight, axis=-1) + at_cap * cap_slope * waiting
+                   + at_cap * waiting_slope)
     slope = mean_slope / mean - total_slope / total - 1.0
     return value, xp.where(rps > 0, slope, xp.zeros_like(slope))
 

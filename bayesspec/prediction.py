@@ -31,8 +31,8 @@ from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    curved_latency, effective_costs, expert_coverage, latency,
                    load_amplification_expr, load_elasticity_expr,
                    measured_load_amplification, moe_latency, percentile_latency,
-                   profile_chain_extra, profile_chain_latency_expr,
-                   percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
+                   prefill_fixed_part, profile_chain_extra, profile_chain_latency_expr,
+                   _profile_time, percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
                    fluid_run_latency, profile_concurrency_expr, profile_segments,
                    sampled_quantile_error_expr, slot_wait_in_run, two_regime_latency,
                    verification_tokens)
@@ -372,8 +372,12 @@ class ProfileCurve(Curve):
 
     def __init__(self, c1, c2, *, batch_sizes, iteration_s, decode_tokens: float,
                  label: str = "", noise: Noise | None = None, cap=None,
-                 wait_scale: float = 1.0, law: str = "poisson"):
+                 wait_scale: float = 1.0, law: str = "poisson",
+                 prefill_batching: bool = False):
         super().__init__(c1, c2, label=label, noise=noise, cap=cap, wait_scale=wait_scale)
+        #: Whether the chain's stall per arrival is the batched prefill's
+        #: (:func:`bayesspec.laws.batched_prefill_stall_expr`), as the fit's.
+        self.prefill_batching = bool(prefill_batching) and law == "chain"
         #: "poisson" (one self-consistent N) or "chain" (the profile inside the slot
         #: queue's birth-death chain, :func:`bayesspec.laws.profile_chain_latency_expr`;
         #: needs the cap).
@@ -393,6 +397,8 @@ class ProfileCurve(Curve):
                 raise ValueError("the decode profile's chain law needs the engine's cap")
             self._chain_extra = profile_chain_extra(self.decode_tokens, self.batch_sizes,
                                                     self.iteration_s, int(cap_value))
+            self._chain_decode_s = _profile_time(np.arange(1.0, int(cap_value) + 1.0),
+                                                 self.batch_sizes, self.iteration_s)
 
     def shift(self, concurrency) -> np.ndarray:
         """Seconds the profile adds to a request at ``concurrency`` requests in flight, as
@@ -447,10 +453,14 @@ class ProfileCurve(Curve):
         shape = np.broadcast_shapes(np.shape(c1), rps.shape)
         rps, c1, c2 = (np.broadcast_to(v, shape) for v in (rps, c1, c2))
         extra = self._chain_extra
+        batched = {}
+        if self.prefill_batching:
+            batched = {"prefill_fixed": prefill_fixed_part(c2, self._chain_decode_s[0]),
+                       "decode_s": self._chain_decode_s}
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return profile_chain_latency_expr(
                 rps, c1, c2, np.full(shape, self._cap_value), extra,
-                np.ones_like(extra), wait_scale=self.wait_scale)
+                np.ones_like(extra), wait_scale=self.wait_scale, **batched)
 
     @property
     def ceiling(self) -> np.ndarray:
@@ -458,7 +468,9 @@ class ProfileCurve(Curve):
         (cached)."""
         if self._ceiling is None:
             with np.errstate(divide="ignore"):
-                hi = 1.0 / self.c2
+                # a batched prefill's stall per arrival falls towards C2 - a, never below
+                hi = 1.0 / (self.c2 - prefill_fixed_part(self.c2, self._chain_decode_s[0])
+                            if self.prefill_batching else self.c2)
             lo = np.zeros_like(hi)
             for _ in range(64):
                 if np.all(hi - lo <= BISECTION_RTOL * hi):

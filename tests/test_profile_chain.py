@@ -121,24 +121,34 @@ def test_the_chain_and_the_bound_are_the_dense_profiles_defaults_and_old_fits_ke
     from bayesspec.workflow import fit
 
     def resolved(model):
-        return model.config["profile_law"], model.config["noise_load_at"]
+        return (model.config["profile_law"], model.config["noise_load_at"],
+                model.config["prefill_batching"])
 
-    assert resolved(DenseLatencyModel({"decode_profile": "p.csv"})) == ("chain", "measured")
-    assert resolved(DenseLatencyModel()) == ("poisson", "curve")
-    assert resolved(get_model_class("tails")({"decode_profile": "p.csv"})) == ("poisson",
-                                                                               "curve")
+    assert resolved(DenseLatencyModel({"decode_profile": "p.csv"})) == ("chain", "measured",
+                                                                       True)
+    assert resolved(DenseLatencyModel()) == ("poisson", "curve", False)
+    assert resolved(get_model_class("tails")({"decode_profile": "p.csv"})) == (
+        "poisson", "curve", False)
     # what the user names is kept
     named = DenseLatencyModel({"decode_profile": "p.csv", "profile_law": "poisson"})
-    assert resolved(named) == ("poisson", "curve")
+    assert resolved(named) == ("poisson", "curve", False)
     named = DenseLatencyModel({"decode_profile": "p.csv", "noise_load_at": "curve"})
-    assert resolved(named) == ("chain", "curve")
+    assert resolved(named) == ("chain", "curve", True)
+    named = DenseLatencyModel({"decode_profile": "p.csv", "prefill_batching": False})
+    assert resolved(named) == ("chain", "measured", False)
+    with pytest.raises(ValueError, match="prefill_batching"):
+        DenseLatencyModel({"decode_profile": "p.csv", "profile_law": "poisson",
+                           "prefill_batching": True})
+    with pytest.raises(ValueError, match="prefill_batching"):
+        DenseLatencyModel({"decode_profile": "p.csv", "prefill_batching": "yes"})
     with pytest.raises(ValueError, match="noise_load_at"):
         get_model_class("speculative")({"noise_load_at": "auto"})
 
     path = tmp_path / "profile.csv"
     profile_frame().to_csv(path, index=False)
     truth = ProfileCurve(np.array([10.4]), np.array([0.063]), batch_sizes=SIZES,
-                         iteration_s=TIMES, decode_tokens=256, cap=48, law="chain")
+                         iteration_s=TIMES, decode_tokens=256, cap=48, law="chain",
+                         prefill_batching=True)
     rps = np.linspace(0.05, 0.9, 6) * truth.ceiling[0]
     data = prepare(pd.DataFrame({"verifier": "Llama-2-70B", "gpu": "A100",
                                  "prefill_tokens": 256, "decode_tokens": 256, "rps": rps,
@@ -148,22 +158,29 @@ def test_the_chain_and_the_bound_are_the_dense_profiles_defaults_and_old_fits_ke
                                                          seed=1, progress=False),
                  config={"decode_profile": str(path)})
     result.save(tmp_path / "new.nc")
-    assert load_fit(tmp_path / "new.nc").group_curve(0).law == "chain"
-    # an older file: the two options absent from its stored configuration
+    new = load_fit(tmp_path / "new.nc").group_curve(0)
+    assert new.law == "chain" and new.prefill_batching
+    # an older file: the options absent from its stored configuration
     stored = json.loads(result.tree.attrs["model_config"])
+    del stored["prefill_batching"]
+    result.tree.attrs["model_config"] = json.dumps(stored)
+    result.save(tmp_path / "unbatched.nc")
+    unbatched = load_fit(tmp_path / "unbatched.nc").group_curve(0)
+    assert unbatched.law == "chain" and not unbatched.prefill_batching
     for key in ("profile_law", "noise_load_at"):
         del stored[key]
     result.tree.attrs["model_config"] = json.dumps(stored)
     result.save(tmp_path / "old.nc")
     restored = load_fit(tmp_path / "old.nc")
-    assert resolved(restored.model()) == ("poisson", "curve")
+    assert resolved(restored.model())[:2] == ("poisson", "curve")
     assert restored.group_curve(0).law == "poisson"
 
 
 @pytest.mark.long
 def test_a_chain_fit_recovers_the_costs_of_a_chain_sweep(tmp_path):
-    """One group's sweep drawn from the chain law (cap 48, the profile's fast band and tile
-    step inside the swept range): the fit with the chain law converges at the defaults and
+    """One group's sweep drawn from the chain law with the batched prefill (cap 48, the
+    profile's fast band and tile step inside the swept range): the fit with the chain law
+    and the batched prefill (the defaults) converges and
     its 90% intervals hold C1 and C2; its curve is within 1% of the truth's at every rate."""
     from bayesspec.data import prepare
     from bayesspec.inference import SamplerSettings
@@ -172,7 +189,8 @@ def test_a_chain_fit_recovers_the_costs_of_a_chain_sweep(tmp_path):
     path = tmp_path / "profile.csv"
     profile_frame().to_csv(path, index=False)
     truth = ProfileCurve(np.array([10.4]), np.array([0.063]), batch_sizes=SIZES,
-                         iteration_s=TIMES, decode_tokens=256, cap=48, law="chain")
+                         iteration_s=TIMES, decode_tokens=256, cap=48, law="chain",
+                         prefill_batching=True)
     rng = np.random.default_rng(3)
     rps = np.linspace(0.05, 0.93, 11) * truth.ceiling[0]
     mean = truth.latency(rps)[0] * np.exp(0.005 * rng.standard_normal(rps.size))
@@ -184,20 +202,22 @@ def test_a_chain_fit_recovers_the_costs_of_a_chain_sweep(tmp_path):
                  config={"decode_profile": str(path)})
     assert result.model_config["profile_law"] == "chain"
     assert result.model_config["noise_load_at"] == "measured"
+    assert result.model_config["prefill_batching"] is True
     assert result.diagnostics["converged"], result.diagnostics["text"]
     for name, value in (("C1", 10.4), ("C2", 0.063)):
         lo, hi = np.quantile(result.draws(name, 0), [0.05, 0.95])
         assert lo <= value <= hi, (name, lo, value, hi)
     curve = result.group_curve(0)
-    assert curve.law == "chain"
+    assert curve.law == "chain" and curve.prefill_batching
     median = np.median(curve.latency(rps), axis=0)
     np.testing.assert_allclose(median, truth.latency(rps)[0], rtol=0.01)
 
 
-def test_the_chain_fits_chains_start_at_each_groups_own_chain_costs(tmp_path):
+@pytest.mark.parametrize("batched", [False, True])
+def test_the_chain_fits_chains_start_at_each_groups_own_chain_costs(tmp_path, batched):
     """The starts of a chain fit are each group's least-squares costs under the chain law
     (``dense.chain_law_starts``), not the profile law's: on two groups drawn from the
-    chain with different costs, within 2% of each truth."""
+    chain with different costs, within 2% of each truth; with the batched prefill too."""
     from bayesspec.bayes.dense import DenseLatencyModel, chain_law_starts
     from bayesspec.data import prepare
 
@@ -207,16 +227,18 @@ def test_the_chain_fits_chains_start_at_each_groups_own_chain_costs(tmp_path):
     frames, truths = [], []
     for prefill, c1, c2 in ((256, 10.4, 0.063), (512, 6.0, 0.11)):
         truth = ProfileCurve(np.array([c1]), np.array([c2]), batch_sizes=SIZES,
-                             iteration_s=TIMES, decode_tokens=256, cap=48, law="chain")
+                             iteration_s=TIMES, decode_tokens=256, cap=48, law="chain",
+                             prefill_batching=batched)
         rps = np.linspace(0.05, 0.6, 8) * truth.ceiling[0]
         mean = truth.latency(rps)[0] * np.exp(0.003 * rng.standard_normal(rps.size))
         frames.append(pd.DataFrame({"verifier": "Llama-2-70B", "gpu": "A100",
                                     "prefill_tokens": prefill, "decode_tokens": 256,
                                     "rps": rps, "latency_mean_s": mean, "max_num_seqs": 48}))
         truths.append((c1, c2, rps.max()))
-    model = DenseLatencyModel({"decode_profile": str(path), "profile_law": "chain"})
+    model = DenseLatencyModel({"decode_profile": str(path), "profile_law": "chain",
+                               "prefill_batching": batched})
     inputs = model.prepare(prepare(pd.concat(frames, ignore_index=True)))
-    starts = chain_law_starts(inputs)
+    starts = chain_law_starts(inputs, batched)
     for g, label in enumerate(inputs.groups["label"]):
         c1, c2, rps_max = truths[0] if "p256" in label else truths[1]
         utilisation = 1.0 / (1.0 + np.exp(-starts["utilisation_logit"][g]))
@@ -240,7 +262,8 @@ def test_the_chain_takes_its_cap_where_the_slot_queue_alone_would_not_reach_the_
     frames, curves = [], []
     for prefill, cap, top in ((256, 256, 0.2), (512, 48, 0.9)):
         truth = ProfileCurve(np.array([10.4]), np.array([0.063]), batch_sizes=SIZES,
-                             iteration_s=TIMES, decode_tokens=256, cap=cap, law="chain")
+                             iteration_s=TIMES, decode_tokens=256, cap=cap, law="chain",
+                             prefill_batching=True)   # the model's default with the chain
         rps = np.linspace(0.02, top, 5) * truth.ceiling[0]
         frames.append(pd.DataFrame({"verifier": "Llama-2-70B", "gpu": "A100",
                                     "prefill_tokens": prefill, "decode_tokens": 256,
@@ -275,3 +298,97 @@ def test_the_chain_takes_its_cap_where_the_slot_queue_alone_would_not_reach_the_
     for curve, g in zip(curves, order):
         members = inputs.group_index == g
         np.testing.assert_allclose(mean[members], curve.latency(rps[members])[0], rtol=1e-9)
+
+
+def _batched_args(cap=48, prefill_share=None):
+    extra = laws.profile_chain_extra(256, SIZES, TIMES, cap)
+    decode_s = laws._profile_time(np.arange(1.0, cap + 1.0), SIZES, TIMES)
+    c2 = np.array([0.063])
+    fixed = laws.prefill_fixed_part(c2, decode_s[0])
+    return (np.array([10.4]), c2, np.array([float(cap)]), extra[None, :],
+            np.ones((1, cap))), {"prefill_fixed": fixed, "decode_s": decode_s[None, :]}
+
+
+@pytest.mark.parametrize("soft_margin", [None, 1e-3])
+def test_the_batched_prefills_chain_elasticity_and_graph_match_numpys_slope(soft_margin):
+    """With the batched prefill the weights carry the rate inside T(k) too: the closed-form
+    elasticity still equals a central difference of log L in log RPS, and the graph
+    computes the same latency and slope as NumPy."""
+    import pytensor.tensor as pt
+
+    args, batched = _batched_args()
+    rates = np.array([0.0, 0.01, 0.5, 1.5, 2.5, 3.3, 3.5, 3.6]
+                     + ([3.9, 4.3] if soft_margin else []))
+
+    def latency_at(r):
+        return laws.profile_chain_latency_expr(r[:, None], *args, wait_scale=0.5,
+                                               soft_margin=soft_margin, **batched)[:, 0]
+
+    value, slope = laws.profile_chain_latency_expr(
+        rates[:, None], *args, wait_scale=0.5, soft_margin=soft_margin, elasticity=True,
+        **batched)
+    finite = np.isfinite(value[:, 0])
+    difference = laws.load_elasticity_expr(latency_at, rates, step=1e-6)
+    difference[0] = 0.0
+    np.testing.assert_allclose(slope[finite, 0], difference[finite], rtol=1e-5, atol=1e-8)
+    symbolic_value, symbolic_slope = laws.profile_chain_latency_expr(
+        pt.as_tensor(rates[:, None]), *(pt.as_tensor(a) for a in args), xp=pt,
+        wait_scale=0.5, soft_margin=soft_margin, elasticity=True,
+        prefill_fixed=pt.as_tensor(batched["prefill_fixed"]),
+        decode_s=pt.as_tensor(batched["decode_s"]))
+    np.testing.assert_allclose(symbolic_value.eval()[finite, 0], value[finite, 0], rtol=1e-10)
+    np.testing.assert_allclose(symbolic_slope.eval()[finite, 0], slope[finite, 0], rtol=1e-10)
+
+
+def test_the_batched_prefill_changes_nothing_at_light_load_and_lowers_the_top():
+    """The batched prefill's chain is the plain chain's at light load (one prompt per
+    prefill) and below it near the ceiling, whose rate it raises; with no fixed part it is
+    the plain chain at every rate."""
+    args, batched = _batched_args()
+    plain_curve = ProfileCurve(np.array([10.4]), np.array([0.063]), batch_sizes=SIZES,
+                               iteration_s=TIMES, decode_tokens=256, cap=48, law="chain")
+    curve = ProfileCurve(np.array([10.4]), np.array([0.063]), batch_sizes=SIZES,
+                         iteration_s=TIMES, decode_tokens=256, cap=48, law="chain",
+                         prefill_batching=True)
+    light = np.array([0.002, 0.01])
+    np.testing.assert_allclose(curve.latency(light), plain_curve.latency(light), rtol=1e-3)
+    top = 0.95 * plain_curve.ceiling
+    assert curve.latency(top)[0, 0] < 0.97 * plain_curve.latency(top)[0, 0]
+    assert curve.ceiling[0] > plain_curve.ceiling[0]
+    # the ceiling is where the line for a slot stops clearing
+    assert np.isfinite(curve.latency(np.array([0.999 * curve.ceiling[0]]))[0, 0])
+    assert np.isinf(curve.latency(np.array([1.001 * curve.ceiling[0]]))[0, 0])
+    rates = np.linspace(0.1, 3.4, 7)
+    none = {**batched, "prefill_fixed": np.zeros(1)}
+    np.testing.assert_allclose(
+        laws.profile_chain_latency_expr(rates[:, None], *args, **none)[:, 0],
+        laws.profile_chain_latency_expr(rates[:, None], *args)[:, 0], rtol=1e-12)
+
+
+@pytest.mark.parametrize("decode_s, prefill_s, load", [(0.03, 0.08, 0.2), (0.015, 0.2, 0.5),
+                                                       (0.06, 0.03, 0.4)])
+def test_prompts_per_prefill_in_closed_form_match_a_simulated_engine(decode_s, prefill_s,
+                                                                     load):
+    """An engine that, at each iteration boundary, prefills every waiting prompt in one
+    iteration of a + b m seconds (a = prefill_s/2 here) and otherwise runs a decode
+    iteration, fed by Poisson arrivals: its mean prompts per prefill iteration is the
+    closed form's within 3% (the closed form treats every prefill as t_p(1) long)."""
+    rate = load / prefill_s
+    fixed = 0.5 * prefill_s
+    rng = np.random.default_rng(11)
+    waiting, prompts, prefills = 0, 0, 0
+    for _ in range(60_000):
+        if waiting:
+            prompts, prefills = prompts + waiting, prefills + 1
+            length = fixed + (prefill_s - fixed) * waiting
+            waiting = 0
+        else:
+            length = decode_s
+        waiting += rng.poisson(rate * length)
+    expected, _ = laws.prompts_per_prefill_expr(rate, decode_s, prefill_s)
+    assert prompts / prefills == pytest.approx(float(expected), rel=0.03)
+    # and the stall per arrival falls from C2 towards C2 - a with the load
+    stall = [float(laws.batched_prefill_stall_expr(r, prefill_s, fixed, decode_s)[0])
+             for r in (1e-6, rate, 20.0 * rate)]
+    assert stall[0] == pytest.approx(prefill_s, rel=1e-5)
+    assert prefill_s > stall[1] > stall[2] > prefill_s - fixed

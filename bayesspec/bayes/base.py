@@ -261,9 +261,12 @@ def profile_chain_arrays(inputs) -> dict[str, tuple[np.ndarray, str | None]]:
     (:func:`bayesspec.laws.profile_chain_latency_expr`), per group: ``chain_extra`` (G, K),
     the profile's added seconds at n = 1..cap in flight, ``chain_valid`` (G, K), 1 for
     n <= cap, and ``has_chain`` (G,). K is the largest cap; a group without a profile or
-    a cap gets a one-slot stand-in that the graph does not select."""
+    a cap gets a one-slot stand-in that the graph does not select. For the batched
+    prefill's stall (``prefill_batching``): ``chain_decode_s`` (G, K), the profile's
+    seconds per decode iteration at n = 1..K in flight, and ``chain_decode_one`` (G,),
+    at one."""
     from ..decode_profile import group_profile
-    from ..laws import profile_chain_extra
+    from ..laws import _profile_time, profile_chain_extra
 
     groups = inputs.groups
     caps = groups["cap"].to_numpy(float) if "cap" in groups else np.full(len(groups), np.inf)
@@ -273,6 +276,7 @@ def profile_chain_arrays(inputs) -> dict[str, tuple[np.ndarray, str | None]]:
     extra = np.zeros((len(groups), width))
     valid = np.zeros((len(groups), width))
     valid[:, 0] = 1.0
+    decode_s = np.ones((len(groups), width))
     for g in np.flatnonzero(has):
         sizes, times = group_profile(inputs.extras["profile_sizes"],
                                      inputs.extras["profile_times"], g)
@@ -280,8 +284,11 @@ def profile_chain_arrays(inputs) -> dict[str, tuple[np.ndarray, str | None]]:
         extra[g, :cap] = profile_chain_extra(float(groups["decode_tokens"].iloc[g]), sizes,
                                              times, cap)
         valid[g, :cap] = 1.0
+        decode_s[g] = _profile_time(np.arange(1.0, width + 1.0), sizes, times)
     return {"chain_extra": (extra, None), "chain_valid": (valid, None),
-            "has_chain": (has.astype(float), "group")}
+            "has_chain": (has.astype(float), "group"),
+            "chain_decode_s": (decode_s, None),
+            "chain_decode_one": (decode_s[:, 0].copy(), "group")}
 
 
 def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
@@ -341,7 +348,8 @@ class LatencyModel:
     init: str = "jitter"
     # Options whose default changed: the value a fit file that does not record the option
     # was made with (read back by ``from_tree``).
-    legacy_defaults: dict = {"profile_law": "poisson", "noise_load_at": "curve"}
+    legacy_defaults: dict = {"profile_law": "poisson", "noise_load_at": "curve",
+                             "prefill_batching": False}
     # Tuning steps and draws per chain when the user does not say (``--tune``, ``--draws``).
     default_tune: int = 1000
     default_draws: int = 1000
@@ -788,7 +796,9 @@ class LatencyModel:
                                  decode_tokens=float(fit.groups["decode_tokens"].iloc[group]),
                                  label=label, noise=self.noise(fit),
                                  law=(self.config.get("profile_law", "poisson")
-                                      if cap else "poisson"), **cap)
+                                      if cap else "poisson"),
+                                 prefill_batching=self.config.get("prefill_batching") is True,
+                                 **cap)
         else:
             curve = Curve(fit.draws("C1", group), fit.draws("C2", group), label=label,
                           noise=self.noise(fit), **fitted_cap(fit.groups, group, fit))

@@ -67,7 +67,7 @@ def profile_starts(inputs) -> dict[str, np.ndarray]:
     return {"log_C1": log_c1, "utilisation_logit": logit_u}
 
 
-def chain_law_starts(inputs) -> dict[str, np.ndarray]:
+def chain_law_starts(inputs, prefill_batching: bool = False) -> dict[str, np.ndarray]:
     """:func:`profile_starts`, then for each group whose profile is in the birth-death
     chain (``profile_law`` "chain"), the least-squares fit in log L of that chain's law
     (:func:`bayesspec.laws.profile_chain_latency_expr`) from there.
@@ -75,16 +75,18 @@ def chain_law_starts(inputs) -> dict[str, np.ndarray]:
     Why: the profile law's starts solve for a self-consistent N, and the chain's mean
     sits above that N where the profile rises, so they put C2 a few percent off the
     chain's (3% on the test's sweep). The optimiser climbs from here; a start of the
-    law being fitted keeps it off another law's basin."""
+    law being fitted keeps it off another law's basin. ``prefill_batching``: the law's
+    stall per arrival is the batched prefill's, as the model's."""
     from scipy.optimize import least_squares
 
-    from ..laws import profile_chain_latency_expr
+    from ..laws import prefill_fixed_part, profile_chain_latency_expr
     from .base import profile_chain_arrays
     from .priors import CAP_MARGIN
 
     starts = profile_starts(inputs)
     arrays = profile_chain_arrays(inputs)
     extra, valid = arrays["chain_extra"][0], arrays["chain_valid"][0]
+    decode_s, decode_one = arrays["chain_decode_s"][0], arrays["chain_decode_one"][0]
     has_chain = arrays["has_chain"][0] > 0
     rows, groups = inputs.rows, inputs.groups
     rps = rows["rps"].to_numpy(float)
@@ -97,10 +99,15 @@ def chain_law_starts(inputs) -> dict[str, np.ndarray]:
 
         def residual(theta):
             c1, u = np.exp(theta[0]), 1.0 / (1.0 + np.exp(-theta[1]))
+            c2 = np.full(len(members), u / rps_max)
+            batched = {}
+            if prefill_batching:
+                batched = {"prefill_fixed": prefill_fixed_part(c2, decode_one[g]),
+                           "decode_s": decode_s[g][None, :]}
             value = profile_chain_latency_expr(
-                rps[members], np.full(len(members), c1), np.full(len(members), u / rps_max),
+                rps[members], np.full(len(members), c1), c2,
                 np.full(len(members), cap), extra[g][None, :], valid[g][None, :],
-                wait_scale=wait, soft_margin=CAP_MARGIN)
+                wait_scale=wait, soft_margin=CAP_MARGIN, **batched)
             return np.log(value) - log_latency[members]
 
         start = np.array([starts["log_C1"][g], starts["utilisation_logit"][g]])
@@ -140,6 +147,12 @@ class DenseLatencyModel(LatencyModel):
         # top points near the cap that the bound pins (benchmarks/README.md, 2026-12-05
         # fourth session, and the defaults' check on 2026-12-05 fifth session).
         "noise_load_at": "auto",
+        # With the decode profile's chain: whether waiting prompts share one prefill
+        # iteration (vLLM's scheduler without chunked prefill, Vidur's), so that the stall
+        # per arrival falls with the rate (laws.batched_prefill_stall_expr). "auto": yes
+        # with the chain. Measured on the Vidur sets: benchmarks/README.md, 2026-12-05
+        # eighth session.
+        "prefill_batching": "auto",
     }
     #: The decode profile's law by default: the chain, measured better than the Poisson
     #: law on R^2 in all three Vidur sets and held out in two (equal on the third).
@@ -162,6 +175,13 @@ class DenseLatencyModel(LatencyModel):
         if self.config["profile_law"] not in ("poisson", "chain"):
             raise ValueError("profile_law must be 'poisson', 'chain' or 'auto', got "
                              f"{self.config['profile_law']!r}")
+        if self.config["prefill_batching"] not in (True, False):
+            raise ValueError("prefill_batching must be true, false or 'auto', got "
+                             f"{self.config['prefill_batching']!r}")
+        if self.config["prefill_batching"] and self.config["profile_law"] != "chain":
+            raise ValueError("prefill_batching is a part of the decode profile's chain: "
+                             "give --decode-profile with profile_law chain, or "
+                             "prefill_batching=false")
         if self.config["profile_law"] == "chain" and not self.config["decode_profile"]:
             raise ValueError("profile_law chain puts the decode profile in the chain: give "
                              "--decode-profile too")
@@ -195,6 +215,8 @@ class DenseLatencyModel(LatencyModel):
         if cfg["profile_law"] == "auto":
             cfg["profile_law"] = (self.profile_law_with_profile if cfg["decode_profile"]
                                   else "poisson")
+        if cfg["prefill_batching"] == "auto":
+            cfg["prefill_batching"] = cfg["profile_law"] == "chain"
         if cfg["noise_load_at"] == "auto":
             cfg["noise_load_at"] = "measured" if cfg["profile_law"] == "chain" else "curve"
 
@@ -209,7 +231,8 @@ class DenseLatencyModel(LatencyModel):
         if self.config["decode_profile"]:
             # read by inference.compile_model (an initval on the variables would do, but
             # PyMC's model transforms, e.g. the log-likelihood for LOO, refuse those)
-            model.chain_starts = (chain_law_starts(inputs)
+            model.chain_starts = (chain_law_starts(inputs,
+                                                   self.config["prefill_batching"] is True)
                                   if self.config["profile_law"] == "chain"
                                   else profile_starts(inputs))
         return model

@@ -8,7 +8,8 @@ from ..lazymodule import lazy_module
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from ..laws import (latency_expr, load_amplification_expr, load_elasticity_expr,
-                    measured_load_amplification, profile_chain_latency_expr,
+                    measured_load_amplification, prefill_fixed_part,
+                    profile_chain_latency_expr,
                     profile_concurrency_expr, slot_queue_latency_expr)
 
 #: How far below 1 the slot queue's rho is softly capped in a model (as x is by
@@ -221,10 +222,17 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
             # the decode profile inside the slot queue's chain (profile_law "chain"):
             # the groups' own C1, the profile's seconds at each n in flight; its
             # elasticity in closed form (one pass over the chain instead of three)
+            batched = {}
+            if cfg.get("prefill_batching") is True:
+                # waiting prompts share one prefill iteration: the stall per arrival
+                # falls with the rate (laws.batched_prefill_stall_expr)
+                batched = {"prefill_fixed": prefill_fixed_part(
+                               c2_point, data["chain_decode_one"][group_index], xp=pt),
+                           "decode_s": data["chain_decode_s"][group_index]}
             chain, chain_elasticity = profile_chain_latency_expr(
                 rps, c1[group_index], c2_point, point_cap,
                 data["chain_extra"][group_index], data["chain_valid"][group_index], xp=pt,
-                wait_scale=point_wait, soft_margin=CAP_MARGIN, elasticity=True)
+                wait_scale=point_wait, soft_margin=CAP_MARGIN, elasticity=True, **batched)
             in_chain = data["has_chain"][group_index] > 0
         if in_chain is not None and _every_capped_group_in_chain(data):
             # no group needs the slot queue alone: leave its special functions out

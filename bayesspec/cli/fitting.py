@@ -255,9 +255,12 @@ def decode_profile_note(result) -> str:
            "poisson": "the profile at the law's own N"}.get(config.get("profile_law"), "")
     if law:
         bounded = config.get("noise_load_at") == "measured"
-        law = (f"; law: {law}, the noise's load term "
-               f"{'bounded by each measurement' if bounded else 'on the curve'} "
-               "(--option profile_law=chain|poisson, noise_load_at=measured|curve)")
+        batched = config.get("prefill_batching") is True
+        law = (f"; law: {law}"
+               f"{', waiting prompts prefilled together' if batched else ''}, the noise's "
+               f"load term {'bounded by each measurement' if bounded else 'on the curve'} "
+               "(--option profile_law=chain|poisson, noise_load_at=measured|curve"
+               f"{', prefill_batching=true|false' if config.get('profile_law') == 'chain' else ''})")
     if count == total:
         return f"decode profile: all {total} group(s) follow it{law}"
     missing = result.groups["label"][~np.asarray(has, dtype=bool)].tolist()
