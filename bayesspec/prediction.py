@@ -31,7 +31,8 @@ from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    curved_latency, effective_costs, expert_coverage, latency,
                    load_amplification_expr, load_elasticity_expr,
                    measured_load_amplification, moe_latency, percentile_latency,
-                   prefill_fixed_part, profile_chain_extra, profile_chain_latency_expr,
+                   batched_prefill_stall_expr, prefill_fixed_part, profile_chain_extra,
+                   profile_chain_latency_expr,
                    _profile_time, percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
                    fluid_run_latency, profile_concurrency_expr, profile_segments,
                    sampled_quantile_error_expr, slot_wait_in_run, two_regime_latency,
@@ -415,13 +416,29 @@ class ProfileCurve(Curve):
             return latency(rps, c1, c2)
         return capped_latency(rps, c1, c2, self._cap_value, wait_scale=self.wait_scale)
 
+    def _batched_stall(self, rps, c2) -> np.ndarray:
+        """The stall per arrival at ``rps`` with the batched prefill
+        (:func:`bayesspec.laws.batched_prefill_stall_expr`), its decode iteration the
+        profile's at the chain's mean number in flight (the cap past the ceiling): the
+        C2 of the laws that take one stall per rate (the fluid run of a whole load test,
+        the Poisson N)."""
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            steady = self._chain_latency(rps)
+            n = np.where(np.isfinite(steady), rps * steady, self._cap_value)
+        decode_s = _profile_time(np.clip(n, 1.0, self._cap_value), self.batch_sizes,
+                                 self.iteration_s)
+        fixed = prefill_fixed_part(c2, self._chain_decode_s[0])
+        return batched_prefill_stall_expr(rps, c2, fixed, decode_s)[0]
+
     def _solution(self, rps):
         """(rates, C2, C1 + shift at N*, N*, whether N* exists), broadcast to latency's
-        shape."""
+        shape; C2 the batched prefill's stall at each rate where the chain has it."""
         rps = np.asarray(rps, dtype=float)
         c1, c2 = _lift(self.c1, rps), _lift(self.c2, rps)
         shape = np.broadcast_shapes(np.shape(c1), rps.shape)
         rps, c1, c2 = (np.broadcast_to(v, shape) for v in (rps, c1, c2))
+        if self.prefill_batching:
+            c2 = self._batched_stall(rps, c2)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             n, shift, found = profile_concurrency_expr(rps[..., None], c1[..., None],
                                                        c2[..., None], *self.pieces)
@@ -431,8 +448,8 @@ class ProfileCurve(Curve):
 
     def _fluid_parts(self, rps):
         rps = np.asarray(rps, dtype=float)
-        _, _, loaded_c1, _, found = self._solution(rps)
-        c1, c2 = _lift(self.c1, rps), _lift(self.c2, rps)
+        _, c2, loaded_c1, _, found = self._solution(rps)
+        c1 = _lift(self.c1, rps)
         return c1, c2, self._cap_value, self.pieces, np.where(found, loaded_c1, np.inf)
 
     def concurrency(self, rps) -> np.ndarray:

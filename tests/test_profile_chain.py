@@ -392,3 +392,24 @@ def test_prompts_per_prefill_in_closed_form_match_a_simulated_engine(decode_s, p
              for r in (1e-6, rate, 20.0 * rate)]
     assert stall[0] == pytest.approx(prefill_s, rel=1e-5)
     assert prefill_s > stall[1] > stall[2] > prefill_s - fixed
+
+
+def test_a_whole_runs_prediction_takes_the_batched_stall():
+    """A new load test's mean (``run_latency``, the fluid run) takes the batched prefill's
+    stall at its rate, not C2: it matches the unbatched curve's at light load, sits below
+    it where prompts batch, and a very long run reaches the batched chain's steady state
+    (with C2 there, the held-out check of vidur_dense replayed over-predicted by 2-4%)."""
+    kwargs = dict(batch_sizes=SIZES, iteration_s=TIMES, decode_tokens=256, cap=48,
+                  law="chain")
+    plain = ProfileCurve(np.array([10.4]), np.array([0.063]), **kwargs)
+    batched = ProfileCurve(np.array([10.4]), np.array([0.063]), prefill_batching=True,
+                           **kwargs)
+    light = np.array([0.01])
+    assert batched.run_latency(light, 1000)[0, 0] == pytest.approx(
+        plain.run_latency(light, 1000)[0, 0], rel=1e-3)
+    busy = np.array([0.8 * plain.ceiling[0]])
+    assert batched.run_latency(busy, 1000)[0, 0] < 0.995 * plain.run_latency(busy, 1000)[0, 0]
+    _, stall, *_ = batched._fluid_parts(busy)
+    assert float(np.ravel(stall)[0]) < 0.063
+    assert batched.run_latency(busy, 10**6)[0, 0] == pytest.approx(
+        batched.latency(busy)[0, 0], rel=0.01)

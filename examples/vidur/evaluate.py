@@ -16,7 +16,8 @@ default 0.63 of the top rate is 60% of the ceiling (0.5 and 0.79: 47% and 75%). 
 (``:t`` a Student-t error, options of the model's config, e.g.
 ``dense-spline+knot_spacing=0.1``; ``dense-profile``: dense at its defaults with the sets'
 decode-iteration profiles, ``decode_profiles.csv``; ``dense-profile-poisson``: the
-defaults before 2026-12-05, the Poisson profile law). Prints one table per model and a comparison (with
+defaults before 2026-12-05, the Poisson profile law; ``dense-profile-chain-bounded``:
+the defaults before the batched prefill). Prints one table per model and a comparison (with
 the median 90% interval width relative to the latency, held in and held out), writes
 evaluation.json, each model's held-out points with their intervals
 (points_holdout_<model>.csv) and the predictive-check figures of each model's hold-out
@@ -43,7 +44,8 @@ VARIANTS = {"dense": ("dense", {}), "dense-discrepancy": ("dense-discrepancy", {
             "dense-discrepancy:t": ("dense-discrepancy", {"likelihood": "student_t"}),
             "dense-roofline": ("dense-roofline", {}), "dense-spline": ("dense-spline", {}),
             # the engine's decode-iteration time by batch size (decode_profiles.csv), at
-            # the defaults: since 2026-12-05 (fifth session) the chain with the bound
+            # the defaults: since 2026-12-05 (fifth session) the chain with the bound, and
+            # since the eighth session with the batched prefill in the chain
             "dense-profile": ("dense", {"decode_profile": str(HERE / "decode_profiles.csv")}),
             # the default before: the Poisson law, the noise's load term on the curve
             "dense-profile-poisson": ("dense", {
@@ -56,11 +58,12 @@ VARIANTS = {"dense": ("dense", {}), "dense-discrepancy": ("dense-discrepancy", {
             # the decode profile inside the slot queue's chain, the load term on the curve
             "dense-profile-chain": ("dense", {
                 "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "chain",
-                "noise_load_at": "curve"}),
-            # the chain with the noise's load term bounded (what "dense-profile" now is)
+                "noise_load_at": "curve", "prefill_batching": False}),
+            # the chain with the noise's load term bounded: "dense-profile" from the fifth
+            # to the eighth session of 2026-12-05, before the batched prefill
             "dense-profile-chain-bounded": ("dense", {
                 "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "chain",
-                "noise_load_at": "measured"})}
+                "noise_load_at": "measured", "prefill_batching": False})}
 
 
 def variant(name: str) -> tuple[str, dict]:
