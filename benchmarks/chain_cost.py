@@ -1,6 +1,7 @@
 """What one log-density + gradient evaluation of the dense model with the decode profile
 costs, with the package's profile law and with the profile in the birth-death chain
-(``profile_law`` chain), in numba (the backend nutpie runs) and PyTensor's C backend, and
+(``profile_law`` chain), and in the chain with the batched prefill's stall
+(``prefill_batching``, the default with the chain since 2026-12-05's eighth session), in numba (the backend nutpie runs) and PyTensor's C backend, and
 the ratio to the first law listed, in one run.
 
     .venv/bin/python benchmarks/chain_cost.py --set capped      # and fresh, dense
@@ -23,14 +24,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gradient_cost import backend_costs  # noqa: E402 - the script's folder
 
 HERE = Path(__file__).resolve().parents[1] / "examples" / "vidur"
-LAWS = ("poisson", "chain")
+LAWS = ("poisson", "chain", "chain-batched")
 
 
 def cost(data, law: str) -> dict:
     from bayesspec.bayes.dense import DenseLatencyModel
 
     model = DenseLatencyModel({"decode_profile": str(HERE / "decode_profiles.csv"),
-                               "profile_law": law, "noise_load_at": "curve"})
+                               "profile_law": law.split("-")[0], "noise_load_at": "curve",
+                               "prefill_batching": law.endswith("-batched")})
     pm_model = model.build(data)
     point = pm_model.initial_point()
     point.update(pm_model.chain_starts)

@@ -30,7 +30,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from bayesspec.laws import _profile_time, latency, profile_concurrency_expr, profile_segments
+from bayesspec.laws import (_profile_time, latency, profile_concurrency_expr, profile_segments,
+                            prompts_per_prefill_expr)
 
 from prefill_batching import chain  # the script's folder is on the path
 from slot_queue_choice import law
@@ -38,12 +39,9 @@ from vidur_sets import SETS, profiled_groups
 
 
 def prompts_per_prefill(rate, decode_s, prefill_s):
-    """A closed form of the chain's prompts per prefill iteration: a prefill iteration
-    carries the arrivals of the iteration before it, given at least one; that one was a
-    prefill with probability q = 1 - exp(-RPS t_p(1)), else a decode."""
-    mu_d, mu_p = rate * decode_s, rate * prefill_s
-    q = -np.expm1(-mu_p)
-    return (1.0 - q) * mu_d / -np.expm1(-mu_d) + q * mu_p / -np.expm1(-mu_p)
+    """The package's closed form of the chain's prompts per prefill iteration
+    (:func:`bayesspec.laws.prompts_per_prefill_expr`, first written here)."""
+    return prompts_per_prefill_expr(rate, decode_s, prefill_s)[0]
 
 
 def check_closed_form() -> None:
