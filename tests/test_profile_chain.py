@@ -141,6 +141,8 @@ def test_the_chain_and_the_bound_are_the_dense_profiles_defaults_and_old_fits_ke
                            "prefill_batching": True})
     with pytest.raises(ValueError, match="prefill_batching"):
         DenseLatencyModel({"decode_profile": "p.csv", "prefill_batching": "yes"})
+    with pytest.raises(ValueError, match="prefill_batching"):
+        DenseLatencyModel({"decode_profile": "p.csv", "prefill_batching": 1})
     with pytest.raises(ValueError, match="noise_load_at"):
         get_model_class("speculative")({"noise_load_at": "auto"})
 

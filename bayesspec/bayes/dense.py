@@ -175,7 +175,7 @@ class DenseLatencyModel(LatencyModel):
         if self.config["profile_law"] not in ("poisson", "chain"):
             raise ValueError("profile_law must be 'poisson', 'chain' or 'auto', got "
                              f"{self.config['profile_law']!r}")
-        if self.config["prefill_batching"] not in (True, False):
+        if not isinstance(self.config["prefill_batching"], bool):
             raise ValueError("prefill_batching must be true, false or 'auto', got "
                              f"{self.config['prefill_batching']!r}")
         if self.config["prefill_batching"] and self.config["profile_law"] != "chain":
