@@ -34,6 +34,7 @@ from bayesspec.laws import (_profile_time, latency, profile_concurrency_expr, pr
                             prompts_per_prefill_expr)
 
 from prefill_batching import chain  # the script's folder is on the path
+from prefill_chain_law import largest_held_out_errors
 from slot_queue_choice import law
 from vidur_sets import SETS, profiled_groups
 
@@ -126,11 +127,8 @@ def main() -> None:
             theta = least_squares(lambda t: np.log(measured[fitted]) - np.log(form(t, fitted)),
                                   start, diff_step=1e-3).x
             value = form(theta, np.ones(len(rps), dtype=bool))
-            with np.errstate(invalid="ignore", divide="ignore"):
-                relative = np.abs(measured / value - 1.0)
-            relative = np.where(np.isfinite(relative), relative, np.inf)
-            errors[f"{name} N<0.8cap"] = float(relative[below].max()) if below.any() else np.nan
-            errors[f"{name} all"] = float(relative[held].max())
+            errors[f"{name} N<0.8cap"], errors[f"{name} all"] = largest_held_out_errors(
+                measured, value, held, below)
             errors[f"{name} C2 ms"] = 1000 * float(np.exp(theta[1]))
         rows.append({"group": f"{key[0]} {key[1]} ({key[3]},{key[4]})",
                      "t_d(1) ms": 1000 * times[0], **errors})

@@ -31,6 +31,17 @@ from vidur_sets import SETS, profiled_groups
 PRIOR_SD = 0.5
 
 
+def largest_held_out_errors(measured, value, held, below) -> tuple[float, float]:
+    """The largest relative error at the held-out rates whose N stays below 0.8 of the
+    cap (NaN where none does) and at all of them; a non-finite prediction counts as
+    infinitely wrong."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        relative = np.abs(measured / value - 1.0)
+    relative = np.where(np.isfinite(relative), relative, np.inf)
+    return (float(relative[below].max()) if below.any() else np.nan,
+            float(relative[held].max()))
+
+
 def chain_law(rps, c1, c2, cap, extra, valid, decode_s, fixed=None):
     ones = np.ones(len(rps))
     kwargs = {}
@@ -90,11 +101,8 @@ def main() -> None:
 
             theta = least_squares(residual, theta0, diff_step=1e-4).x
             value = form(theta, np.ones(len(rps), dtype=bool))
-            with np.errstate(invalid="ignore", divide="ignore"):
-                relative = np.abs(measured / value - 1.0)
-            relative = np.where(np.isfinite(relative), relative, np.inf)
-            errors[f"{name} N<0.8cap"] = float(relative[below].max()) if below.any() else np.nan
-            errors[f"{name} all"] = float(relative[held].max())
+            errors[f"{name} N<0.8cap"], errors[f"{name} all"] = largest_held_out_errors(
+                measured, value, held, below)
             if len(theta) > 2:
                 errors["a/t_d(1)"] = float(min(np.exp(theta[2]), 0.95 * np.exp(theta[1])) / t1)
         rows.append({"group": f"{key[0]} {key[1]} ({key[3]},{key[4]})", **errors})
