@@ -22,7 +22,7 @@ from bayesspec.prediction import ProfileCurve
 from prefill_chain_law import chain_law
 from vidur_sets import profiled_groups
 set_, csv = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
-from bayesspec.laws import fluid_run_latency, latency
+from bayesspec.laws import fluid_run_latency, latency, slot_wait_in_run
 out = {False: [], True: [], "steady stall": []}
 for key, group, sizes, times, cap in profiled_groups(set_, csv):
     capn=int(cap); extra=profile_chain_extra(float(key[4]),sizes,times,capn); valid=np.ones(capn)
@@ -40,7 +40,9 @@ for key, group, sizes, times, cap in profiled_groups(set_, csv):
         if batched and held.any():
             # the eighth session's run: one stall, the steady N's, through the fill
             c1s,c2s,caps,pieces,loaded,_=cur._fluid_parts(rps[held])
-            one=fluid_run_latency(rps[held],n[held],c1s,c2s,caps,pieces,steady=latency(rps[held],loaded,c2s))[0]
+            fluid=latency(rps[held],loaded,c2s); steady=cur.latency(rps[held])
+            wait=np.where(np.isfinite(steady),np.maximum(steady-fluid,0.0),np.inf)
+            one=(fluid_run_latency(rps[held],n[held],c1s,c2s,caps,pieces,steady=fluid)+slot_wait_in_run(wait,rps[held],n[held],cur.wait_scale))[0]
             out["steady stall"].extend(np.log(m[held]/one))
 names={False:"chain                    ", "steady stall":"batched, steady stall    ", True:"batched, stall follows N "}
 for b in (False, "steady stall", True):
