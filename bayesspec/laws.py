@@ -1110,8 +1110,7 @@ def _piecewise_shift(concurrency, pieces):
 
 
 def fluid_run_latency(rps, n_requests, c1, c2, cap=np.inf, pieces=None, *, steady=None,
-                      batched_prefill=None, steps=FLUID_RUN_STEPS,
-                      lifetimes=FLUID_RUN_LIFETIMES):
+                      steps=FLUID_RUN_STEPS, lifetimes=FLUID_RUN_LIFETIMES):
     """Mean latency of one load test of ``n_requests`` requests sent at ``rps`` to an
     empty server, in the fluid limit of the law's own parts with requests of one length.
 
@@ -1141,23 +1140,11 @@ def fluid_run_latency(rps, n_requests, c1, c2, cap=np.inf, pieces=None, *, stead
     steady latencies is simulated for that long and its steady middle added. One length
     of request is the Vidur sets' design; the same fluid with exponential lengths (every
     request leaving at the pace's rate) made the fill twice as deep as Vidur's runs
-    measure.
-
-    ``batched_prefill`` = (t_p(1), a, batch sizes, decode iteration seconds) makes each
-    admission's stall the batched prefill's (:func:`batched_prefill_stall_expr`) at the
-    decode iteration of the batch in the system at that moment, not one stall for the
-    whole run: a batch still filling decodes fast, so fewer prompts wait at each
-    iteration boundary and each stalls it nearly a whole C2. ``c2`` is then the stall
-    at the steady state (the full batch's throughput past the cap). Returns the run's
-    mean latency (the broadcast inputs' shape)."""
+    measure. Returns the run's mean latency (the broadcast inputs' shape)."""
     if steady is None:
         steady = latency(rps, c1, c2)
-    if batched_prefill is None:
-        prompt_s, fixed, profile = c2, 0.0, None
-    else:
-        prompt_s, fixed, *profile = batched_prefill
-    rps, n, c1, c2, cap, steady, prompt_s, fixed = np.broadcast_arrays(
-        *_as_float(rps, n_requests, c1, c2, cap, steady, prompt_s, fixed))
+    rps, n, c1, c2, cap, steady = np.broadcast_arrays(
+        *_as_float(rps, n_requests, c1, c2, cap, steady))
     capped = np.isfinite(cap)
     safe_cap = np.where(capped, cap, 1.0)
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
@@ -1174,26 +1161,21 @@ def fluid_run_latency(rps, n_requests, c1, c2, cap=np.inf, pieces=None, *, stead
         line = np.where(past, (rps - full) * growing, 0.0)
         line_area = 0.5 * line * growing + 0.5 * line**2 / np.where(past, full, 1.0)
     shape = rps.shape
-    flat = [np.ravel(v).astype(float)
-            for v in (admitted_rate, n, c1, c2, steady, prompt_s, fixed)]
+    flat = [np.ravel(v).astype(float) for v in (admitted_rate, n, c1, c2, steady)]
     batch = np.empty(flat[0].size)
     for start in range(0, batch.size, FLUID_RUN_CHUNK):
         part = slice(start, start + FLUID_RUN_CHUNK)
-        batch[part] = _fluid_run_flat(*(v[part] for v in flat), pieces, profile, steps,
-                                      lifetimes)
+        batch[part] = _fluid_run_flat(*(v[part] for v in flat), pieces, steps, lifetimes)
     with np.errstate(invalid="ignore"):
         return (batch.reshape(shape) + np.where(past, line_area / n, 0.0))[()]
 
 
-def _fluid_run_flat(rps, n, c1, c2, steady, prompt_s, fixed, pieces, profile, steps,
-                    lifetimes):
-    """The batch's run of :func:`fluid_run_latency` (no cap) on flat arrays; ``profile``
-    (batch sizes, decode seconds) for the batched prefill's stall, or None."""
+def _fluid_run_flat(rps, n, c1, c2, steady, pieces, steps, lifetimes):
+    """The batch's run of :func:`fluid_run_latency` (no cap) on flat arrays."""
     live = (rps > 0) & (n >= 1) & np.isfinite(c1) & np.isfinite(c2) & (c1 > 0)
     rps = np.where(live, rps, 1.0)
     n = np.where(live, n, 1.0)
     c1 = np.where(live, c1, 1.0)
-    prompt_s = np.where(live, prompt_s, 1.0)
     with np.errstate(over="ignore", invalid="ignore"):
         window = np.where(np.isfinite(steady) & (steady > 0), lifetimes * steady, np.inf)
     duration = np.minimum(n / rps, window)              # the stretch of arrivals simulated
@@ -1239,16 +1221,10 @@ def _fluid_run_flat(rps, n, c1, c2, steady, prompt_s, fixed, pieces, profile, st
             break
         # admissions over the step: the arrivals, as far as the prefill time goes; their
         # prefills stall the batch, whose size at the step's middle sets the iteration
-        if profile is None:
-            per_arrival = c2
-        else:
-            decode_s = _profile_time(np.maximum(count, 1.0), *profile)
-            per_arrival = batched_prefill_stall_expr(rps, prompt_s, fixed, decode_s)[0]
-        admit = np.minimum(np.minimum((step + 1) * dt * rps, sent),
-                           admitted[step] + dt / per_arrival)
+        admit = np.minimum(np.minimum((step + 1) * dt * rps, sent), admitted[step] + dt / c2)
         admit = np.maximum(admit, admitted[step])
         admitted[step + 1] = admit
-        stall = np.minimum((admit - admitted[step]) / dt * per_arrival, 1.0)
+        stall = np.minimum((admit - admitted[step]) / dt * c2, 1.0)
         # (the step's departures taken at the last step's pace)
         middle = np.maximum(0.5 * (admitted[step] + admit) - departed
                             - 0.5 * (departed - departed_before), 0.0)

@@ -258,15 +258,14 @@ class Curve:
         return type(self) is Curve
 
     def _fluid_parts(self, rps):
-        """(C1, C2, cap, profile pieces, C1 + the profile's shift at the steady N, the
-        batched prefill's parts or None) of the run's fluid model
-        (:func:`bayesspec.laws.fluid_run_latency`) aligned with ``rps``, or None for a
-        law it does not cover (the run is then the steady law)."""
+        """(C1, C2, cap, profile pieces, C1 + the profile's shift at the steady N) of
+        the run's fluid model (:func:`bayesspec.laws.fluid_run_latency`) aligned with
+        ``rps``, or None for a law it does not cover (the run is then the steady law)."""
         if not self.has_fluid_run:
             return None
         c1 = _lift(self.c1, rps)
         cap = np.inf if self.cap is None else _lift(self.cap, rps)
-        return c1, _lift(self.c2, rps), cap, None, c1, None
+        return c1, _lift(self.c2, rps), cap, None, c1
 
     def run_latency(self, rps, n_requests) -> np.ndarray:
         """Per draw, the mean latency one load test of ``n_requests`` requests at ``rps``
@@ -280,11 +279,10 @@ class Curve:
         parts = self._fluid_parts(rps)
         if parts is None:
             return self.latency(rps)
-        c1, c2, cap, pieces, loaded_c1, batched = parts
+        c1, c2, cap, pieces, loaded_c1 = parts
         with np.errstate(invalid="ignore", over="ignore"):
             fluid_steady = latency(rps, loaded_c1, c2)
-        run = fluid_run_latency(rps, n_requests, c1, c2, cap, pieces, steady=fluid_steady,
-                                batched_prefill=batched)
+        run = fluid_run_latency(rps, n_requests, c1, c2, cap, pieces, steady=fluid_steady)
         if self.cap is None:
             return run
         steady = self.latency(rps)
@@ -452,15 +450,7 @@ class ProfileCurve(Curve):
         rps = np.asarray(rps, dtype=float)
         _, c2, loaded_c1, _, found = self._solution(rps)
         c1 = _lift(self.c1, rps)
-        batched = None
-        if self.prefill_batching:
-            # the run's stall follows its own batch as it fills (a filling batch decodes
-            # fast, so each prompt stalls it nearly a whole C2); c2 stays the steady one
-            prompt_s = _lift(self.c2, rps)
-            batched = (prompt_s, prefill_fixed_part(prompt_s, self._chain_decode_s[0]),
-                       self.batch_sizes, self.iteration_s)
-        return (c1, c2, self._cap_value, self.pieces, np.where(found, loaded_c1, np.inf),
-                batched)
+        return c1, c2, self._cap_value, self.pieces, np.where(found, loaded_c1, np.inf)
 
     def concurrency(self, rps) -> np.ndarray:
         """Per draw, the smallest self-consistent N at ``rps`` (``inf`` where none)."""

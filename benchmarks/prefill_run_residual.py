@@ -10,9 +10,7 @@ in log L to the rates up to 60% of the top rate, and each higher rate whose N st
 log(measured / predicted) over those points and the share measured above the prediction.
 Run on a set replayed with seed 0 shared by every rate and with a seed per rate
 (`replay_sets.py --seeds shared:0|independent`), it separates the law's misfit from the
-shared seed's. The batched run is shown twice: with one stall for the whole run (the
-steady N's, the eighth session's) and with the stall following the run's own N as it
-fills (`fluid_run_latency(batched_prefill=...)`, the default since).
+shared seed's.
 """
 import sys, numpy as np, pandas as pd, warnings
 warnings.filterwarnings("ignore")
@@ -22,8 +20,7 @@ from bayesspec.prediction import ProfileCurve
 from prefill_chain_law import chain_law
 from vidur_sets import profiled_groups
 set_, csv = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
-from bayesspec.laws import fluid_run_latency, latency, slot_wait_in_run
-out = {False: [], True: [], "steady stall": []}
+out = {False: [], True: []}
 for key, group, sizes, times, cap in profiled_groups(set_, csv):
     capn=int(cap); extra=profile_chain_extra(float(key[4]),sizes,times,capn); valid=np.ones(capn)
     dec=_profile_time(np.arange(1.,capn+1),sizes,times)
@@ -37,13 +34,5 @@ for key, group, sizes, times, cap in profiled_groups(set_, csv):
         cur=ProfileCurve(np.array([c1]),np.array([c2]),batch_sizes=sizes,iteration_s=times,decode_tokens=float(key[4]),cap=cap,law="chain",prefill_batching=batched)
         run=cur.run_latency(rps[held], n[held])[0]
         out[batched].extend(np.log(m[held]/run))
-        if batched and held.any():
-            # the eighth session's run: one stall, the steady N's, through the fill
-            c1s,c2s,caps,pieces,loaded,_=cur._fluid_parts(rps[held])
-            fluid=latency(rps[held],loaded,c2s); steady=cur.latency(rps[held])
-            wait=np.where(np.isfinite(steady),np.maximum(steady-fluid,0.0),np.inf)
-            one=(fluid_run_latency(rps[held],n[held],c1s,c2s,caps,pieces,steady=fluid)+slot_wait_in_run(wait,rps[held],n[held],cur.wait_scale))[0]
-            out["steady stall"].extend(np.log(m[held]/one))
-names={False:"chain                    ", "steady stall":"batched, steady stall    ", True:"batched, stall follows N "}
-for b in (False, "steady stall", True):
-    r=np.array(out[b]); print(csv or set_, names[b], "held-out N<0.8cap: median log(obs/run pred) %+.4f, share above %.2f, n %d" % (np.median(r), (r>0).mean(), len(r)))
+for b in (False, True):
+    r=np.array(out[b]); print(csv or set_, "batched" if b else "chain  ", "held-out N<0.8cap: median log(obs/run pred) %+.4f, share above %.2f, n %d" % (np.median(r), (r>0).mean(), len(r)))

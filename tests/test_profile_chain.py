@@ -415,34 +415,3 @@ def test_a_whole_runs_prediction_takes_the_batched_stall():
     assert float(np.ravel(stall)[0]) < 0.063
     assert batched.run_latency(busy, 10**6)[0, 0] == pytest.approx(
         batched.latency(busy)[0, 0], rel=0.01)
-
-
-def test_a_runs_batched_stall_follows_its_batch_as_it_fills():
-    """With the batched prefill, a run's admissions stall the batch at the decode
-    iteration of the batch they join: a filling batch decodes fast, fewer prompts wait at
-    each boundary, and each stalls nearly a whole C2. So a run sits above the run with the
-    steady state's one stall, by its fill, which a long run spreads thin; with a flat
-    decode profile the two are the same run."""
-    sizes, times = np.array([1.0, 128.0]), np.array([0.01, 0.08])
-    c1, prompt_s, rps, cap = 1.0, 0.03, 25.0, 128
-    fixed = laws.prefill_fixed_part(prompt_s, times[0])
-    steady_n = 10.0
-    for _ in range(80):     # the steady state's N and its stall, self-consistent
-        steady_stall = laws.batched_prefill_stall_expr(
-            rps, prompt_s, fixed, laws._profile_time(steady_n, sizes, times))[0]
-        steady_n = rps * float(laws.latency(rps, c1, steady_stall))
-    assert steady_stall < 0.9 * prompt_s
-    one = dict(steady=laws.latency(rps, c1, steady_stall))
-
-    def run(n, profile_s):
-        return float(laws.fluid_run_latency(
-            rps, n, c1, steady_stall, cap, **one,
-            batched_prefill=(prompt_s, fixed, sizes, profile_s)))
-
-    plain = [float(laws.fluid_run_latency(rps, n, c1, steady_stall, cap, **one))
-             for n in (400, 40000)]
-    filling = [run(n, times) for n in (400, 40000)]
-    assert filling[0] > plain[0] * 1.002
-    assert filling[1] - plain[1] < 0.05 * (filling[0] - plain[0])
-    flat = np.full(2, float(laws._profile_time(steady_n, sizes, times)))
-    assert run(400, flat) == pytest.approx(plain[0], rel=1e-9)
