@@ -354,15 +354,23 @@ def prompts_per_prefill_expr(rps, decode_s, prefill_s, xp: ModuleType = np):
 PREFILL_FIXED_SHARE_MAX = 0.9
 
 
-def prefill_fixed_part(c2, decode_at_one, xp: ModuleType = np):
+def prefill_fixed_part(c2, decode_at_one, xp: ModuleType = np, power=1.0):
     """The part of a prefill iteration paid once however many prompts it carries, a in
-    t_p(m) = a + b m: one decode iteration at batch 1, t_d(1) (the weights read, the
-    all-reduces and launches a prefill shares with a decode), at most
-    :data:`PREFILL_FIXED_SHARE_MAX` of C2 = t_p(1). Least squares that fitted a as well
-    (a Normal(log t_d(1), 0.5) penalty) put it at 0.86-1.06 t_d(1) in every group of the
-    five Vidur sets and replays, with the same held-out errors
-    (``benchmarks/prefill_chain_law.py``), so the law takes it as known."""
-    return xp.minimum(decode_at_one, PREFILL_FIXED_SHARE_MAX * c2)
+    t_p(m) = a + b m, at most :data:`PREFILL_FIXED_SHARE_MAX` of C2 = t_p(1).
+
+    ``power`` 1: one decode iteration at batch 1, t_d(1) (the weights read, the
+    all-reduces and launches a prefill shares with a decode). Least squares that fitted a
+    as well (a Normal(log t_d(1), 0.5) penalty) put it at 0.86-1.06 t_d(1) in every group
+    of the five Vidur sets and replays (``benchmarks/prefill_chain_law.py``).
+    ``power`` p > 1: the weights read overlaps the prompts' compute, a soft roofline
+    t_p(m) = (t_d(1)^p + (b m)^p)^(1/p), whose fixed share at m = 1 is
+    a / C2 = (t_d(1) / C2)^p: batching saves little where one prompt's compute already
+    outlasts the read (long prompts). Vidur's iteration logs put the share at 8-56%,
+    below t_d(1)/C2 for long prompts (``benchmarks/prefill_fixed_share.py``)."""
+    if power == 1.0:
+        return xp.minimum(decode_at_one, PREFILL_FIXED_SHARE_MAX * c2)
+    ratio = xp.minimum(decode_at_one / c2, 1.0)
+    return xp.minimum(c2 * ratio ** power, PREFILL_FIXED_SHARE_MAX * c2)
 
 
 def batched_prefill_stall_expr(rps, c2, prefill_fixed, decode_s, xp: ModuleType = np):

@@ -374,11 +374,13 @@ class ProfileCurve(Curve):
     def __init__(self, c1, c2, *, batch_sizes, iteration_s, decode_tokens: float,
                  label: str = "", noise: Noise | None = None, cap=None,
                  wait_scale: float = 1.0, law: str = "poisson",
-                 prefill_batching: bool = False):
+                 prefill_batching: bool = False, prefill_fixed_power: float = 1.0):
         super().__init__(c1, c2, label=label, noise=noise, cap=cap, wait_scale=wait_scale)
         #: Whether the chain's stall per arrival is the batched prefill's
-        #: (:func:`bayesspec.laws.batched_prefill_stall_expr`), as the fit's.
+        #: (:func:`bayesspec.laws.batched_prefill_stall_expr`), as the fit's, and the
+        #: power of its fixed part (:func:`bayesspec.laws.prefill_fixed_part`).
         self.prefill_batching = bool(prefill_batching) and law == "chain"
+        self.prefill_fixed_power = float(prefill_fixed_power)
         #: "poisson" (one self-consistent N) or "chain" (the profile inside the slot
         #: queue's birth-death chain, :func:`bayesspec.laws.profile_chain_latency_expr`;
         #: needs the cap).
@@ -416,6 +418,11 @@ class ProfileCurve(Curve):
             return latency(rps, c1, c2)
         return capped_latency(rps, c1, c2, self._cap_value, wait_scale=self.wait_scale)
 
+    def _prefill_fixed(self, c2):
+        """The batched prefill's fixed part at prompt prefill ``c2``."""
+        return prefill_fixed_part(c2, self._chain_decode_s[0],
+                                  power=self.prefill_fixed_power)
+
     def _batched_stall(self, rps, c2) -> np.ndarray:
         """The stall per arrival at ``rps`` with the batched prefill
         (:func:`bayesspec.laws.batched_prefill_stall_expr`), its decode iteration the
@@ -427,7 +434,7 @@ class ProfileCurve(Curve):
             n = np.where(np.isfinite(steady), rps * steady, self._cap_value)
         decode_s = _profile_time(np.clip(n, 1.0, self._cap_value), self.batch_sizes,
                                  self.iteration_s)
-        fixed = prefill_fixed_part(c2, self._chain_decode_s[0])
+        fixed = self._prefill_fixed(c2)
         return batched_prefill_stall_expr(rps, c2, fixed, decode_s)[0]
 
     def _solution(self, rps):
@@ -472,7 +479,7 @@ class ProfileCurve(Curve):
         extra = self._chain_extra
         batched = {}
         if self.prefill_batching:
-            batched = {"prefill_fixed": prefill_fixed_part(c2, self._chain_decode_s[0]),
+            batched = {"prefill_fixed": self._prefill_fixed(c2),
                        "decode_s": self._chain_decode_s}
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             return profile_chain_latency_expr(
@@ -486,7 +493,7 @@ class ProfileCurve(Curve):
         if self._ceiling is None:
             with np.errstate(divide="ignore"):
                 # a batched prefill's stall per arrival falls towards C2 - a, never below
-                hi = 1.0 / (self.c2 - prefill_fixed_part(self.c2, self._chain_decode_s[0])
+                hi = 1.0 / (self.c2 - self._prefill_fixed(self.c2)
                             if self.prefill_batching else self.c2)
             lo = np.zeros_like(hi)
             for _ in range(64):

@@ -215,11 +215,13 @@ def test_a_chain_fit_recovers_the_costs_of_a_chain_sweep(tmp_path):
     np.testing.assert_allclose(median, truth.latency(rps)[0], rtol=0.01)
 
 
-@pytest.mark.parametrize("batched", [False, True])
-def test_the_chain_fits_chains_start_at_each_groups_own_chain_costs(tmp_path, batched):
+@pytest.mark.parametrize("batched, power", [(False, 1.0), (True, 1.0), (True, 2.0)])
+def test_the_chain_fits_chains_start_at_each_groups_own_chain_costs(tmp_path, batched,
+                                                                    power):
     """The starts of a chain fit are each group's least-squares costs under the chain law
     (``dense.chain_law_starts``), not the profile law's: on two groups drawn from the
-    chain with different costs, within 2% of each truth; with the batched prefill too."""
+    chain with different costs, within 2% of each truth; with the batched prefill too,
+    its fixed part at either power."""
     from bayesspec.bayes.dense import DenseLatencyModel, chain_law_starts
     from bayesspec.data import prepare
 
@@ -230,7 +232,7 @@ def test_the_chain_fits_chains_start_at_each_groups_own_chain_costs(tmp_path, ba
     for prefill, c1, c2 in ((256, 10.4, 0.063), (512, 6.0, 0.11)):
         truth = ProfileCurve(np.array([c1]), np.array([c2]), batch_sizes=SIZES,
                              iteration_s=TIMES, decode_tokens=256, cap=48, law="chain",
-                             prefill_batching=batched)
+                             prefill_batching=batched, prefill_fixed_power=power)
         rps = np.linspace(0.05, 0.6, 8) * truth.ceiling[0]
         mean = truth.latency(rps)[0] * np.exp(0.003 * rng.standard_normal(rps.size))
         frames.append(pd.DataFrame({"verifier": "Llama-2-70B", "gpu": "A100",
@@ -238,9 +240,9 @@ def test_the_chain_fits_chains_start_at_each_groups_own_chain_costs(tmp_path, ba
                                     "rps": rps, "latency_mean_s": mean, "max_num_seqs": 48}))
         truths.append((c1, c2, rps.max()))
     model = DenseLatencyModel({"decode_profile": str(path), "profile_law": "chain",
-                               "prefill_batching": batched})
+                               "prefill_batching": batched, "prefill_fixed_power": power})
     inputs = model.prepare(prepare(pd.concat(frames, ignore_index=True)))
-    starts = chain_law_starts(inputs, batched)
+    starts = chain_law_starts(inputs, batched, power)
     for g, label in enumerate(inputs.groups["label"]):
         c1, c2, rps_max = truths[0] if "p256" in label else truths[1]
         utilisation = 1.0 / (1.0 + np.exp(-starts["utilisation_logit"][g]))
@@ -248,14 +250,17 @@ def test_the_chain_fits_chains_start_at_each_groups_own_chain_costs(tmp_path, ba
         assert utilisation / rps_max == pytest.approx(c2, rel=0.02), label
 
 
-def test_the_chain_takes_its_cap_where_the_slot_queue_alone_would_not_reach_the_data(tmp_path):
+@pytest.mark.parametrize("power", [1.0, 2.0])
+def test_the_chain_takes_its_cap_where_the_slot_queue_alone_would_not_reach_the_data(
+        tmp_path, power):
     """A chain group whose points sit far below its cap (the slot queue alone would be
     eq. (1) there, so that cap stays out of the likelihood), fitted beside one that
     reaches its cap, still runs its chain over n = 1..cap: the graph's mean latency
     equals the numpy chain's at the same costs in both groups. Before, the graph's
     one-slot stand-in made it a queue of one: the log density at the vidur_capped
     hold-out fit's starts was -352 thousand, its posterior a far mode. A third group,
-    without a profile, keeps the slot queue beside them."""
+    without a profile, keeps the slot queue beside them. The batched prefill's fixed part
+    at the model's power is the curve's too."""
     from bayesspec.bayes.dense import DenseLatencyModel
     from bayesspec.data import prepare
 
@@ -265,7 +270,8 @@ def test_the_chain_takes_its_cap_where_the_slot_queue_alone_would_not_reach_the_
     for prefill, cap, top in ((256, 256, 0.2), (512, 48, 0.9)):
         truth = ProfileCurve(np.array([10.4]), np.array([0.063]), batch_sizes=SIZES,
                              iteration_s=TIMES, decode_tokens=256, cap=cap, law="chain",
-                             prefill_batching=True)   # the model's default with the chain
+                             prefill_batching=True,   # the model's default with the chain
+                             prefill_fixed_power=power)
         rps = np.linspace(0.02, top, 5) * truth.ceiling[0]
         frames.append(pd.DataFrame({"verifier": "Llama-2-70B", "gpu": "A100",
                                     "prefill_tokens": prefill, "decode_tokens": 256,
@@ -280,7 +286,8 @@ def test_the_chain_takes_its_cap_where_the_slot_queue_alone_would_not_reach_the_
                                 "max_num_seqs": 8}))
     curves.append(slot_queue)
     data = prepare(pd.concat(frames, ignore_index=True))
-    model = DenseLatencyModel({"decode_profile": str(path), "profile_law": "chain"})
+    model = DenseLatencyModel({"decode_profile": str(path), "profile_law": "chain",
+                               "prefill_fixed_power": power})
     inputs = model.prepare(data)
     labels = list(inputs.groups["label"])
     order = [next(i for i, label in enumerate(labels) if label.startswith(start))
@@ -415,3 +422,48 @@ def test_a_whole_runs_prediction_takes_the_batched_stall():
     assert float(np.ravel(stall)[0]) < 0.063
     assert batched.run_latency(busy, 10**6)[0, 0] == pytest.approx(
         batched.latency(busy)[0, 0], rel=0.01)
+
+
+def test_the_prefill_fixed_part_as_a_soft_roofline():
+    """Power 1 is a = t_d(1) (at most 0.9 C2); power p gives the fixed share
+    (t_d(1)/C2)^p, in NumPy and in the graph alike, so a long prompt (C2 well above
+    t_d(1)) batches with little saving while a prompt as short as a decode iteration keeps
+    the 0.9 share."""
+    import pytensor.tensor as pt
+
+    decode_one = 0.04
+    c2 = np.array([0.0445, 0.08, 0.4])
+    np.testing.assert_allclose(laws.prefill_fixed_part(c2, decode_one),
+                               np.minimum(decode_one, 0.9 * c2))
+    np.testing.assert_allclose(laws.prefill_fixed_part(c2, decode_one, power=1.0),
+                               laws.prefill_fixed_part(c2, decode_one))
+    squared = laws.prefill_fixed_part(c2, decode_one, power=2.0)
+    np.testing.assert_allclose(squared, np.minimum(decode_one**2 / c2, 0.9 * c2))
+    assert squared[2] / c2[2] == pytest.approx(0.01)
+    symbolic = laws.prefill_fixed_part(pt.as_tensor(c2), decode_one, xp=pt, power=2.0)
+    np.testing.assert_allclose(symbolic.eval(), squared, rtol=1e-12)
+
+
+def test_a_larger_fixed_power_saves_less_near_the_top_and_is_a_checked_option():
+    """With less of the prefill paid once, batching lowers the top less: the curve sits
+    between the unbatched chain and the batched one at power 1, equal to both at light
+    load. The option is a number >= 1; anything else is refused in one line."""
+    from bayesspec.bayes import DenseLatencyModel
+
+    kwargs = dict(batch_sizes=SIZES, iteration_s=TIMES, decode_tokens=256, cap=48,
+                  law="chain")
+    c1, c2 = np.array([10.4]), np.array([0.063])
+    plain = ProfileCurve(c1, c2, **kwargs)
+    linear = ProfileCurve(c1, c2, prefill_batching=True, **kwargs)
+    roofline = ProfileCurve(c1, c2, prefill_batching=True, prefill_fixed_power=2.0,
+                            **kwargs)
+    light = np.array([0.005])
+    np.testing.assert_allclose(roofline.latency(light), plain.latency(light), rtol=1e-3)
+    top = 0.95 * plain.ceiling
+    assert (linear.latency(top)[0, 0] < roofline.latency(top)[0, 0]
+            < plain.latency(top)[0, 0])
+    assert linear.ceiling[0] > roofline.ceiling[0] > plain.ceiling[0]
+    assert DenseLatencyModel({"decode_profile": "p.csv"}).config["prefill_fixed_power"] == 1
+    for bad in (0.5, "two", True, float("nan")):
+        with pytest.raises(ValueError, match="prefill_fixed_power"):
+            DenseLatencyModel({"decode_profile": "p.csv", "prefill_fixed_power": bad})

@@ -798,6 +798,8 @@ class LatencyModel:
                                  law=(self.config.get("profile_law", "poisson")
                                       if cap else "poisson"),
                                  prefill_batching=self.config.get("prefill_batching") is True,
+                                 prefill_fixed_power=float(
+                                     self.config.get("prefill_fixed_power", 1.0)),
                                  **cap)
         else:
             curve = Curve(fit.draws("C1", group), fit.draws("C2", group), label=label,

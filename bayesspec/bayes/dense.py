@@ -67,7 +67,8 @@ def profile_starts(inputs) -> dict[str, np.ndarray]:
     return {"log_C1": log_c1, "utilisation_logit": logit_u}
 
 
-def chain_law_starts(inputs, prefill_batching: bool = False) -> dict[str, np.ndarray]:
+def chain_law_starts(inputs, prefill_batching: bool = False,
+                     prefill_fixed_power: float = 1.0) -> dict[str, np.ndarray]:
     """:func:`profile_starts`, then for each group whose profile is in the birth-death
     chain (``profile_law`` "chain"), the least-squares fit in log L of that chain's law
     (:func:`bayesspec.laws.profile_chain_latency_expr`) from there.
@@ -76,7 +77,8 @@ def chain_law_starts(inputs, prefill_batching: bool = False) -> dict[str, np.nda
     sits above that N where the profile rises, so they put C2 a few percent off the
     chain's (3% on the test's sweep). The optimiser climbs from here; a start of the
     law being fitted keeps it off another law's basin. ``prefill_batching``: the law's
-    stall per arrival is the batched prefill's, as the model's."""
+    stall per arrival is the batched prefill's, as the model's, its fixed part by
+    ``prefill_fixed_power`` (:func:`bayesspec.laws.prefill_fixed_part`)."""
     from scipy.optimize import least_squares
 
     from ..laws import prefill_fixed_part, profile_chain_latency_expr
@@ -102,7 +104,8 @@ def chain_law_starts(inputs, prefill_batching: bool = False) -> dict[str, np.nda
             c2 = np.full(len(members), u / rps_max)
             batched = {}
             if prefill_batching:
-                batched = {"prefill_fixed": prefill_fixed_part(c2, decode_one[g]),
+                batched = {"prefill_fixed": prefill_fixed_part(
+                               c2, decode_one[g], power=prefill_fixed_power),
                            "decode_s": decode_s[g][None, :]}
             value = profile_chain_latency_expr(
                 rps[members], np.full(len(members), c1), c2,
@@ -153,6 +156,10 @@ class DenseLatencyModel(LatencyModel):
         # with the chain. Measured on the Vidur sets: benchmarks/README.md, 2026-12-05
         # eighth session.
         "prefill_batching": "auto",
+        # The batched prefill's fixed part, a = C2 (t_d(1)/C2)^p
+        # (laws.prefill_fixed_part): 1 is a = t_d(1); above 1 the weights read overlaps
+        # the prompts' compute (a soft roofline). benchmarks/prefill_fixed_share.py.
+        "prefill_fixed_power": 1.0,
     }
     #: The decode profile's law by default: the chain, measured better than the Poisson
     #: law on R^2 in all three Vidur sets and held out in two (equal on the third).
@@ -178,6 +185,10 @@ class DenseLatencyModel(LatencyModel):
         if not isinstance(self.config["prefill_batching"], bool):
             raise ValueError("prefill_batching must be true, false or 'auto', got "
                              f"{self.config['prefill_batching']!r}")
+        power = self.config["prefill_fixed_power"]
+        if (isinstance(power, bool) or not isinstance(power, (int, float))
+                or not np.isfinite(power) or power < 1.0):
+            raise ValueError(f"prefill_fixed_power must be a number >= 1, got {power!r}")
         if self.config["prefill_batching"] and self.config["profile_law"] != "chain":
             raise ValueError("prefill_batching is a part of the decode profile's chain: "
                              "give --decode-profile with profile_law chain, or "
@@ -231,8 +242,9 @@ class DenseLatencyModel(LatencyModel):
         if self.config["decode_profile"]:
             # read by inference.compile_model (an initval on the variables would do, but
             # PyMC's model transforms, e.g. the log-likelihood for LOO, refuse those)
-            model.chain_starts = (chain_law_starts(inputs,
-                                                   self.config["prefill_batching"] is True)
+            model.chain_starts = (chain_law_starts(
+                                      inputs, self.config["prefill_batching"] is True,
+                                      float(self.config["prefill_fixed_power"]))
                                   if self.config["profile_law"] == "chain"
                                   else profile_starts(inputs))
         return model

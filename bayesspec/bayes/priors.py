@@ -227,7 +227,8 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
                 # waiting prompts share one prefill iteration: the stall per arrival
                 # falls with the rate (laws.batched_prefill_stall_expr)
                 batched = {"prefill_fixed": prefill_fixed_part(
-                               c2_point, data["chain_decode_one"][group_index], xp=pt),
+                               c2_point, data["chain_decode_one"][group_index], xp=pt,
+                               power=float(cfg.get("prefill_fixed_power", 1.0))),
                            "decode_s": data["chain_decode_s"][group_index]}
             chain, chain_elasticity = profile_chain_latency_expr(
                 rps, c1[group_index], c2_point, point_cap,

@@ -67,13 +67,17 @@ VARIANTS = {"dense": ("dense", {}), "dense-discrepancy": ("dense-discrepancy", {
 
 
 def variant(name: str) -> tuple[str, dict]:
-    """A model and its options: a VARIANTS name, or MODEL[:t][+OPTION=VALUE...]
-    (``t``: Student-t error; values parsed as numbers where they are)."""
+    """A model and its options: a VARIANTS name or MODEL[:t], then [+OPTION=VALUE...]
+    (``t``: Student-t error; values parsed as numbers where they are), e.g.
+    ``dense-profile+prefill_fixed_power=2``."""
     if name in VARIANTS:
         return VARIANTS[name]
     model, *options = name.split("+")
-    model, _, tail = model.partition(":")
-    config = {"likelihood": "student_t"} if tail == "t" else {}
+    if model in VARIANTS:
+        model, config = VARIANTS[model][0], dict(VARIANTS[model][1])
+    else:
+        model, _, tail = model.partition(":")
+        config = {"likelihood": "student_t"} if tail == "t" else {}
     for option in options:
         key, _, value = option.partition("=")
         try:
