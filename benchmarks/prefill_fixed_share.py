@@ -15,7 +15,8 @@ gives about 56%, 56%, 33% and 18%.
 
 A soft roofline, t_p(m) = (t_d(1)^p + (b m)^p)^(1/p), has the fixed share
 a / t_p(1) = (t_d(1) / C2)^p at m = 1 (p = 1: the package's law). Here its linear form is
-fitted (a = C2 (t_d(1)/C2)^p in `laws.batched_prefill_stall_expr`), for each power, by
+fitted (a = C2 (t_d(1)/C2)^p, `laws.prefill_fixed_part(power=p)`, the model's option
+`prefill_fixed_power`), for each power, by
 least squares in log L to the rates up to 60% of each top rate; printed per power, over
 the higher rates whose N stays below 0.8 of the cap:
 - the median over groups of the largest relative error of the steady law;
@@ -34,9 +35,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-import bayesspec.laws
-import bayesspec.prediction
-from bayesspec.laws import _profile_time, profile_chain_extra
+from bayesspec.laws import _profile_time, prefill_fixed_part, profile_chain_extra
 from bayesspec.prediction import ProfileCurve
 
 from prefill_chain_law import chain_law, largest_held_out_errors
@@ -44,8 +43,8 @@ from vidur_sets import SETS, profiled_groups
 
 
 def fixed_part(c2, decode_one, power):
-    """a = C2 (t_d(1) / C2)^p, at most 0.9 C2 (p = 1: the package's min(t_d(1), 0.9 C2))."""
-    return min(c2 * min(decode_one / c2, 1.0) ** power, 0.9 * c2)
+    """a = C2 (t_d(1) / C2)^p, at most 0.9 C2 (p = 1: min(t_d(1), 0.9 C2))."""
+    return float(prefill_fixed_part(c2, decode_one, power=power))
 
 
 def main() -> None:
@@ -88,20 +87,11 @@ def main() -> None:
                 theta[1])
             signed[power].extend(np.log(measured[below] / value[below]))
             if below.any():
-                # the package's curve with this fixed part (its one definition, swapped)
-                def rule(c2, decode_one, xp=np, power=power):
-                    return xp.minimum(c2 * xp.minimum(decode_one / c2, 1.0) ** power,
-                                      0.9 * c2)
-                saved = bayesspec.prediction.prefill_fixed_part
-                bayesspec.prediction.prefill_fixed_part = rule
-                try:
-                    curve = ProfileCurve(np.exp(theta[:1]), np.exp(theta[1:2]),
-                                         batch_sizes=sizes, iteration_s=times,
-                                         decode_tokens=float(key[4]), cap=cap,
-                                         law="chain", prefill_batching=True)
-                    run = curve.run_latency(rps[below], n_requests[below])[0]
-                finally:
-                    bayesspec.prediction.prefill_fixed_part = saved
+                curve = ProfileCurve(np.exp(theta[:1]), np.exp(theta[1:2]),
+                                     batch_sizes=sizes, iteration_s=times,
+                                     decode_tokens=float(key[4]), cap=cap, law="chain",
+                                     prefill_batching=True, prefill_fixed_power=power)
+                run = curve.run_latency(rps[below], n_requests[below])[0]
                 run_signed[power].extend(np.log(measured[below] / run))
                 row[f"run p={power:g}"] = float(np.max(np.abs(measured[below] / run - 1)))
         rows.append(row)

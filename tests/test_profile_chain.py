@@ -161,7 +161,12 @@ def test_the_chain_and_the_bound_are_the_dense_profiles_defaults_and_old_fits_ke
                  config={"decode_profile": str(path)})
     result.save(tmp_path / "new.nc")
     new = load_fit(tmp_path / "new.nc").group_curve(0)
-    assert new.law == "chain" and new.prefill_batching
+    assert new.law == "chain" and new.prefill_batching and new.prefill_fixed_power == 1.0
+    roofline = fit(data, "dense", settings=SamplerSettings(draws=20, tune=20, chains=2,
+                                                           seed=1, progress=False),
+                   config={"decode_profile": str(path), "prefill_fixed_power": 2.0})
+    roofline.save(tmp_path / "roofline.nc")
+    assert load_fit(tmp_path / "roofline.nc").group_curve(0).prefill_fixed_power == 2.0
     # an older file: the options absent from its stored configuration
     stored = json.loads(result.tree.attrs["model_config"])
     del stored["prefill_batching"]
