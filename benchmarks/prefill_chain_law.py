@@ -42,6 +42,14 @@ def largest_held_out_errors(measured, value, held, below) -> tuple[float, float]
             float(relative[held].max()))
 
 
+def chain_arrays(decode, sizes, times, cap):
+    """The chain's per-state arrays for a group with ``decode`` tokens, its profile and
+    its cap: (extra(n), the valid states, t_d(n)) for n = 1..cap."""
+    cap_n = int(cap)
+    return (profile_chain_extra(float(decode), sizes, times, cap_n), np.ones(cap_n),
+            _profile_time(np.arange(1.0, cap_n + 1.0), sizes, times))
+
+
 def chain_law(rps, c1, c2, cap, extra, valid, decode_s, fixed=None):
     ones = np.ones(len(rps))
     kwargs = {}
@@ -60,10 +68,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     rows = []
     for key, group, sizes, times, cap in profiled_groups(args.set, args.csv):
-        cap_n = int(cap)
-        extra = profile_chain_extra(float(key[4]), sizes, times, cap_n)
-        valid = np.ones(cap_n)
-        decode_s = _profile_time(np.arange(1.0, cap_n + 1.0), sizes, times)
+        extra, valid, decode_s = chain_arrays(key[4], sizes, times, cap)
         rps = group["rps"].to_numpy(float)
         measured = group["latency_mean_s"].to_numpy(float)
         fitted = rps <= 0.6 * rps.max()

@@ -35,10 +35,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from bayesspec.laws import _profile_time, prefill_fixed_part, profile_chain_extra
+from bayesspec.laws import prefill_fixed_part
 from bayesspec.prediction import ProfileCurve
 
-from prefill_chain_law import chain_law, largest_held_out_errors
+from prefill_chain_law import chain_arrays, chain_law, largest_held_out_errors
 from vidur_sets import SETS, profiled_groups
 
 
@@ -57,10 +57,7 @@ def main() -> None:
     powers = [float(p) for p in args.powers.split(",")]
     rows, signed, run_signed = [], {p: [] for p in powers}, {p: [] for p in powers}
     for key, group, sizes, times, cap in profiled_groups(args.set, args.csv):
-        cap_n = int(cap)
-        extra = profile_chain_extra(float(key[4]), sizes, times, cap_n)
-        valid = np.ones(cap_n)
-        decode_s = _profile_time(np.arange(1.0, cap_n + 1.0), sizes, times)
+        extra, valid, decode_s = chain_arrays(key[4], sizes, times, cap)
         rps = group["rps"].to_numpy(float)
         measured = group["latency_mean_s"].to_numpy(float)
         n_requests = group["n_requests"].to_numpy(float)

@@ -15,15 +15,13 @@ shared seed's.
 import sys, numpy as np, pandas as pd, warnings
 warnings.filterwarnings("ignore")
 from scipy.optimize import least_squares
-from bayesspec.laws import _profile_time, profile_chain_extra
 from bayesspec.prediction import ProfileCurve
-from prefill_chain_law import chain_law
+from prefill_chain_law import chain_arrays, chain_law
 from vidur_sets import profiled_groups
 set_, csv = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
 out = {False: [], True: []}
 for key, group, sizes, times, cap in profiled_groups(set_, csv):
-    capn=int(cap); extra=profile_chain_extra(float(key[4]),sizes,times,capn); valid=np.ones(capn)
-    dec=_profile_time(np.arange(1.,capn+1),sizes,times)
+    extra, valid, dec = chain_arrays(key[4], sizes, times, cap)
     rps=group.rps.to_numpy(float); m=group.latency_mean_s.to_numpy(float); n=group.n_requests.to_numpy(float)
     fit=rps<=0.6*rps.max(); held=~fit & (rps*m < 0.8*cap)
     for batched in (False, True):

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from iteration_run import simulate_run, vidur_arrivals  # the script's folder is on the path
-from run_replay import fit_prefill
+from run_replay import fit_group_prefill, prompt_budget
 from vidur_sets import ROOT, SETS, profiled_groups
 
 
@@ -46,9 +46,7 @@ def main() -> None:
     for index, (key, group, sizes, times, cap) in enumerate(profiled_groups(args.set)):
         started = time.time()
         decode = float(key[4])
-        c2 = 0.5 / group["rps"].max()
-        start = np.log([min(times[0], 0.5 * c2), max(0.5 * c2, 1e-4)])
-        prefill, solution = fit_prefill(group, decode, sizes, times, cap, start)
+        prefill, solution = fit_group_prefill(group, decode, sizes, times, cap)
         rms = float(np.sqrt(np.mean(solution.fun ** 2)))
         for position, (row_index, row) in enumerate(group.iterrows()):
             seed = shared if shared is not None else args.seed_base * (index + 1) + position
@@ -56,7 +54,7 @@ def main() -> None:
             arrivals = vidur_arrivals(row["rps_target"], n, seed)
             latency, ttft = simulate_run(
                 row["rps_target"], n, int(decode), prefill, sizes, times, int(cap), None,
-                max(int(row["max_num_batched_tokens"]) // int(row["prefill_tokens"]), 1),
+                prompt_budget(row),
                 arrivals=arrivals, with_ttft=True)
             new = row.copy()
             rps = (n - 1) / (arrivals[-1] - arrivals[0])

@@ -29,11 +29,10 @@ import warnings
 import numpy as np
 from scipy.optimize import least_squares
 
-from bayesspec.laws import _profile_time, profile_chain_extra
 from bayesspec.prediction import ProfileCurve
 from iteration_run import simulate_run
-from prefill_chain_law import chain_law
-from run_replay import fit_prefill
+from prefill_chain_law import chain_arrays, chain_law
+from run_replay import fit_group_prefill, prompt_budget
 from vidur_sets import SETS, profiled_groups
 
 
@@ -53,18 +52,13 @@ def main() -> None:
         if position not in chosen:
             continue
         decode = float(key[4])
-        c2 = 0.5 / group["rps"].max()
-        prefill, _ = fit_prefill(group, decode, sizes, times, cap,
-                                 np.log([min(times[0], 0.5 * c2), max(0.5 * c2, 1e-4)]))
+        prefill, _ = fit_group_prefill(group, decode, sizes, times, cap)
         cap_n = int(cap)
-        extra = profile_chain_extra(decode, sizes, times, cap_n)
-        valid = np.ones(cap_n)
-        decode_s = _profile_time(np.arange(1.0, cap_n + 1.0), sizes, times)
+        extra, valid, decode_s = chain_arrays(decode, sizes, times, cap)
         rps = group["rps_target"].to_numpy(float)
         measured = group["latency_mean_s"].to_numpy(float)
         n = group["n_requests"].to_numpy(int)
-        prompts = max(int(group["max_num_batched_tokens"].iloc[0])
-                      // int(group["prefill_tokens"].iloc[0]), 1)
+        prompts = prompt_budget(group.iloc[0])
         fitted = rps <= 0.6 * rps.max()
         held = ~fitted & (rps * measured < 0.8 * cap)
 

@@ -41,6 +41,12 @@ from slot_queue_choice import law
 from vidur_sets import SETS, profiled_groups
 
 
+def prompt_budget(row) -> int:
+    """The most prompts one prefill iteration takes: max_num_batched_tokens over the
+    prompt's tokens, at least one."""
+    return max(int(row["max_num_batched_tokens"]) // int(row["prefill_tokens"]), 1)
+
+
 def replay(rows, decode, prefill, sizes, times, cap, seed_offset=None):
     """Each row's run mean by the replay (its own seed, or seed_offset + its seed)."""
     means = []
@@ -55,7 +61,7 @@ def replay(rows, decode, prefill, sizes, times, cap, seed_offset=None):
             arrivals = arrivals * realized / row["rps"]
         latency = simulate_run(row["rps_target"], int(row["n_requests"]), int(decode), prefill,
                                sizes, times, int(cap), None,
-                               max(int(row["max_num_batched_tokens"]) // int(row["prefill_tokens"]), 1),
+                               prompt_budget(row),
                                arrivals=arrivals)
         means.append(latency.mean())
     return np.array(means)
@@ -74,6 +80,15 @@ def fit_prefill(rows, decode, sizes, times, cap, start):
     solution = least_squares(residual, start, diff_step=0.02, max_nfev=40,
                              bounds=(np.log([1e-5, 1e-5]), np.log([10.0, 10.0])))
     return tuple(np.exp(solution.x)), solution
+
+
+def fit_group_prefill(rows, decode, sizes, times, cap):
+    """:func:`fit_prefill` on all of a group's ``rows``, started from a stall of half
+    the top rate's mean gap, its fixed part at most t_d(1): each group's truth in
+    ``replay_sets.py`` and the scripts that replay a whole set."""
+    c2 = 0.5 / rows["rps"].max()
+    return fit_prefill(rows, decode, sizes, times, cap,
+                       np.log([min(times[0], 0.5 * c2), max(0.5 * c2, 1e-4)]))
 
 
 def main() -> None:

@@ -36,11 +36,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from bayesspec.laws import _profile_time, profile_chain_extra
 from bayesspec.prediction import ProfileCurve
 from iteration_run import simulate_run, vidur_arrivals
-from prefill_chain_law import chain_law
-from run_replay import fit_prefill
+from prefill_chain_law import chain_arrays, chain_law
+from run_replay import fit_group_prefill, prompt_budget
 from vidur_sets import profiled_groups
 
 HERE = Path(__file__).resolve().parent
@@ -49,11 +48,8 @@ HERE = Path(__file__).resolve().parent
 def held_out_run_residuals(key, rows, sizes, times, cap, fraction=0.6, near_cap=0.8):
     """log(measured / predicted whole run) at the rows above ``fraction`` of the top rate
     whose N stays below ``near_cap`` of the cap, the batched chain fitted below it."""
-    capn = int(cap)
     decode = float(key[4])
-    extra = profile_chain_extra(decode, sizes, times, capn)
-    valid = np.ones(capn)
-    decode_s = _profile_time(np.arange(1.0, capn + 1), sizes, times)
+    extra, valid, decode_s = chain_arrays(decode, sizes, times, cap)
     rps = rows["rps"].to_numpy(float)
     measured = rows["latency_mean_s"].to_numpy(float)
     n = rows["n_requests"].to_numpy(float)
@@ -108,12 +104,8 @@ def replay(args) -> None:
         if index >= args.groups:
             break
         started = time.time()
-        decode = float(key[4])
-        c2 = 0.5 / rows["rps"].max()
-        prefill, _ = fit_prefill(rows, decode, sizes, times, cap,
-                                 np.log([min(times[0], 0.5 * c2), max(0.5 * c2, 1e-4)]))
-        prompts = max(int(rows["max_num_batched_tokens"].iloc[0])
-                      // int(rows["prefill_tokens"].iloc[0]), 1)
+        prefill, _ = fit_group_prefill(rows, float(key[4]), sizes, times, cap)
+        prompts = prompt_budget(rows.iloc[0])
         groups.append((key, rows, sizes, times, cap, prefill, prompts))
         print(f"{' '.join(map(str, key))}: prefill a {1e3 * prefill[0]:.2f} ms, "
               f"b {1e3 * prefill[1]:.2f} ms ({time.time() - started:.0f} s)", flush=True)
@@ -125,7 +117,7 @@ def replay(args) -> None:
             for j, (index, row) in enumerate(rows.iterrows()):
                 n = int(row["n_requests"])
                 arrivals = vidur_arrivals(row["rps_target"], n, seed_of(g, j))
-                latency = simulate_run(row["rps_target"], n, int(decode_of(key)), prefill,
+                latency = simulate_run(row["rps_target"], n, int(key[4]), prefill,
                                        sizes, times, int(cap), None, prompts,
                                        arrivals=arrivals)
                 new.loc[index, "rps"] = (n - 1) / (arrivals[-1] - arrivals[0])
@@ -133,9 +125,6 @@ def replay(args) -> None:
             new = new.sort_values("rps")
             residuals.extend(held_out_run_residuals(key, new, sizes, times, cap))
         return np.array(residuals)
-
-    def decode_of(key):
-        return float(key[4])
 
     measured = np.concatenate([held_out_run_residuals(key, rows, sizes, times, cap)
                                for key, rows, sizes, times, cap, *_ in groups])
