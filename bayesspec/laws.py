@@ -30,6 +30,7 @@ __all__ = [
     "load_amplification_expr",
     "percentile_latency",
     "percentile_latency_expr",
+    "count_spread_quantile_expr",
     "load_factor_expr",
     "rate_meeting_target",
     "token_chain_acceptance",
@@ -112,6 +113,36 @@ def percentile_latency_expr(load_factor, scale, exponent, xp: ModuleType = np):
     mean law with another pole (an engine's concurrency cap) carries its summaries
     with it."""
     return scale * xp.exp(exponent * xp.log(load_factor))
+
+
+def count_spread_quantile_expr(latency, loaded_c1, c2, spread, dispersion, z,
+                               xp: ModuleType = np):
+    """A percentile of end-to-end latency from the mean law and the spread of the load
+    each request meets (the ``tails`` model's ``tail_law`` "count").
+
+    A request's latency is its own work (``loaded_c1``: C1, times the decode profile's
+    stretch where there is one) plus the stalls of the others that share its life. The
+    mean of that part is ``latency - loaded_c1`` (= C2 N below the cap), but how much of
+    it one request meets varies with how many arrive during its life and how crowded the
+    batch is then. In eq. (1)'s birth-death chain the number in the system is negative
+    binomial with variance N F, F = L/C1 its load factor (N Poisson at light load,
+    over-dispersed as it fills; :func:`slot_queue_latency_expr`), so a request's stall
+    time has variance about d^2 C2^2 N F = d^2 C2 (L - C1) F, d a dispersion (1: the
+    chain's own). With a zero-load spread s0 (relative sd of a request's own work: the
+    spread of its lengths) the variance is
+
+        v = (s0 C1)^2 + d^2 C2 (L - C1) L/C1,
+
+    and the p-quantile, z = Phi^-1(p), is that of a log-normal of mean L and variance v:
+    q = L exp(z s - s^2/2), s^2 = log(1 + v/L^2). Its excess over the mean grows like
+    sqrt(N) while the stalls dominate: q/L rises with load and then flattens, where the
+    power law q = A F^gamma (:func:`percentile_latency_expr`) carries the early rise on
+    (measured on the Vidur sets' prefill-heavy sweeps: benchmarks/README.md, section
+    "2026-12-06 (tenth session)")."""
+    stall = xp.maximum(latency - loaded_c1, 0.0)
+    variance = (spread * loaded_c1) ** 2 + dispersion ** 2 * c2 * stall * latency / loaded_c1
+    log_variance = xp.log1p(variance / latency ** 2)
+    return latency * xp.exp(z * xp.sqrt(log_variance) - 0.5 * log_variance)
 
 
 def rate_meeting_target(target, scale, c2, exponent):

@@ -27,7 +27,7 @@ import numpy as np
 
 from .errors import BadInput
 from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
-                   concurrency_cap, costs_for_acceptance_length, crossover_rps,
+                   count_spread_quantile_expr, concurrency_cap, costs_for_acceptance_length, crossover_rps,
                    curved_latency, effective_costs, expert_coverage, latency,
                    load_amplification_expr, load_elasticity_expr,
                    measured_load_amplification, moe_latency, percentile_latency,
@@ -608,10 +608,11 @@ class MetricCurve(Curve):
 
     def __init__(self, scale, c2, exponent, *, metric: str, label: str = "", group: str = "",
                  noise: Noise | None = None, sampling: SummarySampling | None = None,
-                 mean_c1=None, cap=None, wait_scale: float = 1.0, profile: dict | None = None):
-        if (cap is not None or profile is not None) and mean_c1 is None:
-            raise ValueError("a capped or profiled summary law needs the mean's zero-load "
-                             "latency")
+                 mean_c1=None, cap=None, wait_scale: float = 1.0, profile: dict | None = None,
+                 count: dict | None = None):
+        if (cap is not None or profile is not None or count is not None) and mean_c1 is None:
+            raise ValueError("a capped, profiled or count-law summary needs the mean's "
+                             "zero-load latency")
         super().__init__(scale, c2, label=label, noise=noise, cap=cap, wait_scale=wait_scale)
         self.exponent = np.asarray(exponent, dtype=float)
         self.metric = metric
@@ -625,6 +626,12 @@ class MetricCurve(Curve):
         #: :class:`ProfileCurve` at this summary's C2.
         self.mean_law = (None if profile is None else ProfileCurve(
             self.mean_c1, self.c2, cap=cap, wait_scale=wait_scale, **profile))
+        #: The count law's draws (``spread``, ``dispersion``) and normal score ``z``
+        #: (:func:`bayesspec.laws.count_spread_quantile_expr`), or None: the power law.
+        self.count = None if count is None else {
+            "spread": np.asarray(count["spread"], dtype=float),
+            "dispersion": np.asarray(count["dispersion"], dtype=float),
+            "z": float(count["z"])}
 
     @property
     def ceiling(self) -> np.ndarray:
@@ -668,13 +675,25 @@ class MetricCurve(Curve):
 
     def latency(self, rps) -> np.ndarray:
         rps = np.asarray(rps, dtype=float)
-        if self.cap is None and self.mean_law is None:
+        if self.cap is None and self.mean_law is None and self.count is None:
             return percentile_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
                                       _lift(self.exponent, rps))
-        stretch, factor = self.stretch_and_queue(rps)
-        with np.errstate(invalid="ignore", over="ignore"):
-            value = percentile_latency_expr(factor, _lift(self.c1, rps) * stretch,
-                                            _lift(self.exponent, rps))
+        return self._summary_at(rps, *self.stretch_and_queue(rps))
+
+    def _summary_at(self, rps, stretch, factor) -> np.ndarray:
+        """The summary given the mean law's stretch and queue factor at ``rps``: the
+        power law, or the count law off the mean L = C1 stretch factor (a request's own
+        work C1 stretch, the queue's part spread by the load it meets)."""
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            if self.count is None:
+                value = percentile_latency_expr(factor, _lift(self.c1, rps) * stretch,
+                                                _lift(self.exponent, rps))
+            else:
+                own_work = _lift(self.mean_c1, rps) * stretch
+                value = count_spread_quantile_expr(
+                    own_work * factor, own_work, _lift(self.c2, rps),
+                    _lift(self.count["spread"], rps), _lift(self.count["dispersion"], rps),
+                    self.count["z"])
         return np.where(np.isfinite(factor), value, np.inf)
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
@@ -717,11 +736,8 @@ class MetricCurve(Curve):
         """The summary of a whole run of ``n_requests``: the law at the load factor of the
         mean law's finite run (:meth:`Curve.run_latency`)."""
         rps = np.asarray(rps, dtype=float)
-        stretch, factor = self.stretch_and_queue(
-            rps, self.run_law.run_latency(rps, n_requests))
-        with np.errstate(invalid="ignore", over="ignore"):
-            return percentile_latency_expr(factor, _lift(self.c1, rps) * stretch,
-                                           _lift(self.exponent, rps))
+        run = self.run_law.run_latency(rps, n_requests)
+        return self._summary_at(rps, *self.stretch_and_queue(rps, run))
 
     def run_amplification(self, rps, n_requests, step: float = 1e-3) -> np.ndarray:
         """The mean law's run elasticity (the fitted noise's load term carries gamma, as
@@ -743,7 +759,7 @@ class MetricCurve(Curve):
         """Per draw (S,), the highest rate at which this summary stays within ``target``
         (0 when zero load already misses it): in closed form for eq. (1), by bisection
         below the ceiling with a cap."""
-        if self.cap is None:
+        if self.cap is None and self.count is None:
             return rate_meeting_target(target, self.c1, self.c2, self.exponent)
         return super().rate_meeting(target)
 

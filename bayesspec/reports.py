@@ -60,9 +60,15 @@ def summary_document(fit, *, prob: float = 0.9) -> dict:
             if int(row.get(f"observed_{metric}", 0)) < 2:
                 continue
             curve = model.metric_curve(fit, g, metric)
-            summaries.append({"label": row["label"], "metric": metric,
-                              "zero_load_s": uncertain(curve.zero_load, prob),
-                              "exponent": uncertain(curve.exponent, prob)})
+            entry = {"label": row["label"], "metric": metric,
+                     "zero_load_s": uncertain(curve.zero_load, prob),
+                     "exponent": uncertain(curve.exponent, prob)}
+            if getattr(curve, "count", None) is not None:
+                # tail_law count: the percentile off the mean law and the spread of the
+                # load each request meets; its exponent is 1 by construction.
+                entry.update(law="count", dispersion=uncertain(curve.count["dispersion"], prob),
+                             zero_load_spread=uncertain(curve.count["spread"], prob))
+            summaries.append(entry)
     coefficients = {}
     for name in model.posterior_variables():
         if name not in fit.posterior:
@@ -139,8 +145,10 @@ def summary_text(document: dict) -> str:
                   "load; gamma: 1 grows like the mean, > 1 faster)"]
         lines.append(f"{'group':<{width}}  {'summary':<9} {'A (s)':>30}  {'gamma':>26}")
         for entry in document["summaries"]:
+            pace = (f"count law, dispersion {_cell(entry['dispersion'])}"
+                    if entry.get("law") == "count" else f"{_cell(entry['exponent']):>26}")
             lines.append(f"{entry['label']:<{width}}  {entry['metric']:<9} "
-                         f"{_cell(entry['zero_load_s']):>30}  {_cell(entry['exponent']):>26}")
+                         f"{_cell(entry['zero_load_s']):>30}  {pace}")
     if document["coefficients"]:
         lines.append("")
         lines.append("population and noise:")

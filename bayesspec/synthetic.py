@@ -374,6 +374,21 @@ def tail_truth(truth: pd.DataFrame, metrics: dict[str, tuple[float, float]], *,
     return out
 
 
+def count_truth(truth: pd.DataFrame, metrics: dict[str, tuple[float, float]], *,
+                spread: float = 0.1, seed: int = 0) -> pd.DataFrame:
+    """Known count laws (:func:`bayesspec.laws.count_spread_quantile_expr`) for every
+    group of ``truth``: for each end-to-end percentile ``(zero_load_spread, dispersion)``,
+    each group's pair scattered by a log-normal factor of log-sd ``spread``. Adds columns
+    ``spread_<metric>`` and ``dispersion_<metric>`` (:func:`generate_tail_sweeps` reads
+    them as it reads ``A_``/``gamma_``)."""
+    rng = np.random.default_rng(seed)
+    out = truth.copy().reset_index(drop=True)
+    for metric, (zero_spread, dispersion) in metrics.items():
+        out[f"spread_{metric}"] = zero_spread * np.exp(rng.normal(0, spread, len(out)))
+        out[f"dispersion_{metric}"] = dispersion * np.exp(rng.normal(0, spread, len(out)))
+    return out
+
+
 def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: int = 9,
                          seed: int = 0, spread: float = 0.25, **options) -> pd.DataFrame:
     """Sweeps of :func:`generate_sweeps` for each row of a :func:`tail_truth` table, with
@@ -387,12 +402,16 @@ def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: i
     by the models)."""
     from scipy.special import ndtri
 
-    from .laws import load_factor_expr, percentile_latency_expr, quantile_rank
+    from .laws import (count_spread_quantile_expr, load_factor_expr,
+                       percentile_latency_expr, quantile_rank)
     from .schema import METRIC_COLUMNS, metric_quantile
 
     rng = np.random.default_rng([seed, 7])
-    metrics = [c[len("A_"):] for c in truth.columns if c.startswith("A_")]
-    law_columns = {f"A_{m}" for m in metrics} | {f"gamma_{m}" for m in metrics}
+    power = [c[len("A_"):] for c in truth.columns if c.startswith("A_")]
+    counted = [c[len("dispersion_"):] for c in truth.columns if c.startswith("dispersion_")]
+    metrics = power + counted
+    law_columns = ({f"A_{m}" for m in power} | {f"gamma_{m}" for m in power}
+                   | {f"spread_{m}" for m in counted} | {f"dispersion_{m}" for m in counted})
     frames = []
     for i in range(len(truth)):
         row = truth.iloc[[i]]
@@ -403,10 +422,17 @@ def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: i
                                  * float(row["C2"].iloc[0]), 0.995)
         count = sweep["n_requests"].to_numpy(float)
         for metric in metrics:
-            value = percentile_latency_expr(load_factor_expr(utilisation, 1.0),
-                                            float(row[f"A_{metric}"].iloc[0]),
-                                            float(row[f"gamma_{metric}"].iloc[0]))
             quantile = metric_quantile(metric)
+            if metric in counted:
+                c1 = float(row["C1"].iloc[0])
+                value = count_spread_quantile_expr(
+                    c1 * load_factor_expr(utilisation, 1.0), c1, float(row["C2"].iloc[0]),
+                    float(row[f"spread_{metric}"].iloc[0]),
+                    float(row[f"dispersion_{metric}"].iloc[0]), float(ndtri(quantile)))
+            else:
+                value = percentile_latency_expr(load_factor_expr(utilisation, 1.0),
+                                                float(row[f"A_{metric}"].iloc[0]),
+                                                float(row[f"gamma_{metric}"].iloc[0]))
             if np.isfinite(quantile):
                 rank = quantile_rank(quantile, count)
                 order = rng.beta(rank, count + 1.0 - rank)

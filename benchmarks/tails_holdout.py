@@ -7,7 +7,8 @@ For each data file: the tails model is fitted on each group's rates up to ``--fr
 load test's report of that point's ``n_requests`` requests (``MetricCurve.predictive``:
 the law, the fitted noise and the order-statistic error; where the file says the point is
 a whole run from an idle server, ``whole_run``, the load factor is that finite run's,
-unless ``--steady``), and its 90% interval is checked. Printed per file and metric: held-out points, coverage, intervals with an
+unless ``--steady``), and its 90% interval is checked; ``--mean`` adds the mean law's
+own held-out predictions. Printed per file and metric: held-out points, coverage, intervals with an
 infinite upper bound, median width/value, and the worst median/measured ratio.
 
     .venv/bin/python benchmarks/tails_holdout.py examples/vidur/vidur_dense.csv \\
@@ -33,13 +34,26 @@ from bayesspec.workflow import fit as fit_model
 
 
 def held_out_points(fit, high: pd.DataFrame, *, prob: float = 0.9, seed: int = 0,
-                    finite_runs: bool = True):
+                    finite_runs: bool = True, with_mean: bool = False):
     model = fit.model()
     labels = row_group_labels(high, fit.groups)
     index = {label: g for g, label in enumerate(fit.groups["label"])}
     rng = np.random.default_rng(seed)
     rows = []
     runs = whole_run_requests(high) if finite_runs else np.full(len(high), np.nan)
+    if with_mean and model.has_mean(fit):
+        # the mean law's own held-out predictions: what every summary is built on
+        for (_, row), label, run in zip(high.iterrows(), labels, runs):
+            value = float(pd.to_numeric(row.get("latency_mean_s"), errors="coerce"))
+            if not label or not np.isfinite(value) or value <= 0:
+                continue
+            draws = model.group_curve(fit, index[label]).predictive(
+                np.array([float(row["rps"])]), rng, run_requests=run)[:, 0]
+            lo, median, hi = np.quantile(draws, [(1 - prob) / 2, 0.5, (1 + prob) / 2])
+            rows.append({"metric": "mean", "group": label, "rps": float(row["rps"]),
+                         "observed": value, "lo": lo, "median": median, "hi": hi,
+                         "inside": bool(lo <= value <= hi),
+                         "infinite": bool(~np.isfinite(hi))})
     for metric in model.metrics(fit):
         column = METRIC_COLUMNS[metric]
         for (_, row), label, run in zip(high.iterrows(), labels, runs):
@@ -70,6 +84,9 @@ def main(argv=None) -> int:
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--csv", help="write the held-out points to this CSV")
+    parser.add_argument("--mean", action="store_true",
+                        help="also predict each held-out mean latency by the fit's mean law "
+                             "(metric 'mean' in the table and the CSV)")
     parser.add_argument("--steady", action="store_true",
                         help="predict every held-out point by the steady law, even where the "
                              "file says it is a whole run from an idle server")
@@ -83,7 +100,8 @@ def main(argv=None) -> int:
         fit = fit_model(low, "tails", config=config,
                         settings=SamplerSettings(seed=args.seed, chains=args.chains,
                                                  draws=args.draws, progress=False))
-        points = held_out_points(fit, high, finite_runs=not args.steady).assign(file=path)
+        points = held_out_points(fit, high, finite_runs=not args.steady,
+                                 with_mean=args.mean).assign(file=path)
         frames.append(points)
         print(f"{path}: {fit.diagnostics['text']} ({time.perf_counter() - started:.0f} s)",
               file=sys.stderr, flush=True)

@@ -19,6 +19,17 @@ L = (C1 + shift) F, and q_m = A_m P F^gamma_m with P = (C1 + shift)/C1: the prof
 stretch slows every request alike, so it scales each summary linearly; only the queue's
 factor carries the exponent.
 
+With ``tail_law`` "count", the end-to-end latency percentiles (p50, p90, p99, ...) are
+read off the mean law itself instead: a request's latency is its own work (C1, stretched
+by the profile) plus the stalls of the others that share its life, and the stall time
+it meets spreads with how many arrive and how crowded the batch is then. Its variance
+is (s0 C1)^2 + d^2 C2 (L - C1) L/C1 (the birth-death chain's over-dispersed count), and
+q_m is the quantile of a log-normal of mean L and that variance
+(:func:`bayesspec.laws.count_spread_quantile_expr`), with a zero-load spread s0 and a
+dispersion d per (summary, group) in place of A and gamma. Its excess over the mean
+grows like sqrt(N): p99/mean rises and then flattens, where the power law carries the
+early rise on. TTFT and ITL keep the power law.
+
 q_m is the summary of the whole request population at that rate. What a load test
 reports is the summary of its n requests (``n_requests``): the sample p-quantile, an
 order statistic, which for few requests sits below q_m and scatters widely (a p99 of 13
@@ -54,8 +65,8 @@ import xarray as xr
 
 from ..data import has_mean_latency, reference_latency
 from ..errors import BadInput
-from ..laws import (QUANTILE_RULES, latency_expr, load_amplification_expr,
-                    load_elasticity_expr, load_factor_expr, percentile_latency_expr,
+from ..laws import (QUANTILE_RULES, count_spread_quantile_expr, latency_expr,
+                    load_amplification_expr, load_elasticity_expr, load_factor_expr, percentile_latency_expr,
                     quantile_sampling_moments, sampled_quantile_error_expr,
                     slot_queue_latency_expr)
 from ..prediction import MetricCurve, Noise, SummarySampling
@@ -78,6 +89,17 @@ FALLBACK_SPREAD = 0.25
 #: Bounds of a spread read off the model's curves (curves that cross in a draw would
 #: give a negative one).
 SPREAD_BOUNDS = (0.005, 2.0)
+#: The laws of the end-to-end latency percentiles (the ``tail_law`` option).
+TAIL_LAWS = ("power", "count")
+
+
+def count_law_metrics(metrics, tail_law: str, has_mean: bool) -> list[int]:
+    """Indices of the summaries that follow the count law: the end-to-end latency
+    percentiles, when ``tail_law`` is "count" and the mean latency is fitted."""
+    if tail_law != "count" or not has_mean:
+        return []
+    return [m for m, metric in enumerate(metrics)
+            if metric_family(metric) == "latency" and np.isfinite(metric_quantile(metric))]
 
 
 def _observed(rows: pd.DataFrame, column: str) -> np.ndarray:
@@ -215,6 +237,21 @@ def _summary_draws(fit, name: str, group: int, metric: str) -> np.ndarray:
     return np.asarray(values.stack(sample=("chain", "draw")).values, dtype=float)
 
 
+def _count_draws(fit, group: int, metric: str) -> dict | None:
+    """The count law's draws of a summary (``MetricCurve``'s ``count``), or None where
+    the summary follows the power law."""
+    if "tail_spread" not in fit.posterior or metric not in set(
+            fit.posterior["tail_spread"].coords["count_metric"].values):
+        return None
+    from scipy.special import ndtri
+
+    def draws(name):
+        values = fit.posterior[name].sel(count_metric=metric).isel(group=group)
+        return np.asarray(values.stack(sample=("chain", "draw")).values, dtype=float)
+    return {"spread": draws("tail_spread"), "dispersion": draws("tail_dispersion"),
+            "z": float(ndtri(metric_quantile(metric)))}
+
+
 def _summary_c2(fit, group: int, metric: str) -> np.ndarray:
     """A summary's own saturation cost (the mean's C2 without ``saturation_spread``)."""
     if "tail_C2" in fit.posterior:
@@ -260,6 +297,17 @@ class TailLatencyModel(DenseLatencyModel):
         # How the percentiles were computed (QUANTILE_RULES): "linear" is numpy's, vllm
         # bench's and the simulator's, "inverted_cdf" GuideLLM's.
         "quantile_rule": "linear",
+        # The law of the end-to-end latency percentiles (p50, p90, p99, ...) when the
+        # mean is fitted: "power", q = A F^gamma (percentile_latency_expr), or "count",
+        # the quantile of a request whose stall time spreads with the load it meets
+        # (count_spread_quantile_expr: a zero-load spread and a dispersion per summary).
+        # TTFT and ITL summaries keep the power law.
+        "tail_law": "power",
+        # Priors of the count law: the zero-load relative spread of a request's latency
+        # (median, log-sd) and the dispersion of its stall time (1: the chain's own).
+        "count_spread_median": 0.05,
+        "count_spread_log_sd": 1.5,
+        "count_dispersion_log_sd": 0.75,
     }
 
     #: tails reads its load factor from the Poisson law (the chain has no single N)
@@ -272,6 +320,9 @@ class TailLatencyModel(DenseLatencyModel):
                              "Poisson law: profile_law chain is the dense model's")
         if self.config["spread"] not in ("model", "data"):
             raise ValueError(f"spread must be 'model' or 'data', got {self.config['spread']!r}")
+        if self.config["tail_law"] not in TAIL_LAWS:
+            raise ValueError(f"tail_law must be one of {TAIL_LAWS}, got "
+                             f"{self.config['tail_law']!r}")
         if self.config["quantile_rule"] not in QUANTILE_RULES:
             raise ValueError(f"quantile_rule must be one of {QUANTILE_RULES}, got "
                              f"{self.config['quantile_rule']!r}")
@@ -294,6 +345,10 @@ class TailLatencyModel(DenseLatencyModel):
                            "the mean law); these data have percentiles only: state the cap "
                            "(--max-num-seqs / --kv-cache-tokens)", option="--cap-prior",
                            file=data.attrs.get("source_file"))
+        if not has_mean and self.config["tail_law"] == "count":
+            raise BadInput("tail_law count reads each percentile off the mean law, and these "
+                           "data have percentiles only (no latency_mean_s): drop the option",
+                           option="--option", file=data.attrs.get("source_file"))
         wanted = list(self.config["metrics"])
         if not has_mean:
             wanted += [m for m in ("p50", "ttft_p50", "itl_p50") if m not in wanted]
@@ -349,7 +404,8 @@ class TailLatencyModel(DenseLatencyModel):
             tail_metric=np.concatenate(metric_index), tail_values=np.concatenate(values),
             offset_centre=centre, sampling_shift=np.concatenate(shift),
             sampling_variance=np.concatenate(variance), data_spread=np.concatenate(spread),
-            spread_pairs=pairs)
+            spread_pairs=pairs,
+            count_metrics=count_law_metrics(metrics, self.config["tail_law"], has_mean))
         if not has_mean:
             inputs.extras["log_se"] = np.zeros(len(rows))
         return inputs
@@ -374,6 +430,9 @@ class TailLatencyModel(DenseLatencyModel):
     def empty_model(self, data: pd.DataFrame):
         inputs, model = super().empty_model(data)
         model.add_coord("metric", inputs.extras["metrics"])
+        counted = inputs.extras["count_metrics"]
+        if counted:
+            model.add_coord("count_metric", [inputs.extras["metrics"][m] for m in counted])
         model.add_coord("tail_observation", np.arange(len(inputs.extras["tail_point"])))
         return inputs, model
 
@@ -420,6 +479,16 @@ class TailLatencyModel(DenseLatencyModel):
                              cfg["noise_log_sd"])
                 centre = data["offset_centre"]
             log_scale, log_exponent = self._tail_parameters(centre)
+            counted = inputs.extras["count_metrics"]
+            if counted:
+                spread0, dispersion, count_z = self._count_parameters(inputs.extras)
+                # The count law's summary at zero load: the quantile of a request's own
+                # work alone (its exponent is 1: a rate error moves it as the mean).
+                zero_log_variance = pt.log1p(spread0 ** 2)
+                log_scale = pt.set_subtensor(
+                    log_scale[counted], log_c1[None, :] + count_z[:, None]
+                    * pt.sqrt(zero_log_variance) - 0.5 * zero_log_variance)
+                log_exponent = pt.set_subtensor(log_exponent[counted], 0.0)
             scale = pm.Deterministic("tail_scale", pt.exp(log_scale), dims=("metric", "group"))
             exponent = pm.Deterministic("tail_exponent", pt.exp(log_exponent),
                                         dims=("metric", "group"))
@@ -476,7 +545,19 @@ class TailLatencyModel(DenseLatencyModel):
             log_q_all = pt.log(percentile_latency_expr(
                 queue_factor, scale[:, every_group] * stretch, exponent[:, every_group],
                 xp=pt))
+            if counted:
+                # The end-to-end percentiles off the mean law itself (at the summary's
+                # C2): a request's own work is C1 stretched by the profile (every
+                # request alike), and what the queue adds spreads with the load it meets.
+                own_work = point_c1[None, :]
+                log_q_all = pt.set_subtensor(log_q_all[counted], pt.log(
+                    count_spread_quantile_expr(
+                        own_work * queue_factor[counted], own_work, c2_summary[counted],
+                        spread0[:, every_group], dispersion[:, every_group],
+                        count_z[:, None], xp=pt)))
 
+            # kept for checks of the graph against MetricCurve (not a model variable)
+            model.summary_log_law = log_q_all
             gamma = exponent[metric, group]
             log_q = log_q_all[metric, point]
             bias, sampling_variance = sampled_quantile_error_expr(
@@ -584,12 +665,27 @@ class TailLatencyModel(DenseLatencyModel):
                                  dims=("metric", "group"))
         return log_scale, log_exponent
 
+    def _count_parameters(self, extras: dict):
+        """The count law's zero-load spread and dispersion per (count metric, group), and
+        each count metric's normal score."""
+        from scipy.special import ndtri
+
+        cfg = self.config
+        spread0 = pm.LogNormal("tail_spread", np.log(cfg["count_spread_median"]),
+                               cfg["count_spread_log_sd"], dims=("count_metric", "group"))
+        dispersion = pm.LogNormal("tail_dispersion", 0.0, cfg["count_dispersion_log_sd"],
+                                  dims=("count_metric", "group"))
+        levels = np.array([metric_quantile(extras["metrics"][m])
+                           for m in extras["count_metrics"]])
+        return spread0, dispersion, pt.as_tensor(ndtri(levels))
+
     def posterior_variables(self) -> list[str]:
         return super().posterior_variables() + ["tail_noise"]
 
     # ------------------------------------------------------------------ prediction contract
     def decision_variables(self) -> list[str]:
-        return super().decision_variables() + ["tail_scale", "tail_exponent", "tail_noise"]
+        return super().decision_variables() + ["tail_scale", "tail_exponent", "tail_noise",
+                                               "tail_spread", "tail_dispersion"]
 
     def joint_loo(self, fit):
         """PSIS-LOO over load points of the mean and its summaries together (each point's
@@ -659,11 +755,14 @@ class TailLatencyModel(DenseLatencyModel):
         profile = (None if decode_profile is None else {
             "batch_sizes": decode_profile[0], "iteration_s": decode_profile[1],
             "decode_tokens": float(row["decode_tokens"])})
+
+        count = _count_draws(fit, group, metric)
         curve = MetricCurve(_summary_draws(fit, "tail_scale", group, metric), c2, exponent,
                             metric=metric, label=f"{label} {metric}", group=label,
                             noise=noise,
-                            mean_c1=(fit.draws("C1", group) if cap or profile else None),
-                            profile=profile, **cap)
+                            mean_c1=(fit.draws("C1", group) if cap or profile or count
+                                     else None),
+                            profile=profile, count=count, **cap)
         curve.rps_fitted_max = float(row["rps_max"])
         return curve
 
@@ -710,6 +809,11 @@ class TailLatencyModel(DenseLatencyModel):
         for metric in self.metrics(fit):
             observed = fit.groups.get(f"observed_{metric}")
             keep = [g for g in range(len(labels)) if observed is None or observed.iloc[g] >= 2]
-            families[f"{metric} exponent"] = {
-                labels[g]: self.metric_curve(fit, g, metric).exponent for g in keep}
+            curves = {labels[g]: self.metric_curve(fit, g, metric) for g in keep}
+            if any(curve.count is not None for curve in curves.values()):
+                families[f"{metric} dispersion"] = {
+                    label: curve.count["dispersion"] for label, curve in curves.items()}
+            else:
+                families[f"{metric} exponent"] = {
+                    label: curve.exponent for label, curve in curves.items()}
         return families
