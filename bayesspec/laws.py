@@ -115,32 +115,34 @@ def percentile_latency_expr(load_factor, scale, exponent, xp: ModuleType = np):
     return scale * xp.exp(exponent * xp.log(load_factor))
 
 
-def count_spread_quantile_expr(latency, loaded_c1, c2, spread, dispersion, z,
+def count_spread_quantile_expr(latency, own_work, c2, spread, dispersion, z,
                                xp: ModuleType = np):
     """A percentile of end-to-end latency from the mean law and the spread of the load
     each request meets (the ``tails`` model's ``tail_law`` "count").
 
-    A request's latency is its own work (``loaded_c1``: C1, times the decode profile's
-    stretch where there is one) plus the stalls of the others that share its life. The
-    mean of that part is ``latency - loaded_c1`` (= C2 N below the cap), but how much of
-    it one request meets varies with how many arrive during its life and how crowded the
-    batch is then. In eq. (1)'s birth-death chain the number in the system is negative
-    binomial with variance N F, F = L/C1 its load factor (N Poisson at light load,
-    over-dispersed as it fills; :func:`slot_queue_latency_expr`), so a request's stall
-    time has variance about d^2 C2^2 N F = d^2 C2 (L - C1) F, d a dispersion (1: the
-    chain's own). With a zero-load spread s0 (relative sd of a request's own work: the
-    spread of its lengths) the variance is
+    A request's latency is its own work (``own_work``, C1) plus what the load adds: the
+    stalls of later arrivals' prefills, the wait for a batch slot, and the decode
+    profile's stretch of the batches it meets. The mean of that part is
+    ``latency - own_work``, but how much of it one request meets varies with how many
+    arrive during its life and how crowded the batch is then. In eq. (1)'s birth-death
+    chain the number in the system is negative binomial with variance N F, F = L/C1 its
+    load factor (Poisson at light load, over-dispersed as it fills;
+    :func:`slot_queue_latency_expr`), so the load's part has variance about
+    d^2 C2^2 N F = d^2 C2 (L - C1) L/C1, d a dispersion (1: the chain's own). With a
+    zero-load spread s0 (the relative sd of a request's own work: the spread of its
+    lengths) the variance is
 
         v = (s0 C1)^2 + d^2 C2 (L - C1) L/C1,
 
     and the p-quantile, z = Phi^-1(p), is that of a log-normal of mean L and variance v:
     q = L exp(z s - s^2/2), s^2 = log(1 + v/L^2). Its excess over the mean grows like
-    sqrt(N) while the stalls dominate: q/L rises with load and then flattens, where the
-    power law q = A F^gamma (:func:`percentile_latency_expr`) carries the early rise on
-    (measured on the Vidur sets' prefill-heavy sweeps: benchmarks/README.md, section
+    sqrt(N) while the stalls dominate: q/L rises with load and then flattens (towards
+    exp(z s - s^2/2) with s^2 = log(1 + d^2 C2/C1) at the pole), where the power law
+    q = A F^gamma (:func:`percentile_latency_expr`) carries the early rise on (measured
+    on the Vidur sets' prefill-heavy sweeps: benchmarks/README.md, section
     "2026-12-06 (tenth session)")."""
-    stall = xp.maximum(latency - loaded_c1, 0.0)
-    variance = (spread * loaded_c1) ** 2 + dispersion ** 2 * c2 * stall * latency / loaded_c1
+    load = xp.maximum(latency - own_work, 0.0)
+    variance = (spread * own_work) ** 2 + dispersion ** 2 * c2 * load * latency / own_work
     log_variance = xp.log1p(variance / latency ** 2)
     return latency * xp.exp(z * xp.sqrt(log_variance) - 0.5 * log_variance)
 

@@ -683,15 +683,16 @@ class MetricCurve(Curve):
     def _summary_at(self, rps, stretch, factor) -> np.ndarray:
         """The summary given the mean law's stretch and queue factor at ``rps``: the
         power law, or the count law off the mean L = C1 stretch factor (a request's own
-        work C1 stretch, the queue's part spread by the load it meets)."""
+        work C1; all the load adds to it, the profile's stretch too, spreads with the
+        load it meets)."""
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
             if self.count is None:
                 value = percentile_latency_expr(factor, _lift(self.c1, rps) * stretch,
                                                 _lift(self.exponent, rps))
             else:
-                own_work = _lift(self.mean_c1, rps) * stretch
+                own_work = _lift(self.mean_c1, rps)
                 value = count_spread_quantile_expr(
-                    own_work * factor, own_work, _lift(self.c2, rps),
+                    own_work * stretch * factor, own_work, _lift(self.c2, rps),
                     _lift(self.count["spread"], rps), _lift(self.count["dispersion"], rps),
                     self.count["z"])
         return np.where(np.isfinite(factor), value, np.inf)

@@ -20,15 +20,15 @@ stretch slows every request alike, so it scales each summary linearly; only the 
 factor carries the exponent.
 
 With ``tail_law`` "count", the end-to-end latency percentiles (p50, p90, p99, ...) are
-read off the mean law itself instead: a request's latency is its own work (C1, stretched
-by the profile) plus the stalls of the others that share its life, and the stall time
-it meets spreads with how many arrive and how crowded the batch is then. Its variance
-is (s0 C1)^2 + d^2 C2 (L - C1) L/C1 (the birth-death chain's over-dispersed count), and
-q_m is the quantile of a log-normal of mean L and that variance
-(:func:`bayesspec.laws.count_spread_quantile_expr`), with a zero-load spread s0 and a
-dispersion d per (summary, group) in place of A and gamma. Its excess over the mean
-grows like sqrt(N): p99/mean rises and then flattens, where the power law carries the
-early rise on. TTFT and ITL keep the power law.
+read off the mean law itself instead: a request's latency is its own work C1 plus what
+the load adds (the stalls of later arrivals' prefills, the slot wait, the profile's
+stretch), and that part spreads with how many arrive in its life and how crowded the
+batch is then. Its variance is (s0 C1)^2 + d^2 C2 (L - C1) L/C1 (the birth-death
+chain's over-dispersed count), and q_m is the quantile of a log-normal of mean L and
+that variance (:func:`bayesspec.laws.count_spread_quantile_expr`), with a zero-load
+spread s0 and a dispersion d per (summary, group) in place of A and gamma. Its excess
+over the mean grows like sqrt(N): p99/mean rises and then flattens, where the power law
+carries the early rise on. TTFT and ITL keep the power law.
 
 q_m is the summary of the whole request population at that rate. What a load test
 reports is the summary of its n requests (``n_requests``): the sample p-quantile, an
@@ -547,12 +547,14 @@ class TailLatencyModel(DenseLatencyModel):
                 xp=pt))
             if counted:
                 # The end-to-end percentiles off the mean law itself (at the summary's
-                # C2): a request's own work is C1 stretched by the profile (every
-                # request alike), and what the queue adds spreads with the load it meets.
-                own_work = point_c1[None, :]
+                # C2), spread by all the load adds to a request's own work C1: the
+                # stalls, the slot wait and the profile's stretch too, which varies with
+                # the batch each request meets (benchmarks/count_law_form.py).
+                own_work = c1[every_group][None, :]
                 log_q_all = pt.set_subtensor(log_q_all[counted], pt.log(
                     count_spread_quantile_expr(
-                        own_work * queue_factor[counted], own_work, c2_summary[counted],
+                        point_c1[None, :] * queue_factor[counted], own_work,
+                        c2_summary[counted],
                         spread0[:, every_group], dispersion[:, every_group],
                         count_z[:, None], xp=pt)))
 
