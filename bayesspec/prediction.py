@@ -27,7 +27,8 @@ import numpy as np
 
 from .errors import BadInput
 from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
-                   count_spread_quantile_expr, concurrency_cap, costs_for_acceptance_length, crossover_rps,
+                   concurrency_cap, costs_for_acceptance_length,
+                   count_spread_quantile_expr, crossover_rps,
                    curved_latency, effective_costs, expert_coverage, latency,
                    load_amplification_expr, load_elasticity_expr,
                    measured_load_amplification, moe_latency, percentile_latency,

@@ -757,7 +757,6 @@ class TailLatencyModel(DenseLatencyModel):
         profile = (None if decode_profile is None else {
             "batch_sizes": decode_profile[0], "iteration_s": decode_profile[1],
             "decode_tokens": float(row["decode_tokens"])})
-
         count = _count_draws(fit, group, metric)
         curve = MetricCurve(_summary_draws(fit, "tail_scale", group, metric), c2, exponent,
                             metric=metric, label=f"{label} {metric}", group=label,
