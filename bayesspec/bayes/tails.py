@@ -66,8 +66,8 @@ import xarray as xr
 from ..data import has_mean_latency, reference_latency
 from ..errors import BadInput
 from ..laws import (QUANTILE_RULES, count_spread_quantile_expr, latency_expr,
-                    load_amplification_expr, load_elasticity_expr, load_factor_expr, percentile_latency_expr,
-                    quantile_sampling_moments, sampled_quantile_error_expr,
+                    load_amplification_expr, load_elasticity_expr, load_factor_expr,
+                    percentile_latency_expr, quantile_sampling_moments, sampled_quantile_error_expr,
                     slot_queue_latency_expr)
 from ..prediction import MetricCurve, Noise, SummarySampling
 from ..schema import METRIC_COLUMNS, metric_description, metric_family, metric_quantile
@@ -231,9 +231,9 @@ def data_spread(rows: pd.DataFrame, group_index: np.ndarray, family: str,
     return np.clip(pooled, *SPREAD_BOUNDS)
 
 
-def _summary_draws(fit, name: str, group: int, metric: str) -> np.ndarray:
+def _summary_draws(fit, name: str, group: int, metric: str, dim: str = "metric") -> np.ndarray:
     """(S,) draws of a per-(metric, group) posterior variable, chains stacked first."""
-    values = fit.posterior[name].sel(metric=metric).isel(group=group)
+    values = fit.posterior[name].sel({dim: metric}).isel(group=group)
     return np.asarray(values.stack(sample=("chain", "draw")).values, dtype=float)
 
 
@@ -245,11 +245,8 @@ def _count_draws(fit, group: int, metric: str) -> dict | None:
         return None
     from scipy.special import ndtri
 
-    def draws(name):
-        values = fit.posterior[name].sel(count_metric=metric).isel(group=group)
-        return np.asarray(values.stack(sample=("chain", "draw")).values, dtype=float)
-    return {"spread": draws("tail_spread"), "dispersion": draws("tail_dispersion"),
-            "z": float(ndtri(metric_quantile(metric)))}
+    return {name: _summary_draws(fit, f"tail_{name}", group, metric, dim="count_metric")
+            for name in ("spread", "dispersion")} | {"z": float(ndtri(metric_quantile(metric)))}
 
 
 def _summary_c2(fit, group: int, metric: str) -> np.ndarray:
@@ -482,12 +479,13 @@ class TailLatencyModel(DenseLatencyModel):
             counted = inputs.extras["count_metrics"]
             if counted:
                 spread0, dispersion, count_z = self._count_parameters(inputs.extras)
-                # The count law's summary at zero load: the quantile of a request's own
-                # work alone (its exponent is 1: a rate error moves it as the mean).
-                zero_log_variance = pt.log1p(spread0 ** 2)
-                log_scale = pt.set_subtensor(
-                    log_scale[counted], log_c1[None, :] + count_z[:, None]
-                    * pt.sqrt(zero_log_variance) - 0.5 * zero_log_variance)
+                # The count law's summary at zero load, the law's own value there (its
+                # exponent is 1: a rate error moves it as the mean). These summaries'
+                # tail_log_scale and tail_exponent_log are left to their priors.
+                log_scale = pt.set_subtensor(log_scale[counted], pt.log(
+                    count_spread_quantile_expr(c1[None, :], c1[None, :], c2[None, :],
+                                               spread0, dispersion, count_z[:, None],
+                                               xp=pt)))
                 log_exponent = pt.set_subtensor(log_exponent[counted], 0.0)
             scale = pm.Deterministic("tail_scale", pt.exp(log_scale), dims=("metric", "group"))
             exponent = pm.Deterministic("tail_exponent", pt.exp(log_exponent),
