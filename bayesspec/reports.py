@@ -143,6 +143,10 @@ def summary_text(document: dict) -> str:
     if document.get("summaries"):
         lines += ["", "latency summaries: q = A (1 - RPS*C2)^-gamma (A: the summary at zero "
                   "load; gamma: 1 grows like the mean, > 1 faster)"]
+        if any(entry.get("law") == "count" for entry in document["summaries"]):
+            lines.append("  count law rows (tail_law count): the quantile of a log-normal with "
+                         "the mean law's mean, its variance growing with the load each "
+                         "request meets (d: its dispersion)")
         lines.append(f"{'group':<{width}}  {'summary':<9} {'A (s)':>30}  {'gamma':>26}")
         for entry in document["summaries"]:
             pace = (f"count law, dispersion {_cell(entry['dispersion'])}"
