@@ -28,6 +28,7 @@ __all__ = [
     "expert_coverage_expr",
     "moe_costs_expr",
     "load_amplification_expr",
+    "run_mean_log_sd",
     "percentile_latency",
     "percentile_latency_expr",
     "count_spread_quantile_expr",
@@ -169,6 +170,30 @@ def measured_load_amplification(latency, c1, xp: ModuleType = np):
     x/(1-x) = L/C1 - 1 (floored at 0 for a point measured below its zero-load latency).
     ``c1`` is the point's zero-load latency (with the decode profile, C1 plus its shift)."""
     return xp.maximum(latency / c1 - 1.0, 0.0)
+
+
+def run_mean_log_sd(latency_cv, n_requests, in_flight, xp: ModuleType = np):
+    """Sampling sd of log(mean latency) measured over one run of ``n_requests`` requests
+    with per-request spread ``latency_cv`` (sd/mean), at ``in_flight`` = RPS x L requests
+    in the system (Little's law): cv sqrt((1 + 2 N)/n).
+
+    Requests that overlap in the batch share its slowness: a request's latency is
+    correlated with those of the about N requests that arrive during its life before
+    and after it, so the mean of n of them varies as that of n/(1 + 2N) independent
+    ones (the sum of the correlations of a process that forgets in one lifetime). Seed
+    to seed, Vidur's replayed runs scatter by this (mean square 1.05 and 1.50 of it on
+    the dense and fresh sets, where cv/sqrt(n) alone gives 89 and 132;
+    ``benchmarks/run_effect.py``)."""
+    return latency_cv * xp.sqrt((1.0 + 2.0 * in_flight) / n_requests)
+
+
+#: Of a run's sampling error (:func:`run_mean_log_sd`), the share of its variance that
+#: the rates of one sweep share when every rate replays one arrival pattern (Vidur, a
+#: GuideLLM or ``vllm bench serve`` sweep with a fixed seed): the correlation of the
+#: seed-to-seed difference between rates 0.3-2 apart in log RPS, 0.57-0.78 (0.67 on
+#: average) on replays of vidur_dense and vidur_fresh with seeds 0 and 1 (0.85-0.97
+#: between rates closer than that).
+RUN_EFFECT_SHARE = 0.67
 
 
 #: How a reported percentile was computed from the n sorted values, as the rank r

@@ -53,7 +53,7 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
     fall inside their intervals if the truth were predictive draw s (shape (S,), the same
     posterior draw s for every group): the reference distribution of
     :func:`coverage_reference`. Returns (points, that dict) then."""
-    from .bayes.base import measurement_log_se, whole_run_requests
+    from .bayes.base import measurement_log_se, run_spread, whole_run_requests
     from .data import included, row_group_labels
 
     rng = np.random.default_rng(seed)
@@ -88,7 +88,8 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
         # term bounded by its measurement where the fit's was: noise_load_at measured)
         draws = curve.predictive(rps, rng, measurement_log_se(members),
                                  run_requests=requests,
-                                 measured=np.where(held, np.nan, observed))
+                                 measured=np.where(held, np.nan, observed),
+                                 run_spread=run_spread(members))
         mean_curve = curve.latency(rps)
         # how far up its ceiling each point sits (RPS*C2 for eq. (1))
         utilisation = curve.utilisation(rps, mean_curve)
@@ -102,7 +103,7 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
             "utilisation": utilisation,
             "log_residual": np.log(observed) - np.log(median),
             "pit": np.mean(draws < observed[None, :], axis=0),
-            **_left_out_pit(curve, rps, observed, members, mean_curve, draws)}))
+            **_left_out_pit(curve, rps, observed, members, draws)}))
     points = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
     return (points, inside_by_draw) if reference else points
 
@@ -160,20 +161,23 @@ def coverage_reference(points: pd.DataFrame, inside_by_draw: dict, *, prob: floa
                 for i, label in enumerate(labels)}}
 
 
-def _left_out_pit(curve, rps, observed, members, mean_curve, draws) -> dict:
+def _left_out_pit(curve, rps, observed, members, draws) -> dict:
     """``pit_loo`` and ``pareto_k`` of the fitted rows of one group (NaN on held-out rows,
     which the fit never saw: their plain ``pit`` is already out of sample)."""
-    from .bayes.base import measurement_log_se
+    from .bayes.base import measurement_log_se, run_spread
 
     fitted = ~members["held_out"].to_numpy(bool)
     pit = np.full(len(rps), np.nan)
     k = np.full(len(rps), np.nan)
     if fitted.any():
-        sigma = curve.noise_sigma(rps, mean_curve, measurement_log_se(members),
-                                  measured=np.where(fitted, observed, np.nan))
+        # the fit's own likelihood of each point: the steady law, its bounded load term
+        # and, where the fit has one, the sweep's run effect
+        centre, sigma = curve.measurement(rps, measurement_log_se(members),
+                                          measured=np.where(fitted, observed, np.nan),
+                                          run_spread=run_spread(members))
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             log_likelihood = curve.noise.log_density(
-                np.log(observed)[None, :] - np.log(mean_curve), sigma)
+                np.log(observed)[None, :] - np.log(centre), sigma)
         pit[fitted], k[fitted] = loo_pit(log_likelihood[:, fitted], draws[:, fitted],
                                          observed[fitted])
     return {"pit_loo": pit, "pareto_k": k}

@@ -33,7 +33,7 @@ from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    load_amplification_expr, load_elasticity_expr,
                    measured_load_amplification, moe_latency, percentile_latency,
                    batched_prefill_stall_expr, prefill_fixed_part, profile_chain_extra,
-                   profile_chain_latency_expr,
+                   profile_chain_latency_expr, run_mean_log_sd,
                    _profile_time, percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
                    fluid_run_latency, profile_concurrency_expr, profile_segments,
                    sampled_quantile_error_expr, slot_wait_in_run, two_regime_latency,
@@ -136,6 +136,14 @@ class Curve:
     #: The highest unsaturated rate the curve was fitted on (nan when unknown): answers
     #: above it are the law's extrapolation.
     rps_fitted_max = float("nan")
+    #: Per draw (S,), the fitted sweep's run effect in units of a point's run sd
+    #: (:func:`bayesspec.laws.run_mean_log_sd`), where the fit has one (``run_effect``
+    #: "shared"): what a measurement of this sweep at any of its rates shares. None: the
+    #: points' errors are their own. Decisions never read it: it is the sweep's arrival
+    #: pattern, not the server.
+    run_effect: np.ndarray | None = None
+    #: The share of a point's run variance the run effect carries (the rest is its own).
+    run_share: float = 0.0
 
     def __init__(self, c1, c2, *, label: str = "", noise: Noise | None = None, cap=None,
                  wait_scale: float = 1.0):
@@ -325,31 +333,56 @@ class Curve:
             self.run_amplification(rps, safe), np.shape(run)))
         return np.where(known, run, curve), np.where(known, run_sigma, sigma)
 
+    def measurement(self, rps, log_se=0.0, run_requests=None, measured=None,
+                    run_spread=None) -> tuple[np.ndarray, np.ndarray]:
+        """Per draw and rate, the centre and the log sd of a measured mean latency at
+        ``rps``: the steady law, or, where ``run_requests`` (scalar or one per rate;
+        NaN: not a whole run) gives one, a whole load test of that many requests from an
+        idle server (:meth:`run_latency`), finite at every rate. ``measured``: see
+        :meth:`noise_sigma` (a replicate of a fitted point). ``run_spread`` (cv, n), one
+        each per rate, where the curve has the sweep's :attr:`run_effect`: a measurement
+        of this sweep, its run sd (:func:`bayesspec.laws.run_mean_log_sd` at N = RPS x
+        the measured mean where ``measured`` gives one, as the fit's likelihood read it,
+        else the draw's) split into the sweep's shared part, which moves the centre, and
+        the point's own, in place of ``log_se``."""
+        rps = np.asarray(rps, dtype=float)
+        shared = self.run_effect is not None and run_spread is not None
+        own_se = 0.0 if shared else log_se
+        curve = self.latency(rps)
+        sigma = self.noise_sigma(rps, curve, own_se, measured)
+        curve, sigma = self._with_run(rps, curve, sigma, own_se, run_requests)
+        if not shared:
+            return curve, sigma
+        cv, count = (np.broadcast_to(np.asarray(v, dtype=float), rps.shape) for v in run_spread)
+        load = curve
+        if measured is not None:
+            measured = np.broadcast_to(np.asarray(measured, dtype=float), rps.shape)
+            load = np.where(np.isfinite(measured), measured, curve)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            run_sd = run_mean_log_sd(cv, count, rps * load)
+            run_sd = np.where(np.isfinite(run_sd), run_sd, np.where(np.isfinite(load), 0.0,
+                                                                     np.inf))
+            sigma = np.sqrt(sigma**2 + (1.0 - self.run_share) * run_sd**2)
+            effect = self.run_effect.reshape((-1,) + (1,) * (np.ndim(curve) - 1))
+            curve = np.where(np.isfinite(curve), curve * np.exp(run_sd * effect), curve)
+        return curve, sigma
+
     def predictive(self, rps, rng: np.random.Generator, log_se=0.0,
-                   run_requests=None, measured=None) -> np.ndarray:
-        """Draws of a new measured mean latency at ``rps`` (curve and noise): of the
-        steady law, or, where ``run_requests`` (scalar or one per rate; NaN: not a whole
-        run) gives one, of a whole load test of that many requests from an idle server
-        (:meth:`run_latency`), finite at every rate. ``measured``: see
-        :meth:`noise_sigma` (a replicate of a fitted point)."""
+                   run_requests=None, measured=None, run_spread=None) -> np.ndarray:
+        """Draws of a new measured mean latency at ``rps`` (curve and noise; the
+        arguments are :meth:`measurement`'s)."""
         if self.noise is None:
             raise ValueError(f"curve '{self.label}' has no noise model")
-        rps = np.asarray(rps, dtype=float)
-        curve = self.latency(rps)
-        sigma = self.noise_sigma(rps, curve, log_se, measured)
-        curve, sigma = self._with_run(rps, curve, sigma, log_se, run_requests)
+        curve, sigma = self.measurement(rps, log_se, run_requests, measured, run_spread)
         return self.noise.draw(curve, sigma, rng)
 
     def log_predictive_density(self, rps, observed, log_se=0.0,
-                               run_requests=None) -> np.ndarray:
+                               run_requests=None, run_spread=None) -> np.ndarray:
         """Log pointwise predictive density of observed mean latencies (R,) at rates
         (R,): log mean over draws of the error density of log obs around log L
         (saturated draws count as 0); where ``run_requests`` gives a count, around the
-        mean of a whole run of that many requests (:meth:`predictive`)."""
-        rps = np.asarray(rps, dtype=float)
-        curve = self.latency(rps)
-        sigma = self.noise_sigma(rps, curve, log_se)
-        curve, sigma = self._with_run(rps, curve, sigma, log_se, run_requests)
+        mean of a whole run of that many requests (:meth:`measurement`)."""
+        curve, sigma = self.measurement(rps, log_se, run_requests, run_spread=run_spread)
         with np.errstate(invalid="ignore", divide="ignore"):
             logp = self.noise.log_density(
                 np.log(np.asarray(observed, dtype=float)) - np.log(curve), sigma)

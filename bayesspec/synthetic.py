@@ -127,6 +127,41 @@ def generate_sweeps(truth: pd.DataFrame, *, n_rates: int = 9, n_requests: int = 
     return pd.DataFrame(rows)
 
 
+def generate_shared_run_sweeps(truth: pd.DataFrame, *, n_rates: int = 9,
+                               n_requests: int = 1000, latency_cv: float = 0.3,
+                               share: float | None = None, top_utilisation: float = 0.9,
+                               drift: float = 0.005, seed: int = 0) -> pd.DataFrame:
+    """Sweeps that replay one arrival pattern at every rate (as Vidur and a fixed-seed
+    GuideLLM sweep do), for each row of ``truth`` (columns C1, C2 plus design columns):
+    ``n_rates`` rates evenly from 5% to ``top_utilisation`` of eq. (1)'s pole, each point's
+    log mean the law's plus its sampling error as one run of ``n_requests`` correlated
+    requests (:func:`bayesspec.laws.run_mean_log_sd`, cv ``latency_cv``, N = RPS x L),
+    ``share`` of whose variance (default :data:`bayesspec.laws.RUN_EFFECT_SHARE`) is one
+    draw per sweep, the rest the point's own, plus a drift of log-sd ``drift``. The
+    sweep's draw (in units of a point's run sd) is in the column ``run_effect_true``."""
+    from .laws import RUN_EFFECT_SHARE, latency, run_mean_log_sd
+
+    share = RUN_EFFECT_SHARE if share is None else float(share)
+    rng = np.random.default_rng([seed, 11])
+    design = [c for c in truth.columns if c not in {"C1", "C2"}]
+    rows = []
+    for _, group in truth.iterrows():
+        c1, c2 = float(group["C1"]), float(group["C2"])
+        effect = np.sqrt(share) * rng.normal()
+        for rate in np.linspace(0.05, top_utilisation, n_rates) / c2:
+            mean = float(latency(rate, c1, c2))
+            run_sd = float(run_mean_log_sd(latency_cv, n_requests, rate * mean))
+            own = np.sqrt(1.0 - share) * rng.normal()
+            measured = mean * np.exp(run_sd * (effect + own) + rng.normal(0.0, drift))
+            row = {name: group[name] for name in design}
+            row.update({"rps": rate, "rps_target": rate, "latency_mean_s": measured,
+                        "latency_std_s": latency_cv * measured, "n_requests": n_requests,
+                        "strategy": "constant", "saturated": False,
+                        "run_effect_true": effect})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def placeholder_truth() -> pd.DataFrame:
     """Known (C1, C2) for three dense verifiers x the paper's 16 (prefill, decode) pairs."""
     verifiers = {  # params (billions), KV bytes per token (bf16, from the model cards)

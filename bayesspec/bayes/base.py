@@ -18,7 +18,7 @@ import pandas as pd
 from ..data import (ENGINE_LIMIT_COLUMNS, assign_groups, concurrency_caps, group_label,
                     has_mean_latency, included)
 from ..errors import BadInput, FitFileError
-from ..laws import capped_latency, latency, queue_wait_scale
+from ..laws import capped_latency, latency, queue_wait_scale, run_mean_log_sd
 from .cap_prior import LEARNED_CAP, LEARNED_CAP_DIM
 from ..fitfile import Fit, read_tree
 from ..prediction import ConfigurationLaw, Curve, Noise, ProfileCurve
@@ -42,6 +42,28 @@ def measurement_log_se(rows: pd.DataFrame) -> np.ndarray:
     count = pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
     se = std / np.sqrt(count) / rows["latency_mean_s"].to_numpy(float)
     return np.where(np.isfinite(se), se, 0.0)
+
+
+def run_spread(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, what sets the sampling error of its measured mean as one run
+    (:func:`bayesspec.laws.run_mean_log_sd`): the per-request spread cv (sd/mean) and the
+    request count; NaN where the file does not say."""
+    if not {"latency_std_s", "n_requests"} <= set(rows.columns):
+        return np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    std = pd.to_numeric(rows["latency_std_s"], errors="coerce").to_numpy(float)
+    count = pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
+    return std / rows["latency_mean_s"].to_numpy(float), count
+
+
+def measured_run_log_sd(rows: pd.DataFrame) -> np.ndarray:
+    """Per row, the sampling sd of its log mean latency as one run whose requests share
+    the batch (:func:`bayesspec.laws.run_mean_log_sd` at the measured N = RPS x L), 0
+    where the file does not give the spread and the count."""
+    cv, count = run_spread(rows)
+    in_flight = rows["rps"].to_numpy(float) * rows["latency_mean_s"].to_numpy(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sd = run_mean_log_sd(cv, count, in_flight)
+    return np.where(np.isfinite(sd), sd, 0.0)
 
 
 def whole_run_requests(rows: pd.DataFrame) -> np.ndarray:
@@ -457,7 +479,7 @@ class LatencyModel:
                 values = pd.to_numeric(rows[column], errors="coerce").to_numpy(float)
                 groups[column] = [values[np.flatnonzero(group_index == g)[0]]
                                   for g in range(len(groups))]
-        extras = {"log_se": measurement_log_se(rows)}
+        extras = {"log_se": measurement_log_se(rows), "run_sd": measured_run_log_sd(rows)}
         if self.config.get("decode_profile"):
             extras.update(decode_profile_inputs(self.config["decode_profile"], rows, groups,
                                                 group_index))
@@ -483,7 +505,11 @@ class LatencyModel:
         arrays = {
             "group_index": (inputs.group_index, "point"),
             "rps": (inputs.rows["rps"].to_numpy(float), "point"),
-            "log_se": (inputs.extras["log_se"], "point"),
+            # with the sweep's run effect, each point's error is its run's (run_sd), of
+            # which cv/sqrt(n) is a part
+            **({"run_sd": (inputs.extras["run_sd"], "point")}
+               if self.config.get("run_effect", "none") == "shared"
+               else {"log_se": (inputs.extras["log_se"], "point")}),
             "rps_max": (inputs.groups["rps_max"].to_numpy(float), "group"),
             "observed_log_latency": (np.log(inputs.rows["latency_mean_s"].to_numpy(float)),
                                      "point"),
@@ -805,6 +831,14 @@ class LatencyModel:
             curve = Curve(fit.draws("C1", group), fit.draws("C2", group), label=label,
                           noise=self.noise(fit), **fitted_cap(fit.groups, group, fit))
         curve.rps_fitted_max = float(fit.groups["rps_max"].iloc[group])
+        return self.with_run_effect(fit, group, curve)
+
+    def with_run_effect(self, fit, group: int, curve: Curve) -> Curve:
+        """``curve`` with the fitted sweep's run effect (``run_effect`` "shared"), which
+        a measurement of that sweep shares (:meth:`Curve.measurement`)."""
+        if self.config.get("run_effect", "none") == "shared":
+            curve.run_effect = fit.draws("run_effect", group)
+            curve.run_share = float(self.config["run_effect_share"])
         return curve
 
     def metrics(self, fit) -> list[str]:

@@ -27,6 +27,7 @@ from ..lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
+from ..laws import RUN_EFFECT_SHARE
 from .base import COMMON_CONFIG, LatencyModel
 from .priors import latency_likelihood, pooled_normal
 
@@ -160,7 +161,18 @@ class DenseLatencyModel(LatencyModel):
         # (laws.prefill_fixed_part): 1 is a = t_d(1); above 1 the weights read overlaps
         # the prompts' compute (a soft roofline). benchmarks/prefill_fixed_share.py.
         "prefill_fixed_power": 1.0,
+        # "shared": the sweep replays one arrival pattern at every rate (Vidur; GuideLLM
+        # and `vllm bench serve` with a fixed seed), so each point's sampling error as one
+        # run (laws.run_mean_log_sd: its requests share the batch) is in part shared by
+        # the sweep's rates: a run effect per group, that share of its variance
+        # (``run_effect_share``), the rest the point's own. "none": each mean's standard
+        # error is cv/sqrt(n), its requests independent. benchmarks/run_effect.py.
+        "run_effect": "none",
+        "run_effect_share": RUN_EFFECT_SHARE,
     }
+    #: Whether the model's curves carry the sweep's run effect (``run_effect``); the
+    #: discrepancy, spline, two-regime and tails laws do not.
+    takes_run_effect = True
     #: The decode profile's law by default: the chain, measured better than the Poisson
     #: law on R^2 in all three Vidur sets and held out in two (equal on the third).
     profile_law_with_profile = "chain"
@@ -185,6 +197,16 @@ class DenseLatencyModel(LatencyModel):
         if not isinstance(self.config["prefill_batching"], bool):
             raise ValueError("prefill_batching must be true, false or 'auto', got "
                              f"{self.config['prefill_batching']!r}")
+        if self.config["run_effect"] not in ("none", "shared"):
+            raise ValueError("run_effect must be 'none' or 'shared', got "
+                             f"{self.config['run_effect']!r}")
+        if self.config["run_effect"] != "none" and not self.takes_run_effect:
+            raise ValueError(f"the {self.name} model does not take the sweep's run effect: "
+                             "use --model dense")
+        share = self.config["run_effect_share"]
+        if (isinstance(share, bool) or not isinstance(share, (int, float))
+                or not 0.0 <= share < 1.0):
+            raise ValueError(f"run_effect_share must be a number in [0, 1), got {share!r}")
         power = self.config["prefill_fixed_power"]
         if (isinstance(power, bool) or not isinstance(power, (int, float))
                 or not np.isfinite(power) or power < 1.0):

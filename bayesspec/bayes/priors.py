@@ -158,11 +158,26 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
             noise_load = pm.Deterministic("noise_load_group", noise_load * factor,
                                           dims="group")[group_index]
 
+    run_shift = None
+    if "run_sd" in data:
+        # One arrival pattern replayed at every rate: each point's sampling error as one
+        # run (laws.run_mean_log_sd) is ``run_effect_share`` of its variance a sweep-wide
+        # effect (non-centred, in units of that sd), the rest the point's own, in place of
+        # cv/sqrt(n) (benchmarks/run_effect.py).
+        share = float(cfg["run_effect_share"])
+        run_effect = pm.Deterministic(
+            "run_effect", np.sqrt(share) * pm.Normal("run_effect_z", 0.0, 1.0, dims="group"),
+            dims="group")
+        run_shift = data["run_sd"] * run_effect[group_index]
+        own_error = np.sqrt(1.0 - share) * data["run_sd"]
+    else:
+        own_error = data["log_se"]
+
     def noise_sd(amplification, select=None):
         def at(values):  # noise scales are scalars, or per point with group noise
             return values if select is None or values.ndim == 0 else select(values)
         return pt.sqrt(at(noise_base)**2 + (at(noise_load) * amplification) ** 2
-                       + at(data["log_se"]) ** 2)
+                       + at(own_error) ** 2)
 
     weight = (data["fit_mask"] if "fit_mask" in data
               else pt.ones_like(data["observed_log_latency"]))
@@ -263,6 +278,8 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
         # nu - 1 ~ Gamma(2, 0.1): mean 21, 5% below 4.6; heavy tails only if the data ask.
         nu = pm.Deterministic("nu", 1.0 + pm.Gamma("nu_minus_one", 2.0, 0.1))
     mu = pt.log(mean_latency)
+    if run_shift is not None:
+        mu = mu + run_shift
     if "fit_mask" in data:
         error = (pm.StudentT.dist(nu=nu, mu=mu, sigma=sigma) if student_t
                  else pm.Normal.dist(mu, sigma))

@@ -99,6 +99,7 @@ class SplineDiscrepancyLatencyModel(DenseLatencyModel):
     checks_cap_on_draws = False  # a law of its own: the cap stays as the data put it
     name = "dense-spline"
     takes_decode_profile = False
+    takes_run_effect = False
     version = "1"
     own_mean_law = True
     learns_cap = False

@@ -260,6 +260,7 @@ class TailLatencyModel(DenseLatencyModel):
     name = "tails"
     version = "3"
     needs_mean_latency = False
+    takes_run_effect = False
     default_config = {
         **DenseLatencyModel.default_config,
         "offset_scale": 2.0,         # prior sd of log A around log C1 + the metric's centre

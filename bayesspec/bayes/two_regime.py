@@ -41,6 +41,7 @@ class TwoRegimeLatencyModel(DenseLatencyModel):
     checks_cap_on_draws = False  # a law of its own: the cap stays as the data put it
     name = "dense-roofline"
     takes_decode_profile = False
+    takes_run_effect = False
     version = "1"
     own_mean_law = True
     curve_parameters = 4
