@@ -227,3 +227,15 @@ def test_run_effect_intervals_are_calibrated_over_replicates():
     # 40 intervals each: nominal 0.9, a binomial 3-sigma band
     assert 0.76 <= rates["C1"] <= 1.0 and 0.76 <= rates["C2"] <= 1.0, rates
     assert rates["held_out"] >= 0.8, rates
+
+
+def test_the_run_effect_without_spreads_exits_2_with_one_line(tmp_path, capsys):
+    _, raw = _sweeps(rows=slice(0, 1))
+    path = tmp_path / "means.csv"
+    raw.drop(columns=["run_effect_true", "latency_std_s"]).to_csv(path, index=False)
+    code = main(["fit", str(path), "--option", "run_effect=shared",
+                 "-o", str(tmp_path / "x.nc"), "--quiet"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "run_effect" in err[-1] and "latency_std_s" in err[-1]
+    assert str(path) in err[-1]
+    assert not (tmp_path / "x.nc").exists()

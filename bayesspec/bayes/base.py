@@ -480,6 +480,13 @@ class LatencyModel:
                 groups[column] = [values[np.flatnonzero(group_index == g)[0]]
                                   for g in range(len(groups))]
         extras = {"log_se": measurement_log_se(rows), "run_sd": measured_run_log_sd(rows)}
+        if self.config.get("run_effect", "none") == "shared" and not np.any(extras["run_sd"] > 0):
+            missing = [c for c in ("latency_std_s", "n_requests") if c not in rows.columns]
+            raise BadInput("run_effect shared reads each point's run from its spread and "
+                           "request count, and no row has both"
+                           + (f" (no column {', '.join(missing)})" if missing else ""),
+                           file=data.attrs.get("source_file"),
+                           column=None if missing else "latency_std_s")
         if self.config.get("decode_profile"):
             extras.update(decode_profile_inputs(self.config["decode_profile"], rows, groups,
                                                 group_index))
