@@ -239,3 +239,45 @@ def test_the_run_effect_without_spreads_exits_2_with_one_line(tmp_path, capsys):
     assert code == 2 and "run_effect" in err[-1] and "latency_std_s" in err[-1]
     assert str(path) in err[-1]
     assert not (tmp_path / "x.nc").exists()
+
+
+def test_a_saved_run_effect_fit_answers_and_checks_held_out_rates(tmp_path, capsys,
+                                                                   mock_sampling):
+    """Plumbing: the fit file keeps the run effect (its curves carry it, decisions do
+    not read it) and ``check --ppc --hold-out-above`` runs with it."""
+    import json
+
+    from bayesspec.bayes import load_fit
+
+    _, raw = _sweeps(rows=slice(0, 24, 12))
+    path = tmp_path / "shared.csv"
+    raw.drop(columns=["run_effect_true"]).to_csv(path, index=False)
+    out_fit = tmp_path / "shared.nc"
+    assert main(["fit", str(path), "--option", "run_effect=shared", "-o", str(out_fit),
+                 "--draws", "50", "--chains", "2", "--seed", "1", "--quiet"]) == 0
+    fitted = load_fit(out_fit)
+    assert fitted.model().config["run_effect"] == "shared"
+    curve = fitted.group_curve(0)
+    assert curve.run_effect is not None and curve.run_effect.shape == (100,)
+    assert curve.run_share == pytest.approx(RUN_EFFECT_SHARE)
+    capsys.readouterr()
+    assert main(["predict", str(out_fit), "--rps", "1,3", "--json", "--prefill", "256",
+                 "--decode", "256"]) == 0
+    assert json.loads(capsys.readouterr().out)
+    assert main(["check", str(path), "--ppc", "--hold-out-above", "0.6", "--option",
+                 "run_effect=shared", "--draws", "50", "--tune", "50", "--chains", "2",
+                 "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["pooled"]["held_out"]["points"] > 0
+
+
+def test_check_takes_options_only_for_its_refits(tmp_path, capsys, real_fit_path):
+    _, raw = _sweeps(rows=slice(0, 1))
+    path = tmp_path / "d.csv"
+    raw.drop(columns=["run_effect_true"]).to_csv(path, index=False)
+    assert main(["check", str(real_fit_path), "--ppc", "--option", "run_effect=shared"]) == 2
+    assert "fit file keeps the options" in capsys.readouterr().err
+    assert main(["check", str(path), "--option", "run_effect=shared"]) == 2
+    assert "--ppc" in capsys.readouterr().err
+    assert main(["check", str(path), "--ppc", "--option", "run_effect=seeded"]) == 2
+    assert "run_effect must be" in capsys.readouterr().err

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from ..errors import BadInput
 from ..outputs import emit_json, log
-from .common import (add_catalog, add_common, add_engine_limit_options, add_parallel_options,
-                     add_sampler_options, add_saturation_options, check_output_path,
-                     check_prob, parallel_options, read_data, sampler_settings)
+from .common import (add_catalog, add_common, add_engine_limit_options, add_model_options,
+                     add_parallel_options, add_sampler_options, add_saturation_options,
+                     check_output_path, check_prob, model_options, parallel_options, read_data,
+                     sampler_settings)
 
 
 def register(verbs) -> None:
@@ -40,6 +41,8 @@ def register(verbs) -> None:
     check.add_argument("--decode-profile", metavar="FILE", default=None,
                        help="with --ppc and a data file: fit with the engine's "
                             "decode-iteration time by batch size (as `fit --decode-profile`)")
+    add_model_options(check, "run_effect=shared (with --ppc and a data file: as `fit "
+                             "--option`)")
     check.add_argument("--plot", default=None, metavar="PNG",
                        help="predicted vs observed held-out latency with intervals (with "
                             "--ppc: one panel per group; PNG_2.png ... past 16 groups)")
@@ -59,6 +62,8 @@ def run(args) -> int:
     settings = sampler_settings(args)
     if args.ppc:
         return run_predictive_check(args, settings)
+    if args.option:
+        raise BadInput("model options are for --ppc's refits of a data file", option="--option")
     if args.hold_out_above is not None:
         raise BadInput("needs --ppc", option="--hold-out-above")
     args.model = args.model or "hierarchical"
@@ -133,6 +138,9 @@ def run_predictive_check(args, settings) -> int:
         if args.decode_profile:
             raise BadInput("a fit file keeps the profile it was fitted with: give the data "
                            "file to refit with another", option="--decode-profile")
+        if args.option:
+            raise BadInput("a fit file keeps the options it was fitted with: give the data "
+                           "file to refit with others", option="--option")
         if fraction is not None:
             raise BadInput("--hold-out-above refits: give the data file, not a fit file",
                            file=args.data)
@@ -191,13 +199,17 @@ def run_predictive_check(args, settings) -> int:
 
 
 def profile_config(args, model: str) -> dict | None:
-    """The model configuration for ``--decode-profile`` (None without it), checked as
-    ``fit`` checks it."""
-    if not getattr(args, "decode_profile", None):
-        return None
-    from .fitting import decode_profile_option
+    """The model configuration for ``--decode-profile`` and ``--option`` (None without
+    either), checked as ``fit`` checks them."""
+    config = {}
+    if getattr(args, "option", None):
+        args.model = model
+        config.update(model_options(args))
+    if getattr(args, "decode_profile", None):
+        from .fitting import decode_profile_option
 
-    return {"decode_profile": decode_profile_option(args.decode_profile, model, {})}
+        config["decode_profile"] = decode_profile_option(args.decode_profile, model, config)
+    return config or None
 
 
 def run_fold_check(args, settings) -> int:
