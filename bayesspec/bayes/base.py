@@ -35,12 +35,11 @@ class ModelInputs:
 
 
 def measurement_log_se(rows: pd.DataFrame) -> np.ndarray:
-    """Standard error of log(mean latency) from the per-request spread, 0 when unknown."""
-    if not {"latency_std_s", "n_requests"} <= set(rows.columns):
-        return np.zeros(len(rows))
-    std = pd.to_numeric(rows["latency_std_s"], errors="coerce").to_numpy(float)
-    count = pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
-    se = std / np.sqrt(count) / rows["latency_mean_s"].to_numpy(float)
+    """Standard error of log(mean latency) from the per-request spread, its requests
+    independent (cv/sqrt(n)), 0 when unknown."""
+    cv, count = run_spread(rows)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        se = cv / np.sqrt(count)
     return np.where(np.isfinite(se), se, 0.0)
 
 
