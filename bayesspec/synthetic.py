@@ -130,24 +130,29 @@ def generate_sweeps(truth: pd.DataFrame, *, n_rates: int = 9, n_requests: int = 
 def generate_shared_run_sweeps(truth: pd.DataFrame, *, n_rates: int = 9,
                                n_requests: int = 1000, latency_cv: float = 0.3,
                                share: float | None = None, top_utilisation: float = 0.9,
-                               drift: float = 0.005, seed: int = 0) -> pd.DataFrame:
+                               drift: float = 0.005, seed: int = 0,
+                               common_share: float = 0.0) -> pd.DataFrame:
     """Sweeps that replay one arrival pattern at every rate (as Vidur and a fixed-seed
     GuideLLM sweep do), for each row of ``truth`` (columns C1, C2 plus design columns):
     ``n_rates`` rates evenly from 5% to ``top_utilisation`` of eq. (1)'s pole, each point's
     log mean the law's plus its sampling error as one run of ``n_requests`` correlated
     requests (:func:`bayesspec.laws.run_mean_log_sd`, cv ``latency_cv``, N = RPS x L),
     ``share`` of whose variance (default :data:`bayesspec.laws.RUN_EFFECT_SHARE`) is one
-    draw per sweep, the rest the point's own, plus a drift of log-sd ``drift``. The
-    sweep's draw (in units of a point's run sd) is in the column ``run_effect_true``."""
+    draw per sweep, the rest the point's own, plus a drift of log-sd ``drift``. Of that
+    draw's variance, ``common_share`` is one draw that every sweep shares (one seed
+    serving them all). The sweep's draw (in units of a point's run sd) is in the column
+    ``run_effect_true``."""
     from .laws import RUN_EFFECT_SHARE, latency, run_mean_log_sd
 
     share = RUN_EFFECT_SHARE if share is None else float(share)
     rng = np.random.default_rng([seed, 11])
     design = [c for c in truth.columns if c not in {"C1", "C2"}]
+    common_share = min(float(common_share), share)
+    common = np.sqrt(common_share) * rng.normal() if common_share > 0 else 0.0
     rows = []
     for _, group in truth.iterrows():
         c1, c2 = float(group["C1"]), float(group["C2"])
-        effect = np.sqrt(share) * rng.normal()
+        effect = common + np.sqrt(share - common_share) * rng.normal()
         for rate in np.linspace(0.05, top_utilisation, n_rates) / c2:
             mean = float(latency(rate, c1, c2))
             run_sd = float(run_mean_log_sd(latency_cv, n_requests, rate * mean))

@@ -14,6 +14,10 @@ means. Printed:
    rates share (``laws.RUN_EFFECT_SHARE`` is the mean over distances 0.3-2).
 
     .venv/bin/python benchmarks/run_effect.py /tmp/dense_seed0.csv /tmp/dense_seed1.csv
+
+3. The same correlation between points of two different sweeps: one seed serves every
+   sweep of a Vidur set, so their run effects may move together. More replay pairs
+   (``A B C D ...``: A with B, C with D) pool their differences.
 """
 
 from __future__ import annotations
@@ -66,6 +70,20 @@ def rate_pairs(both: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(pairs, columns=["distance", "product", "first", "second"])
 
 
+def cross_sweep_pairs(both: pd.DataFrame) -> pd.DataFrame:
+    """Every pair of points from two different sweeps of one replay pair: the product of
+    their standardised differences, and whether the sweeps share the request lengths."""
+    keys = both[SWEEP].astype(str).agg("|".join, axis=1).to_numpy()
+    lengths = both[["prefill_tokens", "decode_tokens"]].astype(str).agg("|".join, axis=1).to_numpy()
+    z = both["z"].to_numpy(float)
+    first, second = np.triu_indices(len(z), k=1)
+    other = keys[first] != keys[second]
+    first, second = first[other], second[other]
+    return pd.DataFrame({"same_lengths": lengths[first] == lengths[second],
+                         "product": z[first] * z[second], "first": z[first] ** 2,
+                         "second": z[second] ** 2})
+
+
 def correlation(pairs: pd.DataFrame) -> float:
     return float(pairs["product"].sum() / np.sqrt(pairs["first"].sum() * pairs["second"].sum()))
 
@@ -74,15 +92,21 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("first")
     parser.add_argument("second")
+    parser.add_argument("more", nargs="*",
+                        help="more replays, taken in pairs with the first two (3 with 4, ...)")
     args = parser.parse_args(argv)
-    both = paired(args.first, args.second)
+    files = [args.first, args.second, *args.more]
+    if len(files) % 2:
+        parser.error("replays come in pairs: give an even number of files")
+    replays = [paired(a, b) for a, b in zip(files[::2], files[1::2])]
+    both = pd.concat(replays, ignore_index=True)
     print(f"{len(both)} points in {both.groupby(SWEEP).ngroups} sweeps\n")
     print("mean square of the seed-to-seed difference over its variance, by requests in "
           "flight:")
     print(calibration(both).round(2).to_string())
     print(f"all: independent requests {np.mean(both['z_iid']**2):.1f}, correlated "
           f"{np.mean(both['z']**2):.2f}\n")
-    pairs = rate_pairs(both)
+    pairs = pd.concat([rate_pairs(r) for r in replays], ignore_index=True)
     edges = [0.0, 0.1, 0.2, 0.3, 0.5, 0.8, 1.2, 2.0, 5.0]
     pairs["distance_bin"] = pd.cut(pairs["distance"], edges)
     table = pairs.groupby("distance_bin", observed=True).apply(
@@ -93,6 +117,14 @@ def main(argv=None) -> int:
     lo, hi = SHARED_RANGE
     shared = pairs.loc[(pairs["distance"] > lo) & (pairs["distance"] <= hi)]
     print(f"distances {lo}-{hi}: {len(shared)} pairs, correlation {correlation(shared):.3f}")
+    # One seed serves every sweep of a set: do different sweeps share their luck too?
+    across = pd.concat([cross_sweep_pairs(r) for r in replays], ignore_index=True)
+    print("\ncorrelation between points of two different sweeps (one seed serves all):")
+    for label, subset in (("same request lengths", across.loc[across["same_lengths"]]),
+                          ("other request lengths", across.loc[~across["same_lengths"]]),
+                          ("all", across)):
+        if len(subset):
+            print(f"  {label}: {len(subset)} pairs, correlation {correlation(subset):.3f}")
     return 0
 
 

@@ -51,6 +51,8 @@ def test_a_rows_run_sd_is_read_at_its_measured_load_and_zero_where_unknown():
     ({"run_effect": "seeded"}, "run_effect must be"),
     ({"run_effect": "shared", "run_effect_share": 1.0}, "run_effect_share"),
     ({"run_effect": "shared", "run_effect_share": True}, "run_effect_share"),
+    ({"run_effect": "shared", "run_effect_common_share": 0.8}, "run_effect_common_share"),
+    ({"run_effect": "shared", "run_effect_common_share": -0.1}, "run_effect_common_share"),
 ])
 def test_bad_run_effect_options_are_refused(config, words):
     with pytest.raises(ValueError, match=words):
@@ -69,7 +71,7 @@ def _sweeps(seed=0, rows=slice(0, 48, 12), **options):
     """Sweeps of ``benchmarks/run_effect_recovery.py``'s design."""
     truth = placeholder_truth().iloc[rows].reset_index(drop=True)
     options = {"latency_cv": 0.1, "n_requests": 1000, "top_utilisation": 0.85,
-               "n_rates": 10, **options}
+               "n_rates": 10, "common_share": RUN_EFFECT_SHARE, **options}
     return truth, generate_shared_run_sweeps(truth, seed=seed, **options)
 
 
@@ -90,8 +92,30 @@ def test_without_the_option_the_graph_is_unchanged():
     plain = DenseLatencyModel().build(data)
     shared = DenseLatencyModel({"run_effect": "shared"}).build(data)
     assert "run_effect_z" not in plain.named_vars and "run_sd" not in plain.named_vars
-    assert "run_effect_z" in shared.named_vars and "run_sd" in shared.named_vars
+    assert "run_effect_common_z" in shared.named_vars and "run_sd" in shared.named_vars
     assert shared.named_vars_to_dims["run_effect"] == ("group",)
+
+
+@pytest.mark.parametrize("common", [0.0, 0.4, RUN_EFFECT_SHARE])
+def test_the_common_share_is_the_run_effects_correlation_between_sweeps(common):
+    """Prior draws of two sweeps' run effects: each has variance ``run_effect_share``,
+    and they correlate by ``run_effect_common_share`` / ``run_effect_share`` (one seed
+    serving every sweep of the file); with all of it common the two are one draw."""
+    import pymc as pm
+
+    _, raw = _sweeps(rows=slice(0, 2))
+    data = prepare(raw.drop(columns=["run_effect_true"]))
+    model = DenseLatencyModel({"run_effect": "shared",
+                               "run_effect_common_share": common}).build(data)
+    with model:
+        prior = pm.sample_prior_predictive(draws=4000, var_names=["run_effect"],
+                                           random_seed=3)
+    effect = prior.prior["run_effect"].values.reshape(-1, 2)
+    np.testing.assert_allclose(effect.var(axis=0), RUN_EFFECT_SHARE, rtol=0.08)
+    correlation = np.corrcoef(effect.T)[0, 1]
+    assert abs(correlation - common / RUN_EFFECT_SHARE) < 0.05, correlation
+    assert ("run_effect_common_z" in model.named_vars) == (common > 0)
+    assert ("run_effect_z" in model.named_vars) == (common < RUN_EFFECT_SHARE)
 
 
 def test_the_likelihood_is_the_curves_measurement():
@@ -101,10 +125,11 @@ def test_the_likelihood_is_the_curves_measurement():
     the run variance in place of cv/sqrt(n)."""
     _, raw = _sweeps(rows=slice(0, 2))
     data = prepare(raw.drop(columns=["run_effect_true"]))
-    model_obj = DenseLatencyModel({"run_effect": "shared"})
+    model_obj = DenseLatencyModel({"run_effect": "shared", "run_effect_common_share": 0.3})
     model = model_obj.build(data)
     point = model.initial_point()
     point["run_effect_z"] = np.array([1.3, -0.7])
+    point["run_effect_common_z"] = np.array(0.6)
     point["utilisation_logit"] = np.array([1.2, 0.4])
     point["log_C1"] = np.array([np.log(2.5), np.log(3.0)])
     pointwise = model.compile_fn(model.logp(vars=[model["log_latency"]], sum=False,

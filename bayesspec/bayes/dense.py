@@ -169,6 +169,9 @@ class DenseLatencyModel(LatencyModel):
         # error is cv/sqrt(n), its requests independent. benchmarks/run_effect.py.
         "run_effect": "none",
         "run_effect_share": RUN_EFFECT_SHARE,
+        # Of ``run_effect_share``, the part every sweep of the file shares (one seed
+        # serves them all); 0: each sweep's run effect is its own; "all": all of it.
+        "run_effect_common_share": "all",
     }
     #: Whether the model's curves carry the sweep's run effect (``run_effect``); the
     #: discrepancy, spline, two-regime and tails laws do not.
@@ -207,6 +210,13 @@ class DenseLatencyModel(LatencyModel):
         if (isinstance(share, bool) or not isinstance(share, (int, float))
                 or not 0.0 <= share < 1.0):
             raise ValueError(f"run_effect_share must be a number in [0, 1), got {share!r}")
+        common = self.config["run_effect_common_share"]
+        if common == "all":
+            common = self.config["run_effect_common_share"] = share
+        if (isinstance(common, bool) or not isinstance(common, (int, float))
+                or not 0.0 <= common <= share):
+            raise ValueError("run_effect_common_share must be a number in [0, "
+                             f"run_effect_share], got {common!r}")
         power = self.config["prefill_fixed_power"]
         if (isinstance(power, bool) or not isinstance(power, (int, float))
                 or not np.isfinite(power) or power < 1.0):

@@ -164,10 +164,18 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
         # run (laws.run_mean_log_sd) is ``run_effect_share`` of its variance a sweep-wide
         # effect (non-centred, in units of that sd), the rest the point's own, in place of
         # cv/sqrt(n) (benchmarks/run_effect.py).
+        # Of that shared part, ``run_effect_common_share`` is one draw for every sweep of
+        # the file: one seed serves them all (Vidur, a fixed-seed GuideLLM campaign), and
+        # its bursts load every sweep alike.
         share = float(cfg["run_effect_share"])
-        run_effect = pm.Deterministic(
-            "run_effect", np.sqrt(share) * pm.Normal("run_effect_z", 0.0, 1.0, dims="group"),
-            dims="group")
+        common = min(float(cfg.get("run_effect_common_share", 0.0)), share)
+        effect = 0.0
+        if common > 0:
+            effect = np.sqrt(common) * pm.Normal("run_effect_common_z", 0.0, 1.0)
+        if share - common > 0:
+            effect = effect + np.sqrt(share - common) * pm.Normal("run_effect_z", 0.0, 1.0,
+                                                                  dims="group")
+        run_effect = pm.Deterministic("run_effect", effect * pt.ones_like(c2), dims="group")
         run_shift = data["run_sd"] * run_effect[group_index]
         own_error = np.sqrt(1.0 - share) * data["run_sd"]
     else:
