@@ -42,7 +42,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from .errors import BadInput
-from .laws import measured_load_amplification
+from .laws import measured_load_amplification, run_mean_log_sd
 from .prediction import Noise
 
 __all__ = ["Configuration", "Candidate", "DiscreteAnswer", "RateAnswer", "Question",
@@ -50,7 +50,7 @@ __all__ = ["Configuration", "Candidate", "DiscreteAnswer", "RateAnswer", "Questi
            "ceiling_question", "plan", "ceiling_draws", "measurement_spread",
            "percentile_spread_factor", "command_lines", "DEFAULT_REQUESTS",
            "RATE_FRACTIONS", "ESS_COLLAPSED", "required_columns", "SetAside",
-           "set_aside_points", "point_minutes", "steady_requests"]
+           "set_aside_points", "point_minutes", "steady_requests", "planned_log_se"]
 
 #: Request counts considered per candidate rate.
 DEFAULT_REQUESTS = (100, 300, 1000)
@@ -506,16 +506,34 @@ def _full_noise_sigma(curve, rps: float, latency_full: np.ndarray, log_se: float
     return curve.noise.sigma(float(rps), point_c2, log_se)
 
 
+def planned_log_se(curve, spread: float, rps: float, requests: int,
+                   latency: np.ndarray) -> np.ndarray | float:
+    """The standard error of a planned run's log mean latency: ``spread``/sqrt(requests)
+    with independent requests; where the fit reads each mean as one run (its curves carry
+    the sweep's ``run_effect``), the run's, whose requests share the batch with the
+    N = RPS x L in flight (:func:`bayesspec.laws.run_mean_log_sd` at each draw's
+    ``latency``; a new run's arrivals are its own, so all of it)."""
+    if getattr(curve, "run_effect", None) is None:
+        return spread / math.sqrt(requests)
+    with np.errstate(invalid="ignore", over="ignore"):
+        se = run_mean_log_sd(spread, float(requests), float(rps) * np.asarray(latency, float))
+    return np.where(np.isfinite(se), se, np.inf)
+
+
 def _measured(configuration: Configuration, curve, spread: float, rps: float, requests: int):
-    """(latency, sigma, noise) of a new measurement of ``curve`` on the joint draws, and
-    the curve's latency on all of its own draws."""
+    """(latency, sigma, noise, log_se) of a new measurement of ``curve`` on the joint
+    draws, and the curve's latency on all of its own draws."""
     if curve.noise is None:
         raise BadInput(f"curve '{curve.label}' has no noise model: cannot simulate a "
                        "measurement of it", argument="fit")
     full = np.asarray(curve.latency(float(rps)), dtype=float)
-    sigma = np.asarray(_full_noise_sigma(curve, rps, full, spread / math.sqrt(requests)),
+    log_se = planned_log_se(curve, spread, rps, requests, full)
+    sigma = np.asarray(_full_noise_sigma(curve, rps, full, log_se),
                        dtype=float)[configuration.index]
-    return full[configuration.index], sigma, _noise_at(curve.noise, configuration.index), full
+    log_se = np.asarray(log_se, dtype=float)
+    log_se = log_se[configuration.index] if log_se.ndim else log_se
+    return (full[configuration.index], sigma, _noise_at(curve.noise, configuration.index),
+            log_se, full)
 
 
 def observation_log_weights(configuration: Configuration, rps: float, requests: int,
@@ -526,7 +544,8 @@ def observation_log_weights(configuration: Configuration, rps: float, requests: 
     observed_log = np.atleast_2d(np.asarray(observed_log, dtype=float))
     log_w = np.zeros((configuration.index.size, observed_log.shape[1]))
     for row, (curve, spread) in enumerate(zip(configuration.curves, configuration.spreads)):
-        latency, sigma, noise, full = _measured(configuration, curve, spread, rps, requests)
+        latency, sigma, noise, log_se, full = _measured(configuration, curve, spread, rps,
+                                                        requests)
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             if noise.bounded_in_fit:
                 # as the refit's likelihood will read it: the curve's load term, at most
@@ -534,7 +553,8 @@ def observation_log_weights(configuration: Configuration, rps: float, requests: 
                 at = configuration.index
                 own = np.asarray(curve.amplification(float(rps), full), float)[at]
                 zero_load = np.asarray(curve.zero_load_at(float(rps)), dtype=float)[at]
-                sigma = noise.sigma(rps, log_se=spread / math.sqrt(requests),
+                sigma = noise.sigma(rps, log_se=(log_se[:, None] if np.ndim(log_se)
+                                                 else log_se),
                                     amplification=np.fmin(own[:, None],
                                                           measured_load_amplification(
                                         np.exp(observed_log[row])[None, :],
@@ -564,7 +584,7 @@ def outcome_weights(configuration: Configuration, rps: float, requests: int,
     observed = np.zeros((len(configuration.curves), outcomes))
     saturated = np.zeros(outcomes, dtype=bool)
     for row, (curve, spread) in enumerate(zip(configuration.curves, configuration.spreads)):
-        latency, sigma, noise, _ = _measured(configuration, curve, spread, rps, requests)
+        latency, sigma, noise, _, _ = _measured(configuration, curve, spread, rps, requests)
         at_truth = latency[truth]
         saturated |= ~np.isfinite(at_truth)
         standard = (rng.standard_normal(outcomes) if noise.nu is None

@@ -289,11 +289,39 @@ def test_a_saved_run_effect_fit_answers_and_checks_held_out_rates(tmp_path, caps
     assert main(["predict", str(out_fit), "--rps", "1,3", "--json", "--prefill", "256",
                  "--decode", "256"]) == 0
     assert json.loads(capsys.readouterr().out)
+    assert main(["plan", str(out_fit), "--question", "ceiling", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["candidates"]
     assert main(["check", str(path), "--ppc", "--hold-out-above", "0.6", "--option",
                  "run_effect=shared", "--draws", "50", "--tune", "50", "--chains", "2",
                  "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["pooled"]["held_out"]["points"] > 0
+
+
+def test_a_planned_run_reads_its_error_as_one_run_where_the_fit_does():
+    """``plan``'s simulated measurement: cv/sqrt(n) for a fit of independent requests;
+    for a fit with the run effect the run's sd, here N = 5 x L in flight, several times
+    more, which the pre-posterior weights then read too."""
+    from bayesspec.planning import Configuration, observation_log_weights, planned_log_se
+
+    draws = 3
+    curve = Curve(np.full(draws, 2.0), np.full(draws, 0.1),
+                  noise=Noise(np.full(draws, 0.01), np.zeros(draws)))
+    latency_at = curve.latency(5.0)
+    assert planned_log_se(curve, 0.3, 5.0, 400, latency_at) == pytest.approx(0.3 / 20)
+    configuration = Configuration(k=0, alpha=None, curves=[curve], spreads=[0.3],
+                                  index=np.arange(draws))
+    observed = np.log(latency_at[:1] * 1.05)[None, :]
+    independent = observation_log_weights(configuration, 5.0, 400, observed)
+    curve.run_effect, curve.run_share = np.zeros(draws), RUN_EFFECT_SHARE
+    se = planned_log_se(curve, 0.3, 5.0, 400, latency_at)
+    np.testing.assert_allclose(se, run_mean_log_sd(0.3, 400, 5.0 * latency_at))
+    assert np.all(se > 5 * 0.3 / 20)
+    one_run = observation_log_weights(configuration, 5.0, 400, observed)
+    sigma = np.sqrt(0.01**2 + se**2)
+    np.testing.assert_allclose(one_run[:, 0], -0.5 * (np.log(1.05) / sigma) ** 2
+                               - np.log(sigma) - 0.5 * np.log(2 * np.pi), rtol=1e-9)
+    assert np.all(one_run > independent)  # a 5% miss is no surprise from one run
 
 
 def test_check_takes_options_only_for_its_refits(tmp_path, capsys, real_fit_path):
