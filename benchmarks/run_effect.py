@@ -76,10 +76,14 @@ def cross_sweep_pairs(both: pd.DataFrame) -> pd.DataFrame:
     keys = both[SWEEP].astype(str).agg("|".join, axis=1).to_numpy()
     lengths = both[["prefill_tokens", "decode_tokens"]].astype(str).agg("|".join, axis=1).to_numpy()
     z = both["z"].to_numpy(float)
+    # each point's place in its sweep: log of its rate over the sweep's top rate
+    place = np.log(both["rps_target"] / both.groupby(SWEEP)["rps_target"].transform("max"))
+    place = place.to_numpy(float)
     first, second = np.triu_indices(len(z), k=1)
     other = keys[first] != keys[second]
     first, second = first[other], second[other]
     return pd.DataFrame({"same_lengths": lengths[first] == lengths[second],
+                         "place_distance": np.abs(place[first] - place[second]),
                          "product": z[first] * z[second], "first": z[first] ** 2,
                          "second": z[second] ** 2})
 
@@ -125,6 +129,13 @@ def main(argv=None) -> int:
                           ("all", across)):
         if len(subset):
             print(f"  {label}: {len(subset)} pairs, correlation {correlation(subset):.3f}")
+    across["distance_bin"] = pd.cut(across["place_distance"], [-0.01, 0.05, 0.2, 0.5, 1.0, 5.0])
+    table = across.groupby("distance_bin", observed=True).apply(
+        lambda p: pd.Series({"pairs": len(p), "correlation": correlation(p)}),
+        include_groups=False)
+    print("  by how far apart the two points sit in their sweeps (log of rate over the "
+          "sweep's top rate):")
+    print(table.round(3).to_string())
     return 0
 
 
