@@ -29,6 +29,11 @@ __all__ = [
     "moe_costs_expr",
     "load_amplification_expr",
     "run_mean_log_sd",
+    "run_process_factor",
+    "RUN_OWN_LENGTH",
+    "run_process_factor_expr",
+    "run_process_layout",
+    "run_process_conditional",
     "percentile_latency",
     "percentile_latency_expr",
     "count_spread_quantile_expr",
@@ -185,6 +190,113 @@ def run_mean_log_sd(latency_cv, n_requests, in_flight, xp: ModuleType = np):
     the dense and fresh sets, where cv/sqrt(n) alone gives 89 and 132;
     ``benchmarks/run_effect.py``)."""
     return latency_cv * xp.sqrt((1.0 + 2.0 * in_flight) / n_requests)
+
+
+def _run_process_correlation(distance, length, xp: ModuleType = np):
+    """Correlation of the point's own run error at two rates ``distance`` apart in log
+    RPS: exp(-distance/length), an Ornstein-Uhlenbeck process along the sweep."""
+    return xp.exp(-xp.abs(distance) / length)
+
+
+#: The prior median of a learned correlation length of the point's own run error
+#: (``run_own_length`` "learned"), in log RPS: 0.3-0.45 between seed-to-seed
+#: differences on replays of vidur_capped (benchmarks/run_effect.py).
+RUN_OWN_LENGTH = 0.35
+
+#: The gap before a sweep's lowest rate: no earlier rate to correlate with (finite, so
+#: that a learned length's gradient stays 0 there, not 0 x inf).
+_NO_PREVIOUS_RATE = 1e6
+
+
+def run_process_layout(log_rps, group_index) -> dict:
+    """The constants of :func:`run_process_factor_expr` for points at ``log_rps`` in
+    groups ``group_index`` (their given order): ``distance`` (n, n), x_i - x_j where j
+    is i or an earlier rate of i's sweep (0 elsewhere), ``lower`` (n, n) 1 there, and
+    ``gap`` (n,), each rate's distance to the previous rate of its sweep."""
+    log_rps = np.asarray(log_rps, dtype=float)
+    group_index = np.asarray(group_index)
+    n = len(log_rps)
+    distance, lower, gap = np.zeros((n, n)), np.zeros((n, n)), np.full(n, _NO_PREVIOUS_RATE)
+    for group in np.unique(group_index):
+        members = np.flatnonzero(group_index == group)
+        members = members[np.argsort(log_rps[members], kind="stable")]
+        x = log_rps[members]
+        gap[members[1:]] = np.diff(x)
+        block = np.tril(np.ones((len(x), len(x))))
+        lower[np.ix_(members, members)] = block
+        distance[np.ix_(members, members)] = block * (x[:, None] - x[None, :])
+    return {"distance": distance, "lower": lower, "gap": gap}
+
+
+def run_process_factor_expr(distance, lower, gap, length, xp: ModuleType = np):
+    """The lower-triangular factor F of :func:`run_process_factor` from its layout
+    (:func:`run_process_layout`) and a correlation ``length`` (a number or a tensor):
+    F_ij = exp(-(x_i - x_j)/length) sqrt(1 - exp(-2 gap_j/length)) within a sweep."""
+    innovation = xp.sqrt(xp.maximum(1.0 - _run_process_correlation(gap, length, xp) ** 2,
+                                    1e-12))
+    return lower * _run_process_correlation(distance, length, xp) * innovation[None, :]
+
+
+def run_process_factor(log_rps, group_index, length: float) -> np.ndarray:
+    """A constant lower-triangular factor F (n x n, points in their given order) such
+    that F z, z standard normal, is the points' own run error (in units of its sd) as an
+    Ornstein-Uhlenbeck process along each sweep's log RPS with correlation length
+    ``length``: unit variance, corr exp(-|dx|/length) within a group, 0 across groups.
+
+    Why a process: one arrival pattern replayed at neighbouring rates gives runs whose
+    burst-driven errors differ little (seed-to-seed differences 0.93 correlated between
+    neighbours on capped replays, falling with the distance; benchmarks/run_effect.py),
+    so a point measured next to fitted ones is partly known. The OU process is Markov
+    along the rates, so F has the closed form of its recursion
+    e_i = rho_i e_prev + sqrt(1 - rho_i^2) z_i (rho_i to the previous rate of the group),
+    and a new rate is conditioned on its two neighbours alone
+    (:func:`run_process_conditional`)."""
+    layout = run_process_layout(log_rps, group_index)
+    factor = run_process_factor_expr(layout["distance"], layout["lower"], layout["gap"],
+                                     float(length))
+    return np.where(layout["lower"] > 0, factor, 0.0)
+
+
+def run_process_conditional(log_rps, known_log_rps, known_values, length,
+                            exclude_equal=None):
+    """Mean and variance of the unit OU process (:func:`run_process_factor`) at
+    ``log_rps`` (R,), given its values ``known_values`` (S, K) at ``known_log_rps`` (K,)
+    of the same sweep: the Markov bridge between the nearest known rate below and
+    above (one side alone at the sweep's ends; the prior, 0 and 1, without any).
+    ``length``: a number, or one per draw (S,). ``exclude_equal`` (R,) booleans: at
+    those rates, leave out a known rate equal to it (a fitted point's own value: its
+    leave-one-out conditional). Returns (mean (S, R), variance (S, R))."""
+    log_rps = np.atleast_1d(np.asarray(log_rps, dtype=float))
+    known_log_rps = np.asarray(known_log_rps, dtype=float)
+    known_values = np.atleast_2d(np.asarray(known_values, dtype=float))
+    draws = known_values.shape[0]
+    length = np.broadcast_to(np.asarray(length, dtype=float), (draws,))
+    order = np.argsort(known_log_rps, kind="stable")
+    known_log_rps, known_values = known_log_rps[order], known_values[:, order]
+    exclude = (np.zeros(log_rps.shape, bool) if exclude_equal is None
+               else np.broadcast_to(np.asarray(exclude_equal, bool), log_rps.shape))
+    mean = np.zeros((draws, log_rps.size))
+    variance = np.ones((draws, log_rps.size))
+    for r, x in enumerate(log_rps):
+        usable = np.ones(known_log_rps.size, bool)
+        if exclude[r]:
+            same = np.flatnonzero(known_log_rps == x)
+            usable[same[:1]] = False
+        below = np.flatnonzero(usable & (known_log_rps <= x))
+        above = np.flatnonzero(usable & (known_log_rps > x))
+        if below.size and above.size:
+            a = _run_process_correlation(x - known_log_rps[below[-1]], length)
+            b = _run_process_correlation(known_log_rps[above[0]] - x, length)
+            denominator = 1.0 - (a * b) ** 2
+            mean[:, r] = (a * (1.0 - b**2) * known_values[:, below[-1]]
+                          + b * (1.0 - a**2) * known_values[:, above[0]]) / denominator
+            variance[:, r] = (1.0 - a**2) * (1.0 - b**2) / denominator
+        elif below.size or above.size:
+            nearest = below[-1] if below.size else above[0]
+            a = _run_process_correlation(x - known_log_rps[nearest], length)
+            mean[:, r] = a * known_values[:, nearest]
+            variance[:, r] = 1.0 - a**2
+    return mean, variance
 
 
 #: Of a run's sampling error (:func:`run_mean_log_sd`), the share of its variance that

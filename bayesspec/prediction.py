@@ -33,7 +33,7 @@ from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    load_amplification_expr, load_elasticity_expr,
                    measured_load_amplification, moe_latency, percentile_latency,
                    batched_prefill_stall_expr, prefill_fixed_part, profile_chain_extra,
-                   profile_chain_latency_expr, run_mean_log_sd,
+                   profile_chain_latency_expr, run_mean_log_sd, run_process_conditional,
                    _profile_time, percentile_latency_expr, quantile_sampling_moments, rate_meeting_target,
                    fluid_run_latency, profile_concurrency_expr, profile_segments,
                    sampled_quantile_error_expr, slot_wait_in_run, two_regime_latency,
@@ -126,6 +126,32 @@ class Noise:
 
 # --------------------------------------------------------------------------- curves
 
+@dataclass
+class RunProcess:
+    """The fitted sweep's own run errors as a process along its rates (``run_own_length``
+    of the dense model): at each fitted point's ``log_rps`` (K,), per draw its value
+    ``values`` (S, K) in units of that part's sd, the correlation ``length`` (a number,
+    or one per draw where the fit learned it) and the ``nugget`` share of the part that
+    stays independent."""
+
+    log_rps: np.ndarray
+    values: np.ndarray
+    length: float | np.ndarray
+    nugget: float
+
+    def at(self, rps, exclude_fitted=None):
+        """(mean (S, R), variance (S, R)) of the point's own run error (unit sd) at ``rps``
+        given the fitted ones (:func:`bayesspec.laws.run_process_conditional`), the
+        nugget included; ``exclude_fitted`` (R,): leave out a fitted point at the same
+        rate (that point's own value)."""
+        with np.errstate(divide="ignore"):
+            log_rps = np.log(np.asarray(rps, dtype=float))
+        mean, variance = run_process_conditional(log_rps, self.log_rps, self.values,
+                                                 self.length, exclude_equal=exclude_fitted)
+        kept = np.sqrt(1.0 - self.nugget)
+        return kept * mean, self.nugget + (1.0 - self.nugget) * variance
+
+
 class Curve:
     """Draws of one mean-latency law L(RPS) = C1/(1 - RPS*C2) (eq. 1), or, with the
     engine's concurrency ``cap`` (requests in the batch), the slot queue of
@@ -144,6 +170,9 @@ class Curve:
     run_effect: np.ndarray | None = None
     #: The share of a point's run variance the run effect carries (the rest is its own).
     run_share: float = 0.0
+    #: The fitted points' own run errors as a process along the rates (None: each
+    #: point's own, independent): a measurement next to them is partly known.
+    run_own: RunProcess | None = None
 
     def __init__(self, c1, c2, *, label: str = "", noise: Noise | None = None, cap=None,
                  wait_scale: float = 1.0):
@@ -362,8 +391,18 @@ class Curve:
             run_sd = run_mean_log_sd(cv, count, rps * load)
             run_sd = np.where(np.isfinite(run_sd), run_sd, np.where(np.isfinite(load), 0.0,
                                                                      np.inf))
-            sigma = np.sqrt(sigma**2 + (1.0 - self.run_share) * run_sd**2)
             effect = self.run_effect.reshape((-1,) + (1,) * (np.ndim(curve) - 1))
+            own_variance = 1.0
+            if self.run_own is not None and np.ndim(rps) <= 1:
+                # a fitted point (``measured``) is conditioned on its neighbours alone
+                fitted = (np.isfinite(measured) if measured is not None
+                          else np.zeros(rps.shape, bool))
+                own_mean, own_variance = self.run_own.at(np.atleast_1d(rps),
+                                                         np.atleast_1d(fitted))
+                own_mean = own_mean.reshape((-1,) + rps.shape)
+                own_variance = own_variance.reshape((-1,) + rps.shape)
+                effect = effect + np.sqrt(1.0 - self.run_share) * own_mean
+            sigma = np.sqrt(sigma**2 + (1.0 - self.run_share) * own_variance * run_sd**2)
             curve = np.where(np.isfinite(curve), curve * np.exp(run_sd * effect), curve)
         return curve, sigma
 

@@ -131,7 +131,8 @@ def generate_shared_run_sweeps(truth: pd.DataFrame, *, n_rates: int = 9,
                                n_requests: int = 1000, latency_cv: float = 0.3,
                                share: float | None = None, top_utilisation: float = 0.9,
                                drift: float = 0.005, seed: int = 0,
-                               common_share: float = 0.0) -> pd.DataFrame:
+                               common_share: float = 0.0,
+                               own_length: float = 0.0) -> pd.DataFrame:
     """Sweeps that replay one arrival pattern at every rate (as Vidur and a fixed-seed
     GuideLLM sweep do), for each row of ``truth`` (columns C1, C2 plus design columns):
     ``n_rates`` rates evenly from 5% to ``top_utilisation`` of eq. (1)'s pole, each point's
@@ -141,8 +142,11 @@ def generate_shared_run_sweeps(truth: pd.DataFrame, *, n_rates: int = 9,
     draw per sweep, the rest the point's own, plus a drift of log-sd ``drift``. Of that
     draw's variance, ``common_share`` is one draw that every sweep shares (one seed
     serving them all). The sweep's draw (in units of a point's run sd) is in the column
-    ``run_effect_true``."""
-    from .laws import RUN_EFFECT_SHARE, latency, run_mean_log_sd
+    ``run_effect_true``. ``own_length`` > 0: the points' own parts are one
+    Ornstein-Uhlenbeck process along the sweep's log RPS with that correlation length
+    (:func:`bayesspec.laws.run_process_factor`), as neighbouring rates replaying one
+    arrival pattern are; 0: independent."""
+    from .laws import RUN_EFFECT_SHARE, latency, run_mean_log_sd, run_process_factor
 
     share = RUN_EFFECT_SHARE if share is None else float(share)
     rng = np.random.default_rng([seed, 11])
@@ -153,10 +157,14 @@ def generate_shared_run_sweeps(truth: pd.DataFrame, *, n_rates: int = 9,
     for _, group in truth.iterrows():
         c1, c2 = float(group["C1"]), float(group["C2"])
         effect = common + np.sqrt(share - common_share) * rng.normal()
-        for rate in np.linspace(0.05, top_utilisation, n_rates) / c2:
+        rates = np.linspace(0.05, top_utilisation, n_rates) / c2
+        process = (run_process_factor(np.log(rates), np.zeros(n_rates, int), own_length)
+                   @ rng.normal(size=n_rates) if own_length > 0 else None)
+        for i, rate in enumerate(rates):
             mean = float(latency(rate, c1, c2))
             run_sd = float(run_mean_log_sd(latency_cv, n_requests, rate * mean))
-            own = np.sqrt(1.0 - share) * rng.normal()
+            own = np.sqrt(1.0 - share) * (process[i] if process is not None
+                                          else rng.normal())
             measured = mean * np.exp(run_sd * (effect + own) + rng.normal(0.0, drift))
             row = {name: group[name] for name in design}
             row.update({"rps": rate, "rps_target": rate, "latency_mean_s": measured,

@@ -38,6 +38,8 @@ def main(argv=None) -> int:
                         help="a dense model option, OPTION=VALUE (repeatable)")
     parser.add_argument("--fraction", type=float, default=0.6)
     parser.add_argument("--quick", action="store_true", help="2 chains x 300 draws")
+    parser.add_argument("--tune", type=int, default=None,
+                        help="tuning steps per chain (default: the model's)")
     args = parser.parse_args(argv)
     warnings.filterwarnings("ignore")
     config = {"decode_profile": str(VIDUR_PROFILES)}
@@ -50,7 +52,7 @@ def main(argv=None) -> int:
     data = read_tidy(args.csv)
     low, high = misfit.split_by_rate(data, args.fraction)
     settings = (SamplerSettings(draws=300, tune=400, chains=2, seed=1, progress=False)
-                if args.quick else SamplerSettings(seed=1, progress=False))
+                if args.quick else SamplerSettings(seed=1, progress=False, tune=args.tune))
     started = time.perf_counter()
     part = fit(low, "dense", settings=settings, config=config)
     check = misfit.predictive_check(part, high)
@@ -59,7 +61,8 @@ def main(argv=None) -> int:
     groups = [g["held_out"]["coverage"] for g in check["groups"] if "held_out" in g]
     width = ((held["hi"] - held["lo"]) / held["predicted"]).median()
     noise = {name: round(float(np.median(part.draws(name))), 4)
-             for name in ("noise_base", "noise_load")}
+             for name in ("noise_base", "noise_load", "run_own_length")
+             if name in part.posterior}
     print(f"{args.csv} {args.opt}: held-out {check['pooled']['held_out']['coverage']:.3f} of "
           f"{len(held)}, groups below 0.7 {sum(c < 0.7 for c in groups)}/{len(groups)}, "
           f"width {width:.3f}, held-in {check['pooled']['held_in']['coverage']:.3f}; {noise}; "
@@ -89,13 +92,18 @@ def parts_table(part, high: pd.DataFrame) -> pd.DataFrame:
         run_sd = run_mean_log_sd(np.asarray(cv)[None], np.asarray(count)[None], rps * law)
         effect = (curve.run_effect if curve.run_effect is not None
                   else np.zeros(law.shape[0]))
-        moved = np.log(law) + run_sd * effect[:, None]
         share = curve.run_share if curve.run_effect is not None else 0.0
+        own_mean, own_variance = np.zeros((1, len(rps))), np.ones((1, len(rps)))
+        if getattr(curve, "run_own", None) is not None:
+            # the point's own part, conditioned on the fitted neighbours' (run_own_length)
+            own_mean, own_variance = curve.run_own.at(rps)
+        moved = np.log(law) + run_sd * (effect[:, None] + np.sqrt(1 - share) * own_mean)
         residual = np.log(members["latency_mean_s"].to_numpy(float)) - np.nanmedian(moved, axis=0)
         out.append(pd.DataFrame({
             "group": label[:30], "rps": rps, "law_sd": np.nanstd(np.log(law), axis=0),
             "law+run_sd": np.nanstd(moved, axis=0),
-            "own_sd": np.sqrt(1 - share) * np.nanmedian(run_sd, axis=0),
+            "own_sd": np.sqrt((1 - share) * np.median(own_variance, axis=0))
+            * np.nanmedian(run_sd, axis=0),
             "noise_sd": np.nanmedian(noise, axis=0), "resid": residual}))
     table = pd.concat(out, ignore_index=True)
     table["total"] = np.sqrt(table["law+run_sd"] ** 2 + table["own_sd"] ** 2

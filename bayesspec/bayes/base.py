@@ -18,10 +18,11 @@ import pandas as pd
 from ..data import (ENGINE_LIMIT_COLUMNS, assign_groups, concurrency_caps, group_label,
                     has_mean_latency, included)
 from ..errors import BadInput, FitFileError
-from ..laws import capped_latency, latency, queue_wait_scale, run_mean_log_sd
+from ..laws import (capped_latency, latency, queue_wait_scale, run_mean_log_sd,
+                    run_process_layout)
 from .cap_prior import LEARNED_CAP, LEARNED_CAP_DIM
 from ..fitfile import Fit, read_tree
-from ..prediction import ConfigurationLaw, Curve, Noise, ProfileCurve
+from ..prediction import ConfigurationLaw, Curve, Noise, ProfileCurve, RunProcess
 
 
 @dataclass
@@ -557,8 +558,14 @@ class LatencyModel:
         """Register :meth:`data_arrays` in the current ``pm.Model`` and return them."""
         import pymc as pm
 
-        return {name: pm.Data(name, values, dims=dim)
+        data = {name: pm.Data(name, values, dims=dim)
                 for name, (values, dim) in self.data_arrays(inputs).items()}
+        length = self.config.get("run_own_length", 0.0) or 0.0
+        if length and self.config.get("run_effect", "none") == "shared":
+            # constants (a fold refit changes the mask only, never the rates)
+            data["run_own_layout"] = run_process_layout(
+                np.log(inputs.rows["rps"].to_numpy(float)), inputs.group_index)
+        return data
 
     def learn_caps(self, data: dict, c1, c2) -> None:
         """Put the learned caps (where the data state none and the model was asked to
@@ -839,12 +846,61 @@ class LatencyModel:
         curve.rps_fitted_max = float(fit.groups["rps_max"].iloc[group])
         return self.with_run_effect(fit, group, curve)
 
+    def integrated_log_likelihood(self, fit):
+        """Pointwise log-likelihood (an ``xr.Dataset`` of ``log_latency`` over chain, draw,
+        point) for PSIS-LOO where the graph's own is conditional on a parameter per point,
+        else None (``inference.add_log_likelihood`` then reads the graph's).
+
+        With the points' own run errors as a process (``run_own_length``), each point's
+        density with its own value integrated out given its neighbours'
+        (``Curve.measurement`` of a fitted point): LOO on the graph's would leave out the
+        point but keep its parameter."""
+        if "run_own" not in fit.posterior:
+            return None
+        import xarray as xr
+
+        rows = included(fit.data).reset_index(drop=True)
+        posterior = fit.posterior
+        chains, draws = posterior.sizes["chain"], posterior.sizes["draw"]
+        pointwise = np.full((chains * draws, len(rows)), np.nan)
+        for g, label in enumerate(fit.groups["label"]):
+            where = np.flatnonzero(rows["group"].to_numpy(str) == str(label))
+            if not where.size:
+                continue
+            members = rows.iloc[where]
+            observed = members["latency_mean_s"].to_numpy(float)
+            curve = self.group_curve(fit, g)
+            centre, sigma = curve.measurement(members["rps"].to_numpy(float),
+                                              measurement_log_se(members), measured=observed,
+                                              run_spread=run_spread(members))
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                pointwise[:, where] = curve.noise.log_density(
+                    np.log(observed)[None, :] - np.log(centre), sigma)
+        pointwise = np.where(np.isfinite(pointwise), pointwise, -1e10)
+        return xr.Dataset({"log_latency": (("chain", "draw", "point"),
+                                           pointwise.reshape(chains, draws, -1))},
+                          coords={"chain": posterior["chain"], "draw": posterior["draw"],
+                                  "point": np.arange(len(rows))})
+
     def with_run_effect(self, fit, group: int, curve: Curve) -> Curve:
         """``curve`` with the fitted sweep's run effect (``run_effect`` "shared"), which
         a measurement of that sweep shares (:meth:`Curve.measurement`)."""
         if self.config.get("run_effect", "none") == "shared":
             curve.run_effect = fit.draws("run_effect", group)
             curve.run_share = float(self.config["run_effect_share"])
+            if "run_own" in fit.posterior:
+                rows = included(fit.data).reset_index(drop=True)
+                if len(rows) != fit.posterior.sizes["point"]:
+                    raise ValueError("the fit's points do not match its data's rows")
+                where = np.flatnonzero(rows["group"].to_numpy(str)
+                                       == str(fit.groups["label"].iloc[group]))
+                curve.run_own = RunProcess(
+                    log_rps=np.log(rows["rps"].to_numpy(float)[where]),
+                    values=fit.draws("run_own")[:, where],
+                    length=(fit.draws("run_own_length")
+                            if self.config["run_own_length"] == "learned"
+                            else float(self.config["run_own_length"])),
+                    nugget=float(self.config["run_own_nugget"]))
         return curve
 
     def metrics(self, fit) -> list[str]:

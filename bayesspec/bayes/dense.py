@@ -172,6 +172,14 @@ class DenseLatencyModel(LatencyModel):
         # Of ``run_effect_share``, the part every sweep of the file shares (one seed
         # serves them all); 0: each sweep's run effect is its own; "all": all of it.
         "run_effect_common_share": "all",
+        # The point's own part of its run error (1 - ``run_effect_share``) as a process
+        # along the sweep's log RPS (laws.run_process_factor) with this correlation
+        # length, a latent per point; 0: independent between rates; "learned": a
+        # parameter (prior median laws.RUN_OWN_LENGTH). Of that part,
+        # ``run_own_nugget`` stays independent. A rate next to fitted ones is then
+        # predicted from their errors (Curve.measurement).
+        "run_own_length": 0.0,
+        "run_own_nugget": 0.0,
     }
     #: Whether the model's curves carry the sweep's run effect (``run_effect``); the
     #: discrepancy, spline, two-regime and tails laws do not.
@@ -217,6 +225,24 @@ class DenseLatencyModel(LatencyModel):
                 or not 0.0 <= common <= share):
             raise ValueError("run_effect_common_share must be a number in [0, "
                              f"run_effect_share], got {common!r}")
+        length, nugget = self.config["run_own_length"], self.config["run_own_nugget"]
+        if length != "learned" and (isinstance(length, bool)
+                                    or not isinstance(length, (int, float))
+                                    or not np.isfinite(length) or length < 0.0):
+            raise ValueError("run_own_length must be a number >= 0 or 'learned', got "
+                             f"{length!r}")
+        if (length == "learned" or length > 0) and self.config["run_effect"] != "shared":
+            raise ValueError("run_own_length is a part of the run effect: give "
+                             "run_effect=shared with it")
+        if (isinstance(nugget, bool) or not isinstance(nugget, (int, float))
+                or not 0.0 <= nugget <= 1.0):
+            raise ValueError(f"run_own_nugget must be a number in [0, 1], got {nugget!r}")
+        if length == "learned" or length > 0:
+            # a latent per point that a smooth run error shares with the law's C2: at
+            # 4 x 1000 draws C2's bulk ESS was 301-320 on replays of vidur_capped, and
+            # R-hat 1.011-1.014 at 1000 tuning steps (benchmarks/README.md)
+            self.default_tune = max(self.default_tune, 2000)
+            self.default_draws = max(self.default_draws, 2000)
         power = self.config["prefill_fixed_power"]
         if (isinstance(power, bool) or not isinstance(power, (int, float))
                 or not np.isfinite(power) or power < 1.0):

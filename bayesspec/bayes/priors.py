@@ -9,8 +9,8 @@ pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first 
 
 from ..laws import (latency_expr, load_amplification_expr, load_elasticity_expr,
                     measured_load_amplification, prefill_fixed_part,
-                    profile_chain_latency_expr,
-                    profile_concurrency_expr, slot_queue_latency_expr)
+                    profile_chain_latency_expr, profile_concurrency_expr,
+                    run_process_factor_expr, slot_queue_latency_expr, RUN_OWN_LENGTH)
 
 #: How far below 1 the slot queue's rho is softly capped in a model (as x is by
 #: :func:`soft_utilisation_cap`).
@@ -178,6 +178,25 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
         run_effect = pm.Deterministic("run_effect", effect * pt.ones_like(c2), dims="group")
         run_shift = data["run_sd"] * run_effect[group_index]
         own_error = np.sqrt(1.0 - share) * data["run_sd"]
+        if "run_own_layout" in data:
+            # the point's own part as a process along the sweep's rates
+            # (laws.run_process_factor), less its independent nugget
+            nugget = float(cfg.get("run_own_nugget", 0.0))
+            layout = data["run_own_layout"]
+            if cfg["run_own_length"] == "learned":
+                length = pm.LogNormal("run_own_length", np.log(RUN_OWN_LENGTH), 1.0)
+                factor = run_process_factor_expr(layout["distance"], layout["lower"],
+                                                 layout["gap"], length, xp=pt)
+            else:
+                factor = np.where(layout["lower"] > 0, run_process_factor_expr(
+                    layout["distance"], layout["lower"], layout["gap"],
+                    float(cfg["run_own_length"])), 0.0)
+            process = pm.Deterministic(
+                "run_own", pt.dot(factor, pm.Normal("run_own_z", 0.0, 1.0, dims="point")),
+                dims="point")
+            run_shift = run_shift + np.sqrt((1.0 - share) * (1.0 - nugget)) * (
+                data["run_sd"] * process)
+            own_error = np.sqrt((1.0 - share) * nugget) * data["run_sd"]
     else:
         own_error = data["log_se"]
 
