@@ -820,4 +820,3 @@ def add_log_likelihood(fit):
                                               extend_inferencedata=False, progressbar=False)
         fit.tree["log_likelihood"] = xr.DataTree(pointwise)
     return fit
-

@@ -199,8 +199,9 @@ def _run_process_correlation(distance, length, xp: ModuleType = np):
 
 
 #: The prior median of a learned correlation length of the point's own run error
-#: (``run_own_length`` "learned"), in log RPS: 0.3-0.45 between seed-to-seed
-#: differences on replays of vidur_capped (benchmarks/run_effect.py).
+#: (``run_own_length`` "learned"), in log RPS: 0.38-0.55 from the correlations of
+#: seed-to-seed differences on replays of vidur_capped (benchmarks/README.md, the
+#: thirteenth session); fitted lengths came out longer (0.8-3.3), the prior is wide.
 RUN_OWN_LENGTH = 0.35
 
 #: The gap before a sweep's lowest rate: no earlier rate to correlate with (finite, so
