@@ -253,9 +253,8 @@ def run_process_factor(log_rps, group_index, length: float) -> np.ndarray:
     and a new rate is conditioned on its two neighbours alone
     (:func:`run_process_conditional`)."""
     layout = run_process_layout(log_rps, group_index)
-    factor = run_process_factor_expr(layout["distance"], layout["lower"], layout["gap"],
-                                     float(length))
-    return np.where(layout["lower"] > 0, factor, 0.0)
+    return run_process_factor_expr(layout["distance"], layout["lower"], layout["gap"],
+                                   float(length))
 
 
 def run_process_conditional(log_rps, known_log_rps, known_values, length,

@@ -188,9 +188,8 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
                 factor = run_process_factor_expr(layout["distance"], layout["lower"],
                                                  layout["gap"], length, xp=pt)
             else:
-                factor = np.where(layout["lower"] > 0, run_process_factor_expr(
-                    layout["distance"], layout["lower"], layout["gap"],
-                    float(cfg["run_own_length"])), 0.0)
+                factor = run_process_factor_expr(layout["distance"], layout["lower"],
+                                                 layout["gap"], float(cfg["run_own_length"]))
             process = pm.Deterministic(
                 "run_own", pt.dot(factor, pm.Normal("run_own_z", 0.0, 1.0, dims="point")),
                 dims="point")
