@@ -655,13 +655,33 @@ class SummarySampling:
     quantile: float
     spread: object
     rule: str = "linear"
+    #: ``in_flight(rps, run_requests)``: draws (S[, R]) of the requests in flight N. Where
+    #: given, one run's requests are correlated and the order statistic's variance is
+    #: 1 + 2N times that of independent requests (the tails model's ``summary_run``).
+    in_flight: object = None
+    #: The share of that variance the fitted file's run shares (``summary_run``
+    #: "shared"), and its draws (S,), in units of each summary's run sd.
+    run_share: float | None = None
+    run_effect: np.ndarray | None = None
 
-    def error(self, rps, n_requests) -> tuple[np.ndarray, np.ndarray]:
+    def error(self, rps, n_requests, run_requests=None,
+              new_run: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(bias, variance) of the reported log summary at ``rps`` with ``n_requests``
-        requests (scalars or arrays like ``rps``)."""
+        requests (scalars or arrays like ``rps``). With the run's correlation
+        (:attr:`in_flight`), a report of the fitted file's run (its shared draw moves
+        the centre), or with ``new_run`` of another run (all of it scatter)."""
         shift, variance = quantile_sampling_moments(self.quantile, n_requests, self.rule)
-        return sampled_quantile_error_expr(self.spread(rps), np.asarray(shift),
-                                           np.asarray(variance))
+        bias, variance = sampled_quantile_error_expr(self.spread(rps), np.asarray(shift),
+                                                     np.asarray(variance))
+        if self.in_flight is None:
+            return bias, variance
+        with np.errstate(invalid="ignore", over="ignore"):
+            variance = variance * (1.0 + 2.0 * self.in_flight(rps, run_requests))
+            if self.run_share is None or new_run:
+                return bias, variance
+            effect = np.reshape(self.run_effect, (-1,) + (1,) * np.ndim(rps))
+            return (bias + np.sqrt(self.run_share * variance) * effect,
+                    (1.0 - self.run_share) * variance)
 
 
 class MetricCurve(Curve):
@@ -783,12 +803,14 @@ class MetricCurve(Curve):
             wait_scale=self.wait_scale), np.shape(curve))
 
     def predictive(self, rps, rng: np.random.Generator, log_se=0.0,
-                   n_requests=None, run_requests=None, measured=None) -> np.ndarray:
+                   n_requests=None, run_requests=None, measured=None,
+                   new_run: bool = False) -> np.ndarray:
         """Draws of a new reported summary at ``rps``: of a load test of ``n_requests``
         requests per rate (its order-statistic bias and scatter), or without one the
         law's value with the fitted noise alone. Where ``run_requests`` gives a count
         (a whole run from an idle server), the load factor is that finite run's
-        (:meth:`Curve.run_latency` of the mean law), finite at every rate."""
+        (:meth:`Curve.run_latency` of the mean law), finite at every rate. ``new_run``:
+        see :meth:`SummarySampling.error` (by default a report of the fitted run)."""
         if self.noise is None:
             raise ValueError(f"curve '{self.label}' has no noise model")
         rps = np.asarray(rps, dtype=float)
@@ -796,7 +818,7 @@ class MetricCurve(Curve):
         sigma = self.noise_sigma(rps, curve, log_se, measured)
         curve, sigma = self._with_run(rps, curve, sigma, log_se, run_requests)
         if n_requests is not None and self.sampling is not None:
-            bias, variance = self.sampling.error(rps, n_requests)
+            bias, variance = self.sampling.error(rps, n_requests, run_requests, new_run)
             with np.errstate(invalid="ignore", over="ignore"):
                 curve = curve * np.exp(bias)
             sigma = np.sqrt(sigma**2 + variance)

@@ -438,7 +438,8 @@ def count_truth(truth: pd.DataFrame, metrics: dict[str, tuple[float, float]], *,
 
 
 def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: int = 9,
-                         seed: int = 0, spread: float = 0.25, **options) -> pd.DataFrame:
+                         seed: int = 0, spread: float = 0.25, run_share: float | None = None,
+                         **options) -> pd.DataFrame:
     """Sweeps of :func:`generate_sweeps` for each row of a :func:`tail_truth` table, with
     each metric's column (``latency_p99_s``, ``ttft_p99_s``, ...) as a load test of the
     row's ``n_requests`` requests reports it: the law's value q at the run's effective
@@ -447,14 +448,21 @@ def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: i
     statistic: log q + spread (Phi^-1(U) - z_p), U ~ Beta(r, n + 1 - r)), times a
     log-normal error of log-sd ``noise`` (what a law leaves over). Points at or past
     saturation get the law at 99.5% utilisation (they are marked saturated and set aside
-    by the models)."""
+    by the models).
+
+    ``run_share``: the run's requests are correlated instead (the tails model's
+    ``summary_run``). A summary keeps the order statistic's bias, and its scatter is
+    normal with 1 + 2N times the order statistic's variance (N = RPS x the point's mean
+    latency), ``run_share`` of it one draw for the whole file, the rest the point's own."""
     from scipy.special import ndtri
 
     from .laws import (count_spread_quantile_expr, load_factor_expr,
-                       percentile_latency_expr, quantile_rank)
+                       percentile_latency_expr, quantile_rank, quantile_sampling_moments)
     from .schema import METRIC_COLUMNS, metric_quantile
 
     rng = np.random.default_rng([seed, 7])
+    run_rng = np.random.default_rng([seed, 8])  # apart: the default stream is unchanged
+    file_run = run_rng.normal()  # the file's arrival luck (``run_share``)
     power = [c[len("A_"):] for c in truth.columns if c.startswith("A_")]
     counted = [c[len("dispersion_"):] for c in truth.columns if c.startswith("dispersion_")]
     metrics = power + counted
@@ -481,7 +489,14 @@ def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: i
                 value = percentile_latency_expr(load_factor_expr(utilisation, 1.0),
                                                 float(row[f"A_{metric}"].iloc[0]),
                                                 float(row[f"gamma_{metric}"].iloc[0]))
-            if np.isfinite(quantile):
+            if np.isfinite(quantile) and run_share is not None:
+                shift, variance = quantile_sampling_moments(quantile, count)
+                in_flight = sweep["rps"].to_numpy(float) * sweep["latency_mean_s"].to_numpy(float)
+                run_sd = spread * np.sqrt(variance * (1.0 + 2.0 * in_flight))
+                value = value * np.exp(spread * shift + run_sd * (
+                    np.sqrt(run_share) * file_run
+                    + np.sqrt(1.0 - run_share) * run_rng.normal(size=len(sweep))))
+            elif np.isfinite(quantile):
                 rank = quantile_rank(quantile, count)
                 order = rng.beta(rank, count + 1.0 - rank)
                 value = value * np.exp(spread * (ndtri(order) - ndtri(quantile)))

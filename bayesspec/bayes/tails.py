@@ -65,7 +65,7 @@ import xarray as xr
 
 from ..data import has_mean_latency, reference_latency
 from ..errors import BadInput
-from ..laws import (QUANTILE_RULES, count_spread_quantile_expr, latency_expr,
+from ..laws import (QUANTILE_RULES, RUN_EFFECT_SHARE, count_spread_quantile_expr, latency_expr,
                     load_amplification_expr, load_elasticity_expr, load_factor_expr,
                     percentile_latency_expr, quantile_sampling_moments, sampled_quantile_error_expr,
                     slot_queue_latency_expr)
@@ -91,6 +91,8 @@ FALLBACK_SPREAD = 0.25
 SPREAD_BOUNDS = (0.005, 2.0)
 #: The laws of the end-to-end latency percentiles (the ``tail_law`` option).
 TAIL_LAWS = ("power", "count")
+#: How a run's correlated requests enter a summary's sampling error (``summary_run``).
+SUMMARY_RUNS = ("none", "independent", "shared")
 
 
 def count_law_metrics(metrics, tail_law: str, has_mean: bool) -> list[int]:
@@ -306,6 +308,14 @@ class TailLatencyModel(DenseLatencyModel):
         "count_spread_median": 0.05,
         "count_spread_log_sd": 1.5,
         "count_dispersion_log_sd": 0.75,
+        # One run's requests are not independent: a reported summary scatters from run to
+        # run like an order statistic of n/(1 + 2N) requests, N = RPS x the measured mean
+        # in flight (laws.run_mean_log_sd's reasoning; on six replays of vidur_capped the
+        # seed-to-seed p99 scatter is 10-109 times the independent order statistic's and
+        # 1.4-2.5 times this). "none": requests independent. "independent": that variance
+        # per point. "shared": ``RUN_EFFECT_SHARE`` of it one draw for the whole file (one
+        # arrival seed replayed at every rate of every sweep), the rest the point's own.
+        "summary_run": "none",
     }
 
     #: tails reads its load factor from the Poisson law (the chain has no single N)
@@ -321,6 +331,9 @@ class TailLatencyModel(DenseLatencyModel):
         if self.config["tail_law"] not in TAIL_LAWS:
             raise ValueError(f"tail_law must be one of {TAIL_LAWS}, got "
                              f"{self.config['tail_law']!r}")
+        if self.config["summary_run"] not in SUMMARY_RUNS:
+            raise ValueError(f"summary_run must be one of {SUMMARY_RUNS}, got "
+                             f"{self.config['summary_run']!r}")
         if self.config["quantile_rule"] not in QUANTILE_RULES:
             raise ValueError(f"quantile_rule must be one of {QUANTILE_RULES}, got "
                              f"{self.config['quantile_rule']!r}")
@@ -342,6 +355,11 @@ class TailLatencyModel(DenseLatencyModel):
             raise BadInput("learning the concurrency cap needs mean latencies (the bend of "
                            "the mean law); these data have percentiles only: state the cap "
                            "(--max-num-seqs / --kv-cache-tokens)", option="--cap-prior",
+                           file=data.attrs.get("source_file"))
+        if not has_mean and self.config["summary_run"] != "none":
+            raise BadInput("summary_run reads the requests in flight off the measured mean "
+                           "latency, and these data have percentiles only (no "
+                           "latency_mean_s): drop the option", option="--option",
                            file=data.attrs.get("source_file"))
         if not has_mean and self.config["tail_law"] == "count":
             raise BadInput("tail_law count reads each percentile off the mean law, and these "
@@ -371,6 +389,10 @@ class TailLatencyModel(DenseLatencyModel):
         for family, values in spreads.items():
             first = np.unique(inputs.group_index, return_index=True)[1]
             groups[f"spread_{family}"] = values[first]
+        # 1 + 2N at each point (summary_run): how many times an order statistic's
+        # variance a run's correlated requests give it
+        run_factor = 1.0 + 2.0 * rows["rps"].to_numpy(float) * pd.to_numeric(
+            rows["latency_mean_s"], errors="coerce").to_numpy(float)
         points, metric_index, values, shift, variance, spread = [], [], [], [], [], []
         for m, metric in enumerate(metrics):
             column = METRIC_COLUMNS[metric]
@@ -380,7 +402,11 @@ class TailLatencyModel(DenseLatencyModel):
             values.append(pd.to_numeric(rows[column], errors="coerce").to_numpy(float)[seen])
             moments = quantile_sampling_moments(metric_quantile(metric), count[seen], rule)
             shift.append(np.broadcast_to(moments[0], (int(seen.sum()),)))
-            variance.append(np.broadcast_to(moments[1], (int(seen.sum()),)))
+            independent = np.broadcast_to(moments[1], (int(seen.sum()),))
+            if self.config["summary_run"] != "none":
+                independent = independent * np.where(np.isfinite(run_factor[seen]),
+                                                     run_factor[seen], 1.0)
+            variance.append(independent)
             spread.append(spreads[metric_family(metric)][seen])
             groups[f"observed_{metric}"] = np.bincount(inputs.group_index[seen],
                                                        minlength=len(groups))
@@ -607,10 +633,16 @@ class TailLatencyModel(DenseLatencyModel):
                 covariance = (pt.ones(n_points) * model["noise_load"] ** 2,
                               pt.zeros(n_points), pt.zeros(n_points))
             slope = gamma * slope_mean[point]
+            run_shift = 0.0
+            if cfg["summary_run"] == "shared":
+                # the file's arrival luck, in units of each summary's own run sd
+                run_effect = pm.Normal("tail_run_z", 0.0, 1.0)
+                run_shift = pt.sqrt(RUN_EFFECT_SHARE * sampling_variance) * run_effect
+                sampling_variance = (1.0 - RUN_EFFECT_SHARE) * sampling_variance
             own = (noise[metric] ** 2 + (gamma * noise_tail_load * slope_mean[point]) ** 2
                    + sampling_variance)
             residual = (data["observed_log_tail"] - log_q - bias - slope * shift_rate[point]
-                        - shift_run[point])
+                        - shift_run[point] - run_shift)
             weight = (data["fit_mask"][point] > 0) if "fit_mask" in data else 1.0
             by_point = shared_errors_logp(residual, (slope, pt.ones_like(slope)), own,
                                           covariance, point, weight, n_points,
@@ -778,7 +810,29 @@ class TailLatencyModel(DenseLatencyModel):
         curve.sampling = SummarySampling(metric_quantile(metric),
                                          self._spread_of(fit, group, metric),
                                          self.config["quantile_rule"])
+        if self.config["summary_run"] != "none":
+            curve.sampling.in_flight = self._in_flight(fit, group)
+            if self.config["summary_run"] == "shared":
+                curve.sampling.run_share = RUN_EFFECT_SHARE
+                curve.sampling.run_effect = fit.draws("tail_run_z")
         return curve
+
+    def _in_flight(self, fit, group: int):
+        """``in_flight(rps, run_requests)`` of :class:`~bayesspec.prediction.SummarySampling`:
+        draws of N = RPS x the mean law's latency (of a whole run of ``run_requests`` where
+        finite), as the likelihood reads it off the measured mean."""
+        mean = DenseLatencyModel.group_curve(self, fit, group)
+
+        def in_flight(rps, run_requests=None):
+            rps = np.asarray(rps, dtype=float)
+            latency = mean.latency(rps)
+            if run_requests is not None and mean.has_fluid_run:
+                runs = np.broadcast_to(np.asarray(run_requests, dtype=float), rps.shape)
+                if np.isfinite(runs).any():
+                    whole = mean.run_latency(rps, np.where(np.isfinite(runs), runs, 1.0))
+                    latency = np.where(np.isfinite(runs), whole, latency)
+            return rps * latency
+        return in_flight
 
     def _spread_of(self, fit, group: int, metric: str):
         """``spread(rps)`` of :class:`~bayesspec.prediction.SummarySampling`, as the
