@@ -37,6 +37,7 @@ __all__ = [
     "percentile_latency",
     "percentile_latency_expr",
     "count_spread_quantile_expr",
+    "spreading_load_expr",
     "load_factor_expr",
     "rate_meeting_target",
     "token_chain_acceptance",
@@ -122,7 +123,7 @@ def percentile_latency_expr(load_factor, scale, exponent, xp: ModuleType = np):
 
 
 def count_spread_quantile_expr(latency, own_work, c2, spread, dispersion, z,
-                               xp: ModuleType = np):
+                               xp: ModuleType = np, load=None):
     """A percentile of end-to-end latency from the mean law and the spread of the load
     each request meets (the ``tails`` model's ``tail_law`` "count").
 
@@ -146,11 +147,27 @@ def count_spread_quantile_expr(latency, own_work, c2, spread, dispersion, z,
     exp(z s - s^2/2) with s^2 = log(1 + d^2 C2/C1) at the pole), where the power law
     q = A F^gamma (:func:`percentile_latency_expr`) carries the early rise on (measured
     on the Vidur sets' prefill-heavy sweeps: benchmarks/README.md, section
-    "2026-12-06 (tenth session)")."""
-    load = xp.maximum(latency - own_work, 0.0)
+    "2026-12-06 (tenth session)").
+
+    ``load``: the part that spreads, where it is not the net ``latency - own_work``
+    (the decode profile's stretch can be negative where the engine's iteration time dips
+    with the batch, and the stalls still spread: :func:`spreading_load_expr`)."""
+    if load is None:
+        load = xp.maximum(latency - own_work, 0.0)
     variance = (spread * own_work) ** 2 + dispersion ** 2 * c2 * load * latency / own_work
     log_variance = xp.log1p(variance / latency ** 2)
     return latency * xp.exp(z * xp.sqrt(log_variance) - 0.5 * log_variance)
+
+
+def spreading_load_expr(own_work, stretch, queue_factor, xp: ModuleType = np):
+    """The load a request meets that spreads its latency (the count law's ``load`` with
+    the tails model's ``count_stretch`` "magnitude"): the queue's part, C1 P (F - 1), plus
+    the decode profile's stretch by its size, C1 |P - 1|. Counted signed (the net
+    L - C1), a profile whose iteration time dips with the batch (Vidur's InternLM-20B on
+    the H100: 0.0147 s at 9 against 0.0168 s at 1) cancels the stalls, and the spread
+    vanishes where the measured p99/mean rises from 1.03 to 1.12-1.27
+    (benchmarks/README.md, the fourteenth session)."""
+    return own_work * (stretch * (queue_factor - 1.0) + xp.abs(stretch - 1.0))
 
 
 def rate_meeting_target(target, scale, c2, exponent):

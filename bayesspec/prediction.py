@@ -28,7 +28,7 @@ import numpy as np
 from .errors import BadInput
 from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    concurrency_cap, costs_for_acceptance_length,
-                   count_spread_quantile_expr, crossover_rps,
+                   count_spread_quantile_expr, crossover_rps, spreading_load_expr,
                    curved_latency, effective_costs, expert_coverage, latency,
                    load_amplification_expr, load_elasticity_expr,
                    measured_load_amplification, moe_latency, percentile_latency,
@@ -787,7 +787,8 @@ class MetricCurve(Curve):
                 value = count_spread_quantile_expr(
                     own_work * stretch * factor, own_work, _lift(self.c2, rps),
                     _lift(self.count["spread"], rps), _lift(self.count["dispersion"], rps),
-                    self.count["z"])
+                    self.count["z"], load=(spreading_load_expr(own_work, stretch, factor)
+                                           if self.count.get("magnitude") else None))
         return np.where(np.isfinite(factor), value, np.inf)
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:

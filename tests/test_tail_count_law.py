@@ -216,8 +216,9 @@ def test_count_law_goodput_intervals_are_calibrated_over_replicates():
     assert 0.74 <= rates["dispersion"] <= 1.0, rates
 
 
-@pytest.mark.parametrize("profiled", [False, True])
-def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled):
+@pytest.mark.parametrize("profiled, stretch", [(False, "signed"), (True, "signed"),
+                                               (True, "magnitude")])
+def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled, stretch):
     """At the model's starting point, the log p99 the likelihood reads at every point
     equals the answering ``MetricCurve``'s: the slot queue with a stated cap, and with
     the decode profile (its Poisson law, whose stretch the count law's own work takes)."""
@@ -236,7 +237,7 @@ def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled):
                           "decode_tokens": 256, "rps": rps, "latency_mean_s": mean,
                           "latency_p99_s": mean * 1.3, "n_requests": 1000,
                           "max_num_seqs": cap})
-    config = {"tail_law": "count", "saturation_spread": 0.0}
+    config = {"tail_law": "count", "saturation_spread": 0.0, "count_stretch": stretch}
     if profiled:
         path = tmp_path / "profile.csv"
         profile_frame().to_csv(path, index=False)
@@ -259,9 +260,32 @@ def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled):
                         cap=np.array([float(cap)]), profile=profile,
                         count={"spread": spread[0, :1], "dispersion": dispersion[0, :1],
                                "z": Z99})
+    curve.count["magnitude"] = stretch == "magnitude"
     rows = data.loc[~data["excluded"]]
     answered = np.log(curve.latency(rows["rps"].to_numpy(float))[0])
     # past this draw's ceiling the curve says inf, the graph a steep finite penalty
     below = np.isfinite(answered)
     assert below.sum() >= 5
     np.testing.assert_allclose(law[0][below], answered[below], rtol=1e-6)
+
+
+def test_the_stretch_by_its_size_spreads_where_the_profile_dips():
+    """``count_stretch`` "magnitude": where the decode profile's stretch P >= 1 the
+    spreading load is the net L - C1 (the signed reading); where the iteration time dips
+    (P < 1) the stalls still spread, and the dip adds its size instead of cancelling them."""
+    from bayesspec.laws import spreading_load_expr
+
+    own_work, factor = 4.0, np.array([1.0, 1.2, 1.5])
+    for stretch in (1.0, 1.1):
+        net = own_work * stretch * factor - own_work
+        np.testing.assert_allclose(spreading_load_expr(own_work, stretch, factor), net)
+    dip = 0.9
+    net = np.maximum(own_work * dip * factor - own_work, 0.0)
+    magnitude = spreading_load_expr(own_work, dip, factor)
+    np.testing.assert_allclose(magnitude, own_work * (dip * (factor - 1) + 0.1))
+    assert np.all(magnitude > net)
+    signed = count_spread_quantile_expr(own_work * dip * factor, own_work, 0.05, 0.02, 1.0,
+                                        Z99)
+    spread = count_spread_quantile_expr(own_work * dip * factor, own_work, 0.05, 0.02, 1.0,
+                                        Z99, load=magnitude)
+    assert np.all(spread > signed)

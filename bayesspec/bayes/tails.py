@@ -66,6 +66,7 @@ import xarray as xr
 from ..data import has_mean_latency, reference_latency
 from ..errors import BadInput
 from ..laws import (QUANTILE_RULES, RUN_EFFECT_SHARE, count_spread_quantile_expr, latency_expr,
+                    spreading_load_expr,
                     load_amplification_expr, load_elasticity_expr, load_factor_expr,
                     percentile_latency_expr, quantile_sampling_moments, sampled_quantile_error_expr,
                     slot_queue_latency_expr)
@@ -316,6 +317,11 @@ class TailLatencyModel(DenseLatencyModel):
         # per point. "shared": ``RUN_EFFECT_SHARE`` of it one draw for the whole file (one
         # arrival seed replayed at every rate of every sweep), the rest the point's own.
         "summary_run": "none",
+        # The count law's spreading load with the decode profile: "signed", the net
+        # L - C1 (the profile's stretch as load, negative where the iteration time dips
+        # with the batch); "magnitude", the queue's part plus the stretch's size
+        # (laws.spreading_load_expr).
+        "count_stretch": "signed",
     }
 
     #: tails reads its load factor from the Poisson law (the chain has no single N)
@@ -331,6 +337,9 @@ class TailLatencyModel(DenseLatencyModel):
         if self.config["tail_law"] not in TAIL_LAWS:
             raise ValueError(f"tail_law must be one of {TAIL_LAWS}, got "
                              f"{self.config['tail_law']!r}")
+        if self.config["count_stretch"] not in ("signed", "magnitude"):
+            raise ValueError("count_stretch must be 'signed' or 'magnitude', got "
+                             f"{self.config['count_stretch']!r}")
         if self.config["summary_run"] not in SUMMARY_RUNS:
             raise ValueError(f"summary_run must be one of {SUMMARY_RUNS}, got "
                              f"{self.config['summary_run']!r}")
@@ -576,12 +585,15 @@ class TailLatencyModel(DenseLatencyModel):
                 # stalls, the slot wait and the profile's stretch too, which varies with
                 # the batch each request meets (benchmarks/count_law_form.py).
                 own_work = c1[every_group][None, :]
+                spreading = (spreading_load_expr(own_work, stretch, queue_factor[counted],
+                                                 xp=pt)
+                             if cfg["count_stretch"] == "magnitude" else None)
                 log_q_all = pt.set_subtensor(log_q_all[counted], pt.log(
                     count_spread_quantile_expr(
                         point_c1[None, :] * queue_factor[counted], own_work,
                         c2_summary[counted],
                         spread0[:, every_group], dispersion[:, every_group],
-                        count_z[:, None], xp=pt)))
+                        count_z[:, None], xp=pt, load=spreading)))
 
             # kept for checks of the graph against MetricCurve (not a model variable)
             model.summary_log_law = log_q_all
@@ -795,6 +807,8 @@ class TailLatencyModel(DenseLatencyModel):
                             mean_c1=(fit.draws("C1", group) if cap or profile or count
                                      else None),
                             profile=profile, count=count, **cap)
+        if curve.count is not None:
+            curve.count["magnitude"] = self.config["count_stretch"] == "magnitude"
         curve.rps_fitted_max = float(row["rps_max"])
         return curve
 
