@@ -721,10 +721,12 @@ class MetricCurve(Curve):
             self.mean_c1, self.c2, cap=cap, wait_scale=wait_scale, **profile))
         #: The count law's draws (``spread``, ``dispersion``) and normal score ``z``
         #: (:func:`bayesspec.laws.count_spread_quantile_expr`), or None: the power law.
+        #: ``magnitude``: the profile's stretch spreads by its size
+        #: (:func:`bayesspec.laws.spreading_load_expr`; the tails model's ``count_stretch``).
         self.count = None if count is None else {
             "spread": np.asarray(count["spread"], dtype=float),
             "dispersion": np.asarray(count["dispersion"], dtype=float),
-            "z": float(count["z"])}
+            "z": float(count["z"]), "magnitude": bool(count.get("magnitude", False))}
 
     @property
     def ceiling(self) -> np.ndarray:
@@ -788,7 +790,7 @@ class MetricCurve(Curve):
                     own_work * stretch * factor, own_work, _lift(self.c2, rps),
                     _lift(self.count["spread"], rps), _lift(self.count["dispersion"], rps),
                     self.count["z"], load=(spreading_load_expr(own_work, stretch, factor)
-                                           if self.count.get("magnitude") else None))
+                                           if self.count["magnitude"] else None))
         return np.where(np.isfinite(factor), value, np.inf)
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:

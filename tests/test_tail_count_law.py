@@ -259,8 +259,7 @@ def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled, s
     curve = MetricCurve(np.ones(1), c2[:1], np.ones(1), metric="p99", mean_c1=c1[:1],
                         cap=np.array([float(cap)]), profile=profile,
                         count={"spread": spread[0, :1], "dispersion": dispersion[0, :1],
-                               "z": Z99})
-    curve.count["magnitude"] = stretch == "magnitude"
+                               "z": Z99, "magnitude": stretch == "magnitude"})
     rows = data.loc[~data["excluded"]]
     answered = np.log(curve.latency(rows["rps"].to_numpy(float))[0])
     # past this draw's ceiling the curve says inf, the graph a steep finite penalty

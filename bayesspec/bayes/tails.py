@@ -66,10 +66,9 @@ import xarray as xr
 from ..data import has_mean_latency, reference_latency
 from ..errors import BadInput
 from ..laws import (QUANTILE_RULES, RUN_EFFECT_SHARE, count_spread_quantile_expr, latency_expr,
-                    spreading_load_expr,
                     load_amplification_expr, load_elasticity_expr, load_factor_expr,
                     percentile_latency_expr, quantile_sampling_moments, sampled_quantile_error_expr,
-                    slot_queue_latency_expr)
+                    slot_queue_latency_expr, spreading_load_expr)
 from ..prediction import MetricCurve, Noise, SummarySampling
 from ..schema import METRIC_COLUMNS, metric_description, metric_family, metric_quantile
 from .dense import DenseLatencyModel, profile_starts
@@ -801,14 +800,14 @@ class TailLatencyModel(DenseLatencyModel):
             "batch_sizes": decode_profile[0], "iteration_s": decode_profile[1],
             "decode_tokens": float(row["decode_tokens"])})
         count = _count_draws(fit, group, metric)
+        if count is not None:
+            count["magnitude"] = self.config["count_stretch"] == "magnitude"
         curve = MetricCurve(_summary_draws(fit, "tail_scale", group, metric), c2, exponent,
                             metric=metric, label=f"{label} {metric}", group=label,
                             noise=noise,
                             mean_c1=(fit.draws("C1", group) if cap or profile or count
                                      else None),
                             profile=profile, count=count, **cap)
-        if curve.count is not None:
-            curve.count["magnitude"] = self.config["count_stretch"] == "magnitude"
         curve.rps_fitted_max = float(row["rps_max"])
         return curve
 
