@@ -132,3 +132,24 @@ def test_bad_summary_run_exits_2_in_one_line(tmp_path, capsys, value, message):
     errors = [line for line in err.splitlines() if "error" in line.lower()]
     assert code == 2 and len(errors) == 1 and message in errors[0], err
     assert not out.exists()
+
+
+def test_predict_reads_a_new_load_test_as_a_new_run(mock_sampling):
+    """`predict --metric`'s new measurement is another run: the fitted file's draw of
+    its arrival luck does not move it (the held-out check, a report of the same file,
+    keeps it)."""
+    from bayesspec import workflow
+    from bayesspec.decisions.predict import predict_group
+    from bayesspec.inference import SamplerSettings
+
+    data = prepare(generate_tail_sweeps(_truth(rows=(0,)), seed=0, run_share=RUN_EFFECT_SHARE))
+    fit = workflow.fit(data, "tails", settings=SamplerSettings(draws=50, chains=2, seed=1),
+                       config={"summary_run": "shared"})
+    rate = np.array([0.8 * float(fit.groups["rps_max"].iloc[0])])
+    document = predict_group(fit, 0, rate, metric="p99", n_requests=1000.0, seed=3)
+    curve = fit.model().metric_curve(fit, 0, "p99")
+    fresh = curve.predictive(rate, np.random.default_rng(3), n_requests=1000.0, new_run=True)
+    assert np.isclose(document["points"][0]["predictive_s"]["median"], np.median(fresh),
+                      rtol=1e-9)
+    same_file = curve.predictive(rate, np.random.default_rng(3), n_requests=1000.0)
+    assert not np.isclose(np.median(same_file), np.median(fresh), rtol=1e-9)
