@@ -410,11 +410,11 @@ class TailLatencyModel(DenseLatencyModel):
             values.append(pd.to_numeric(rows[column], errors="coerce").to_numpy(float)[seen])
             moments = quantile_sampling_moments(metric_quantile(metric), count[seen], rule)
             shift.append(np.broadcast_to(moments[0], (int(seen.sum()),)))
-            independent = np.broadcast_to(moments[1], (int(seen.sum()),))
+            order_variance = np.broadcast_to(moments[1], (int(seen.sum()),))
             if self.config["summary_run"] != "none":
-                independent = independent * np.where(np.isfinite(run_factor[seen]),
-                                                     run_factor[seen], 1.0)
-            variance.append(independent)
+                order_variance = order_variance * np.where(np.isfinite(run_factor[seen]),
+                                                           run_factor[seen], 1.0)
+            variance.append(order_variance)
             spread.append(spreads[metric_family(metric)][seen])
             groups[f"observed_{metric}"] = np.bincount(inputs.group_index[seen],
                                                        minlength=len(groups))
@@ -834,7 +834,7 @@ class TailLatencyModel(DenseLatencyModel):
         """``in_flight(rps, run_requests)`` of :class:`~bayesspec.prediction.SummarySampling`:
         draws of N = RPS x the mean law's latency (of a whole run of ``run_requests`` where
         finite), as the likelihood reads it off the measured mean."""
-        mean = DenseLatencyModel.group_curve(self, fit, group)
+        mean = self.group_curve(fit, group)  # summary_run needs a mean: there is one
 
         def in_flight(rps, run_requests=None):
             rps = np.asarray(rps, dtype=float)
