@@ -38,6 +38,9 @@ __all__ = [
     "percentile_latency_expr",
     "count_spread_quantile_expr",
     "spreading_load_expr",
+    "log_normal_quantile_expr",
+    "batch_count_quantile_expr",
+    "batch_count_loads",
     "load_factor_expr",
     "rate_meeting_target",
     "token_chain_acceptance",
@@ -155,8 +158,54 @@ def count_spread_quantile_expr(latency, own_work, c2, spread, dispersion, z,
     if load is None:
         load = xp.maximum(latency - own_work, 0.0)
     variance = (spread * own_work) ** 2 + dispersion ** 2 * c2 * load * latency / own_work
-    log_variance = xp.log1p(variance / latency ** 2)
-    return latency * xp.exp(z * xp.sqrt(log_variance) - 0.5 * log_variance)
+    return log_normal_quantile_expr(latency, variance, z, xp=xp)
+
+
+def log_normal_quantile_expr(mean, variance, z, xp: ModuleType = np):
+    """The quantile at normal score ``z`` of a log-normal of this mean and variance:
+    mean exp(z s - s^2/2), s^2 = log(1 + variance/mean^2)."""
+    log_variance = xp.log1p(variance / mean ** 2)
+    return mean * xp.exp(z * xp.sqrt(log_variance) - 0.5 * log_variance)
+
+
+def batch_count_quantile_expr(latency, own_work, c2, spread, dispersion, z, stall_load,
+                              slot_wait, xp: ModuleType = np):
+    """A percentile of end-to-end latency with the load's spread as a batching engine
+    makes it (the ``tails`` model's ``count_dispersion`` "batch"; the default "chain" is
+    :func:`count_spread_quantile_expr`).
+
+    Below the concurrency cap the batch serves every request in the system at once, so
+    the number of others' prefills a request meets is a Poisson count, as in a queue
+    with a server per request: its stall time has variance d^2 C2 S, S the stalls' mean
+    (``stall_load``), with no over-dispersion from the birth-death chain's memory. Past
+    the cap a request first waits for a slot, and that wait (``slot_wait``, its mean)
+    is the exponential of a queue of ``cap`` servers: variance its mean squared. With
+    the zero-load spread s0 of a request's own work,
+
+        v = (s0 C1)^2 + d^2 C2 S + W^2,
+
+    and the quantile is the log-normal's of mean L and variance v. The chain's factor
+    L/C1 made the count law over-predict the held-out p99 of prefill-heavy sweeps whose
+    p99/mean stays flat as they fill (Vidur's Qwen-72B at (1280, 96): 1.4-1.5 from 4 to
+    38 requests in flight, by 20%), and the chain's spread near the cap is the slot
+    wait's (benchmarks/README.md, the fifteenth session)."""
+    variance = (spread * own_work) ** 2 + dispersion ** 2 * c2 * stall_load + slot_wait ** 2
+    return log_normal_quantile_expr(latency, variance, z, xp=xp)
+
+
+def batch_count_loads(own_work, stretch, queue_factor, eq1_factor, magnitude: bool,
+                      xp: ModuleType = np):
+    """(S, W) of :func:`batch_count_quantile_expr` from the mean law's parts: eq. (1)'s
+    load factor ``eq1_factor`` carries the stalls, the rest of the (capped) queue
+    factor is the wait for a slot. S with the decode profile's stretch P signed (the net
+    C1 (P F1 - 1), floored at 0) or by its size (:func:`spreading_load_expr`)."""
+    stall_factor = xp.minimum(queue_factor, eq1_factor)
+    slot_wait = own_work * stretch * (queue_factor - stall_factor)
+    if magnitude:
+        stall_load = spreading_load_expr(own_work, stretch, stall_factor, xp=xp)
+    else:
+        stall_load = xp.maximum(own_work * (stretch * stall_factor - 1.0), 0.0)
+    return stall_load, slot_wait
 
 
 def spreading_load_expr(own_work, stretch, queue_factor, xp: ModuleType = np):

@@ -28,6 +28,7 @@ import numpy as np
 from .errors import BadInput
 from .laws import (capped_latency, capped_load_elasticity, ceiling_rps,
                    concurrency_cap, costs_for_acceptance_length,
+                   batch_count_loads, batch_count_quantile_expr,
                    count_spread_quantile_expr, crossover_rps, spreading_load_expr,
                    curved_latency, effective_costs, expert_coverage, latency,
                    load_amplification_expr, load_elasticity_expr,
@@ -726,7 +727,8 @@ class MetricCurve(Curve):
         self.count = None if count is None else {
             "spread": np.asarray(count["spread"], dtype=float),
             "dispersion": np.asarray(count["dispersion"], dtype=float),
-            "z": float(count["z"]), "magnitude": bool(count.get("magnitude", False))}
+            "z": float(count["z"]), "magnitude": bool(count.get("magnitude", False)),
+            "batch": bool(count.get("batch", False))}
 
     @property
     def ceiling(self) -> np.ndarray:
@@ -784,6 +786,15 @@ class MetricCurve(Curve):
             if self.count is None:
                 value = percentile_latency_expr(factor, _lift(self.c1, rps) * stretch,
                                                 _lift(self.exponent, rps))
+            elif self.count["batch"]:
+                own_work = _lift(self.mean_c1, rps)
+                stall_load, slot_wait = batch_count_loads(
+                    own_work, stretch, factor, self._eq1_factor(rps),
+                    self.count["magnitude"])
+                value = batch_count_quantile_expr(
+                    own_work * stretch * factor, own_work, _lift(self.c2, rps),
+                    _lift(self.count["spread"], rps), _lift(self.count["dispersion"], rps),
+                    self.count["z"], stall_load, slot_wait)
             else:
                 own_work = _lift(self.mean_c1, rps)
                 value = count_spread_quantile_expr(
@@ -792,6 +803,15 @@ class MetricCurve(Curve):
                     self.count["z"], load=(spreading_load_expr(own_work, stretch, factor)
                                            if self.count["magnitude"] else None))
         return np.where(np.isfinite(factor), value, np.inf)
+
+    def _eq1_factor(self, rps) -> np.ndarray:
+        """Eq. (1)'s load factor 1/(1 - RPS*C2) at this summary's C2 (the decode profile's
+        batched stall where its mean law has one): the stalls' part of the queue factor,
+        the rest being the wait for a slot (the count law's ``batch`` variance)."""
+        rps = np.asarray(rps, dtype=float)
+        c2 = (self.mean_law._solution(rps)[1] if self.mean_law is not None
+              else _lift(self.c2, rps))
+        return latency(rps, 1.0, c2)
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
         """d log L / d log RPS of the mean law at this summary's C2 (the fitted noise's

@@ -439,7 +439,7 @@ def count_truth(truth: pd.DataFrame, metrics: dict[str, tuple[float, float]], *,
 
 def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: int = 9,
                          seed: int = 0, spread: float = 0.25, run_share: float | None = None,
-                         **options) -> pd.DataFrame:
+                         count_dispersion: str = "chain", **options) -> pd.DataFrame:
     """Sweeps of :func:`generate_sweeps` for each row of a :func:`tail_truth` table, with
     each metric's column (``latency_p99_s``, ``ttft_p99_s``, ...) as a load test of the
     row's ``n_requests`` requests reports it: the law's value q at the run's effective
@@ -453,11 +453,20 @@ def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: i
     ``run_share``: the run's requests are correlated instead (the tails model's
     ``summary_run``). A summary keeps the order statistic's bias, and its scatter is
     normal with 1 + 2N times the order statistic's variance (N = RPS x the point's mean
-    latency), ``run_share`` of it one draw for the whole file, the rest the point's own."""
+    latency), ``run_share`` of it one draw for the whole file, the rest the point's own.
+
+    ``count_dispersion``: the count law's variance, "chain"
+    (:func:`bayesspec.laws.count_spread_quantile_expr`) or "batch"
+    (:func:`bayesspec.laws.batch_count_quantile_expr`: here, with no cap, the Poisson
+    count of stalls alone)."""
     from scipy.special import ndtri
 
-    from .laws import (count_spread_quantile_expr, load_factor_expr,
-                       percentile_latency_expr, quantile_rank, quantile_sampling_moments)
+    if count_dispersion not in ("chain", "batch"):
+        raise ValueError(f"count_dispersion must be 'chain' or 'batch', got "
+                         f"{count_dispersion!r}")
+    from .laws import (batch_count_quantile_expr, count_spread_quantile_expr,
+                       load_factor_expr, percentile_latency_expr, quantile_rank,
+                       quantile_sampling_moments)
     from .schema import METRIC_COLUMNS, metric_quantile
 
     rng = np.random.default_rng([seed, 7])
@@ -481,10 +490,14 @@ def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: i
             quantile = metric_quantile(metric)
             if metric in counted:
                 c1 = float(row["C1"].iloc[0])
-                value = count_spread_quantile_expr(
+                law = (count_spread_quantile_expr, ()) if count_dispersion == "chain" else (
+                    batch_count_quantile_expr,
+                    (c1 * (load_factor_expr(utilisation, 1.0) - 1.0), 0.0))
+                value = law[0](
                     c1 * load_factor_expr(utilisation, 1.0), c1, float(row["C2"].iloc[0]),
                     float(row[f"spread_{metric}"].iloc[0]),
-                    float(row[f"dispersion_{metric}"].iloc[0]), float(ndtri(quantile)))
+                    float(row[f"dispersion_{metric}"].iloc[0]), float(ndtri(quantile)),
+                    *law[1])
             else:
                 value = percentile_latency_expr(load_factor_expr(utilisation, 1.0),
                                                 float(row[f"A_{metric}"].iloc[0]),

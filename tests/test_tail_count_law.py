@@ -67,7 +67,7 @@ COUNT_LAWS = {"p99": (0.05, 1.2)}
 POWER_LAWS = {"ttft_p99": (0.01, 0.8)}
 
 
-def _count_sweeps(groups, seed: int, ttft: bool = False):
+def _count_sweeps(groups, seed: int, ttft: bool = False, count_dispersion: str = "chain"):
     """Sweeps whose p99 follows a known count law (and, with ``ttft``, a TTFT p99 the
     power law)."""
     truth = placeholder_truth()
@@ -75,7 +75,41 @@ def _count_sweeps(groups, seed: int, ttft: bool = False):
     if ttft:
         truth = tail_truth(truth, POWER_LAWS, seed=seed)
     truth = count_truth(truth, COUNT_LAWS, seed=seed)
-    return truth, generate_tail_sweeps(truth, seed=seed, spread=0.08)
+    return truth, generate_tail_sweeps(truth, seed=seed, spread=0.08,
+                                       count_dispersion=count_dispersion)
+
+
+@pytest.mark.long
+def test_a_fit_recovers_a_known_batch_count_law():
+    """``count_dispersion`` "batch": three groups generated from the Poisson count of
+    stalls (no cap, so no slot wait). The fit converges, the dispersion's 90% intervals
+    hold the truth in most groups, and the answering p99 curve is the law up to 70% of
+    eq. (1)'s pole."""
+    from bayesspec import workflow
+    from bayesspec.inference import SamplerSettings
+    from bayesspec.laws import batch_count_quantile_expr
+
+    truth, raw = _count_sweeps([0, 5, 10], seed=4, count_dispersion="batch")
+    settings = SamplerSettings(draws=500, chains=4, seed=1, progress=False)
+    fit = workflow.fit(prepare(raw), "tails",
+                       config={"tail_law": "count", "count_dispersion": "batch"},
+                       settings=settings)
+    assert fit.diagnostics["converged"], fit.diagnostics["text"]
+    model = fit.model()
+    inside, errors = 0, []
+    for g in range(len(truth)):
+        row = truth.iloc[g]
+        curve = model.metric_curve(fit, g, "p99")
+        assert curve.count["batch"]
+        lo, hi = np.quantile(curve.count["dispersion"], [0.05, 0.95])
+        inside += int(lo <= row["dispersion_p99"] <= hi)
+        rps = np.linspace(0.1, 0.7, 4) / row["C2"]
+        mean = latency(rps, row["C1"], row["C2"])
+        true = batch_count_quantile_expr(mean, row["C1"], row["C2"], row["spread_p99"],
+                                         row["dispersion_p99"], Z99, mean - row["C1"], 0.0)
+        errors.append(np.median(curve.latency(rps), axis=0) / true - 1.0)
+    assert inside >= 2, inside
+    assert np.max(np.abs(np.concatenate(errors))) < 0.05, errors
 
 
 @pytest.mark.long
@@ -216,9 +250,12 @@ def test_count_law_goodput_intervals_are_calibrated_over_replicates():
     assert 0.74 <= rates["dispersion"] <= 1.0, rates
 
 
-@pytest.mark.parametrize("profiled, stretch", [(False, "signed"), (True, "signed"),
-                                               (True, "magnitude")])
-def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled, stretch):
+@pytest.mark.parametrize("profiled, stretch, variance",
+                         [(False, "signed", "chain"), (True, "signed", "chain"),
+                          (True, "magnitude", "chain"), (False, "signed", "batch"),
+                          (True, "magnitude", "batch")])
+def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled, stretch,
+                                                           variance):
     """At the model's starting point, the log p99 the likelihood reads at every point
     equals the answering ``MetricCurve``'s: the slot queue with a stated cap, and with
     the decode profile (its Poisson law, whose stretch the count law's own work takes)."""
@@ -237,7 +274,8 @@ def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled, s
                           "decode_tokens": 256, "rps": rps, "latency_mean_s": mean,
                           "latency_p99_s": mean * 1.3, "n_requests": 1000,
                           "max_num_seqs": cap})
-    config = {"tail_law": "count", "saturation_spread": 0.0, "count_stretch": stretch}
+    config = {"tail_law": "count", "saturation_spread": 0.0, "count_stretch": stretch,
+              "count_dispersion": variance}
     if profiled:
         path = tmp_path / "profile.csv"
         profile_frame().to_csv(path, index=False)
@@ -259,9 +297,15 @@ def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled, s
     curve = MetricCurve(np.ones(1), c2[:1], np.ones(1), metric="p99", mean_c1=c1[:1],
                         cap=np.array([float(cap)]), profile=profile,
                         count={"spread": spread[0, :1], "dispersion": dispersion[0, :1],
-                               "z": Z99, "magnitude": stretch == "magnitude"})
+                               "z": Z99, "magnitude": stretch == "magnitude",
+                               "batch": variance == "batch"})
     rows = data.loc[~data["excluded"]]
     answered = np.log(curve.latency(rows["rps"].to_numpy(float))[0])
+    if variance == "batch":
+        # the rates reach past the cap, so the slot wait's part is read too
+        rates = rows["rps"].to_numpy(float)
+        _, queue = curve.stretch_and_queue(rates)
+        assert np.nanmax(queue[0] - curve._eq1_factor(rates)[0]) > 0.05
     # past this draw's ceiling the curve says inf, the graph a steep finite penalty
     below = np.isfinite(answered)
     assert below.sum() >= 5
@@ -288,3 +332,43 @@ def test_the_stretch_by_its_size_spreads_where_the_profile_dips():
     spread = count_spread_quantile_expr(own_work * dip * factor, own_work, 0.05, 0.02, 1.0,
                                         Z99, load=magnitude)
     assert np.all(spread > signed)
+
+
+def test_the_batch_variance_is_a_poisson_count_of_stalls_plus_the_slot_wait():
+    """``count_dispersion`` "batch": with no cap binding the whole load is stalls, whose
+    variance is d^2 C2 (L - C1) (no chain factor L/C1); past the cap the wait for a slot
+    adds its square, and the p99 lies between the chain's reading at light load and
+    above the Poisson stalls' alone once the wait starts."""
+    from bayesspec.laws import (batch_count_loads, batch_count_quantile_expr,
+                                log_normal_quantile_expr)
+
+    own_work, c2, spread, dispersion = 4.0, 0.05, 0.02, 1.5
+    factor = np.array([1.1, 2.0, 4.0])
+    stall, wait = batch_count_loads(own_work, 1.0, factor, factor, magnitude=False)
+    np.testing.assert_allclose(stall, own_work * (factor - 1))
+    np.testing.assert_allclose(wait, 0.0)
+    latency_s = own_work * factor
+    batch = batch_count_quantile_expr(latency_s, own_work, c2, spread, dispersion, Z99,
+                                      stall, wait)
+    variance = (spread * own_work) ** 2 + dispersion ** 2 * c2 * (latency_s - own_work)
+    np.testing.assert_allclose(batch, log_normal_quantile_expr(latency_s, variance, Z99))
+    chain = count_spread_quantile_expr(latency_s, own_work, c2, spread, dispersion, Z99)
+    # the chain over-disperses by L/C1: equal in the limit of no load, larger under it
+    assert np.all(chain > batch)
+    # a capped queue factor of 5 over eq. (1)'s 4: a slot wait of C1, its square added
+    stall, wait = batch_count_loads(own_work, 1.0, np.array([5.0]), np.array([4.0]),
+                                    magnitude=False)
+    np.testing.assert_allclose(stall, own_work * 3.0)
+    np.testing.assert_allclose(wait, own_work)
+    waited = batch_count_quantile_expr(5 * own_work, own_work, c2, spread, dispersion,
+                                       Z99, stall, wait)
+    unwaited = batch_count_quantile_expr(5 * own_work, own_work, c2, spread, dispersion,
+                                         Z99, stall, 0.0)
+    assert waited > unwaited
+    # the profile's dip: by its size the stalls still spread, signed they cancel
+    signed, _ = batch_count_loads(own_work, 0.9, np.array([1.05]), np.array([1.05]),
+                                  magnitude=False)
+    size, _ = batch_count_loads(own_work, 0.9, np.array([1.05]), np.array([1.05]),
+                                magnitude=True)
+    np.testing.assert_allclose(signed, 0.0)
+    np.testing.assert_allclose(size, own_work * (0.9 * 0.05 + 0.1))

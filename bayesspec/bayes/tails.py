@@ -65,7 +65,8 @@ import xarray as xr
 
 from ..data import has_mean_latency, reference_latency
 from ..errors import BadInput
-from ..laws import (QUANTILE_RULES, RUN_EFFECT_SHARE, count_spread_quantile_expr, latency_expr,
+from ..laws import (QUANTILE_RULES, RUN_EFFECT_SHARE, batch_count_loads,
+                    batch_count_quantile_expr, count_spread_quantile_expr, latency_expr,
                     load_amplification_expr, load_elasticity_expr, load_factor_expr,
                     percentile_latency_expr, quantile_sampling_moments, sampled_quantile_error_expr,
                     slot_queue_latency_expr, spreading_load_expr)
@@ -321,6 +322,11 @@ class TailLatencyModel(DenseLatencyModel):
         # with the batch); "magnitude", the queue's part plus the stretch's size
         # (laws.spreading_load_expr).
         "count_stretch": "signed",
+        # The count law's variance: "chain", the stall time over-dispersed like eq. (1)'s
+        # birth-death chain (count_spread_quantile_expr); "batch", a Poisson count of
+        # stalls below the engine's cap plus the exponential wait for a slot past it
+        # (laws.batch_count_quantile_expr).
+        "count_dispersion": "chain",
     }
 
     #: tails reads its load factor from the Poisson law (the chain has no single N)
@@ -339,6 +345,9 @@ class TailLatencyModel(DenseLatencyModel):
         if self.config["count_stretch"] not in ("signed", "magnitude"):
             raise ValueError("count_stretch must be 'signed' or 'magnitude', got "
                              f"{self.config['count_stretch']!r}")
+        if self.config["count_dispersion"] not in ("chain", "batch"):
+            raise ValueError("count_dispersion must be 'chain' or 'batch', got "
+                             f"{self.config['count_dispersion']!r}")
         if self.config["summary_run"] not in SUMMARY_RUNS:
             raise ValueError(f"summary_run must be one of {SUMMARY_RUNS}, got "
                              f"{self.config['summary_run']!r}")
@@ -565,7 +574,7 @@ class TailLatencyModel(DenseLatencyModel):
             point_c1 = (profiled_point_c1(c1[every_group], c2[every_group], data)
                         if has_mean else None)
             stretch = (point_c1[None, :] / c1[every_group][None, :] if profiled else 1.0)
-            queue_factor = load_factor_expr(every_rps, c2_summary)
+            queue_factor = eq1_factor = load_factor_expr(every_rps, c2_summary)
             if capped:
                 # The slot queue's factor with the engine's cap in the groups that have
                 # one, at each summary's own C2.
@@ -584,15 +593,26 @@ class TailLatencyModel(DenseLatencyModel):
                 # stalls, the slot wait and the profile's stretch too, which varies with
                 # the batch each request meets (benchmarks/count_law_form.py).
                 own_work = c1[every_group][None, :]
-                spreading = (spreading_load_expr(own_work, stretch, queue_factor[counted],
-                                                 xp=pt)
-                             if cfg["count_stretch"] == "magnitude" else None)
-                log_q_all = pt.set_subtensor(log_q_all[counted], pt.log(
-                    count_spread_quantile_expr(
+                magnitude = cfg["count_stretch"] == "magnitude"
+                if cfg["count_dispersion"] == "batch":
+                    stall_load, slot_wait = batch_count_loads(
+                        own_work, stretch, queue_factor[counted], eq1_factor[counted],
+                        magnitude, xp=pt)
+                    counted_q = batch_count_quantile_expr(
+                        point_c1[None, :] * queue_factor[counted], own_work,
+                        c2_summary[counted], spread0[:, every_group],
+                        dispersion[:, every_group], count_z[:, None], stall_load,
+                        slot_wait, xp=pt)
+                else:
+                    spreading = (spreading_load_expr(own_work, stretch,
+                                                     queue_factor[counted], xp=pt)
+                                 if magnitude else None)
+                    counted_q = count_spread_quantile_expr(
                         point_c1[None, :] * queue_factor[counted], own_work,
                         c2_summary[counted],
                         spread0[:, every_group], dispersion[:, every_group],
-                        count_z[:, None], xp=pt, load=spreading)))
+                        count_z[:, None], xp=pt, load=spreading)
+                log_q_all = pt.set_subtensor(log_q_all[counted], pt.log(counted_q))
 
             # kept for checks of the graph against MetricCurve (not a model variable)
             model.summary_log_law = log_q_all
@@ -802,6 +822,7 @@ class TailLatencyModel(DenseLatencyModel):
         count = _count_draws(fit, group, metric)
         if count is not None:
             count["magnitude"] = self.config["count_stretch"] == "magnitude"
+            count["batch"] = self.config["count_dispersion"] == "batch"
         curve = MetricCurve(_summary_draws(fit, "tail_scale", group, metric), c2, exponent,
                             metric=metric, label=f"{label} {metric}", group=label,
                             noise=noise,
