@@ -188,15 +188,16 @@ def test_count_law_fit_file_answers_and_summary(tmp_path, capsys, mock_sampling)
     assert json.loads(capsys.readouterr().out)["metric"] == "p99"
 
 
-@pytest.mark.parametrize("value", ["weibull", "1"])
-def test_an_unknown_tail_law_exits_2_with_one_line(tmp_path, capsys, value):
+@pytest.mark.parametrize("option, value", [("tail_law", "weibull"), ("tail_law", "1"),
+                                           ("count_dispersion", "poisson")])
+def test_an_unknown_tail_law_exits_2_with_one_line(tmp_path, capsys, option, value):
     _, raw = _count_sweeps([0], seed=1)
     path = tmp_path / "d.csv"
     raw.to_csv(path, index=False)
-    code = main(["fit", str(path), "--model", "tails", "--option", f"tail_law={value}",
-                 "-o", str(tmp_path / "x.nc"), "--quiet"])
+    code = main(["fit", str(path), "--model", "tails", "--option", "tail_law=count",
+                 "--option", f"{option}={value}", "-o", str(tmp_path / "x.nc"), "--quiet"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and "tail_law" in err[-1]
+    assert code == 2 and option in err[-1]
     assert not (tmp_path / "x.nc").exists()
 
 
