@@ -169,7 +169,7 @@ def log_normal_quantile_expr(mean, variance, z, xp: ModuleType = np):
 
 
 def batch_count_quantile_expr(latency, own_work, c2, spread, dispersion, z, stall_load,
-                              slot_wait, xp: ModuleType = np, exponent=0.0):
+                              slot_wait, xp: ModuleType = np):
     """A percentile of end-to-end latency with the load's spread as a batching engine
     makes it (the ``tails`` model's ``count_dispersion`` "batch"; the default "chain" is
     :func:`count_spread_quantile_expr`).
@@ -184,21 +184,12 @@ def batch_count_quantile_expr(latency, own_work, c2, spread, dispersion, z, stal
 
         v = (s0 C1)^2 + d^2 C2 S + W^2,
 
-    and the quantile is the log-normal's of mean L and variance v.
-
-    ``exponent`` b (``count_dispersion`` "learned") multiplies the stalls' variance by
-    F_s^b, F_s = 1 + S/C1 their load factor: 0 the Poisson count; 1 eq. (1)'s chain
-    (with no slot wait, :func:`count_spread_quantile_expr` exactly); 2 a count of stalls
-    that lengthen the life in which more arrive (a branching count, variance N F^2).
-    The chain's factor
+    and the quantile is the log-normal's of mean L and variance v. The chain's factor
     L/C1 made the count law over-predict the held-out p99 of prefill-heavy sweeps whose
     p99/mean stays flat as they fill (Vidur's Qwen-72B at (1280, 96): 1.4-1.5 from 4 to
     38 requests in flight, by 20%), and the chain's spread near the cap is the slot
     wait's (benchmarks/README.md, the fifteenth session)."""
-    variance = ((spread * own_work) ** 2
-                + dispersion ** 2 * c2 * stall_load
-                * xp.exp(exponent * xp.log1p(stall_load / own_work))
-                + slot_wait ** 2)
+    variance = (spread * own_work) ** 2 + dispersion ** 2 * c2 * stall_load + slot_wait ** 2
     return log_normal_quantile_expr(latency, variance, z, xp=xp)
 
 

@@ -728,8 +728,7 @@ class MetricCurve(Curve):
             "spread": np.asarray(count["spread"], dtype=float),
             "dispersion": np.asarray(count["dispersion"], dtype=float),
             "z": float(count["z"]), "magnitude": bool(count.get("magnitude", False)),
-            "batch": bool(count.get("batch", False)),
-            "exponent": np.asarray(count.get("exponent", 0.0), dtype=float)}
+            "batch": bool(count.get("batch", False))}
 
     @property
     def ceiling(self) -> np.ndarray:
@@ -795,9 +794,7 @@ class MetricCurve(Curve):
                 value = batch_count_quantile_expr(
                     own_work * stretch * factor, own_work, _lift(self.c2, rps),
                     _lift(self.count["spread"], rps), _lift(self.count["dispersion"], rps),
-                    self.count["z"], stall_load, slot_wait,
-                    exponent=(_lift(self.count["exponent"], rps)
-                              if self.count["exponent"].ndim else self.count["exponent"]))
+                    self.count["z"], stall_load, slot_wait)
             else:
                 own_work = _lift(self.mean_c1, rps)
                 value = count_spread_quantile_expr(

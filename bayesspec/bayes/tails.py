@@ -345,8 +345,8 @@ class TailLatencyModel(DenseLatencyModel):
         if self.config["count_stretch"] not in ("signed", "magnitude"):
             raise ValueError("count_stretch must be 'signed' or 'magnitude', got "
                              f"{self.config['count_stretch']!r}")
-        if self.config["count_dispersion"] not in ("chain", "batch", "learned"):
-            raise ValueError("count_dispersion must be 'chain', 'batch' or 'learned', got "
+        if self.config["count_dispersion"] not in ("chain", "batch"):
+            raise ValueError("count_dispersion must be 'chain' or 'batch', got "
                              f"{self.config['count_dispersion']!r}")
         if self.config["summary_run"] not in SUMMARY_RUNS:
             raise ValueError(f"summary_run must be one of {SUMMARY_RUNS}, got "
@@ -594,7 +594,7 @@ class TailLatencyModel(DenseLatencyModel):
                 # the batch each request meets (benchmarks/count_law_form.py).
                 own_work = c1[every_group][None, :]
                 magnitude = cfg["count_stretch"] == "magnitude"
-                if cfg["count_dispersion"] in ("batch", "learned"):
+                if cfg["count_dispersion"] == "batch":
                     stall_load, slot_wait = batch_count_loads(
                         own_work, stretch, queue_factor[counted], eq1_factor[counted],
                         magnitude, xp=pt)
@@ -602,7 +602,7 @@ class TailLatencyModel(DenseLatencyModel):
                         point_c1[None, :] * queue_factor[counted], own_work,
                         c2_summary[counted], spread0[:, every_group],
                         dispersion[:, every_group], count_z[:, None], stall_load,
-                        slot_wait, xp=pt, exponent=self._dispersion_exponent())
+                        slot_wait, xp=pt)
                 else:
                     spreading = (spreading_load_expr(own_work, stretch,
                                                      queue_factor[counted], xp=pt)
@@ -743,24 +743,13 @@ class TailLatencyModel(DenseLatencyModel):
                            for m in extras["count_metrics"]])
         return spread0, dispersion, pt.as_tensor(ndtri(levels))
 
-    def _dispersion_exponent(self):
-        """The count law's dispersion exponent b (laws.batch_count_quantile_expr): 0 with
-        ``count_dispersion`` "batch"; with "learned" one for the file, 2 sigmoid(eta),
-        eta ~ N(0, 1.5), centred on the chain's 1 and reaching the Poisson count's 0 and
-        the branching count's 2."""
-        if self.config["count_dispersion"] != "learned":
-            return 0.0
-        return pm.Deterministic("tail_dispersion_exponent", 2.0 * pm.math.sigmoid(
-            pm.Normal("tail_dispersion_exponent_logit", 0.0, 1.5)))
-
     def posterior_variables(self) -> list[str]:
         return super().posterior_variables() + ["tail_noise"]
 
     # ------------------------------------------------------------------ prediction contract
     def decision_variables(self) -> list[str]:
         return super().decision_variables() + ["tail_scale", "tail_exponent", "tail_noise",
-                                               "tail_spread", "tail_dispersion",
-                                               "tail_dispersion_exponent"]
+                                               "tail_spread", "tail_dispersion"]
 
     def joint_loo(self, fit):
         """PSIS-LOO over load points of the mean and its summaries together (each point's
@@ -833,9 +822,7 @@ class TailLatencyModel(DenseLatencyModel):
         count = _count_draws(fit, group, metric)
         if count is not None:
             count["magnitude"] = self.config["count_stretch"] == "magnitude"
-            count["batch"] = self.config["count_dispersion"] in ("batch", "learned")
-            if "tail_dispersion_exponent" in fit.posterior:
-                count["exponent"] = fit.draws("tail_dispersion_exponent")
+            count["batch"] = self.config["count_dispersion"] == "batch"
         curve = MetricCurve(_summary_draws(fit, "tail_scale", group, metric), c2, exponent,
                             metric=metric, label=f"{label} {metric}", group=label,
                             noise=noise,
