@@ -440,7 +440,9 @@ def slo_question(mean_law, metric_laws: dict, targets: dict, configurations, *,
                     notes=["a load point measures the mean and every targeted summary; "
                            "their errors are taken as independent given a draw (the tails "
                            "model couples them through the run's shared rate error), and a "
-                           "percentile's standard error is the order statistic's"])
+                           "percentile's standard error is the order statistic's (times "
+                           "sqrt(1 + 2N), N in flight, where the fit reads a run's requests "
+                           "as sharing their batches: summary_run)"])
 
 
 def compare_question(curves_a: dict, curves_b: dict, *, rope: float = 0.02, spread: float,
@@ -512,7 +514,18 @@ def planned_log_se(curve, spread: float, rps: float, requests: int,
     with independent requests; where the fit reads each mean as one run (its curves carry
     the sweep's ``run_effect``), the run's, whose requests share the batch with the
     N = RPS x L in flight (:func:`bayesspec.laws.run_mean_log_sd` at each draw's
-    ``latency``; a new run's arrivals are its own, so all of it)."""
+    ``latency``; a new run's arrivals are its own, so all of it). A summary of a fit that
+    reads its percentiles as one run's (the tails model's ``summary_run``): the error
+    that fit gives a new run's report (``SummarySampling.error`` with ``new_run``: the
+    order statistic of the draw's own per-request spread, times 1 + 2N in variance, N the
+    draw's requests in flight), not ``spread``'s rough order statistic."""
+    sampling = getattr(curve, "sampling", None)
+    if getattr(sampling, "in_flight", None) is not None:
+        with np.errstate(invalid="ignore", over="ignore"):
+            _, variance = sampling.error(np.asarray(float(rps)), float(requests),
+                                         new_run=True)
+            se = np.sqrt(np.asarray(variance, dtype=float))
+        return np.where(np.isfinite(se), se, np.inf)
     if getattr(curve, "run_effect", None) is None:
         return spread / math.sqrt(requests)
     with np.errstate(invalid="ignore", over="ignore"):

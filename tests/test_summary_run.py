@@ -153,3 +153,29 @@ def test_predict_reads_a_new_load_test_as_a_new_run(mock_sampling):
                       rtol=1e-9)
     same_file = curve.predictive(rate, np.random.default_rng(3), n_requests=1000.0)
     assert not np.isclose(np.median(same_file), np.median(fresh), rtol=1e-9)
+
+
+def test_a_planned_report_scatters_as_one_run_where_the_fit_reads_it_so():
+    """``plan``'s simulated measurement of a summary: ``spread``'s rough order statistic
+    of independent requests without ``summary_run``; with it, the fit's own error of a new
+    run's report (the draw's order statistic times 1 + 2N in variance, all of it the new
+    run's), which the pre-posterior weights read."""
+    from bayesspec.planning import Configuration, observation_log_weights, planned_log_se
+    from bayesspec.prediction import MetricCurve, Noise, SummarySampling
+
+    draws = 3
+    curve = MetricCurve(np.full(draws, 2.0), np.full(draws, 0.1), np.ones(draws),
+                        metric="p99", noise=Noise(np.full(draws, 0.01), np.zeros(draws)),
+                        sampling=SummarySampling(0.99, lambda rps: np.full(draws, 0.3)))
+    assert planned_log_se(curve, 0.2, 5.0, 400, curve.latency(5.0)) == pytest.approx(0.01)
+    configuration = Configuration(k=0, alpha=None, curves=[curve], spreads=[0.2],
+                                  index=np.arange(draws))
+    observed = np.log(curve.latency(5.0)[:1] * 1.1)[None, :]
+    independent = observation_log_weights(configuration, 5.0, 400, observed)
+    in_flight = np.array([4.0, 8.0, 16.0])
+    curve.sampling.in_flight = lambda rps, run_requests=None: in_flight
+    se = planned_log_se(curve, 0.2, 5.0, 400, curve.latency(5.0))
+    _, order_variance = quantile_sampling_moments(0.99, 400.0)
+    np.testing.assert_allclose(se, 0.3 * np.sqrt(order_variance * (1 + 2 * in_flight)))
+    one_run = observation_log_weights(configuration, 5.0, 400, observed)
+    assert np.all(one_run > independent)  # a 10% miss is no surprise from one run
