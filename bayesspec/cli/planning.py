@@ -128,6 +128,21 @@ def build_question(args, fit, other=None):
         rope=args.rope, max_draws=args.max_draws, seed=args.seed)
 
 
+def planned_lengths(args, data) -> tuple[int, int]:
+    """The prompt and output lengths of the planned load tests: the group chosen with
+    ``--prefill``/``--decode`` where given (a fit of several groups has no one length:
+    the median over all of them would measure none of them), else the data's median."""
+    def tokens(chosen, column, default):
+        if chosen is not None:
+            return int(chosen)
+        if column not in data:
+            return default
+        values = data[column].dropna()
+        return int(values.median()) if len(values) else default
+    return (tokens(getattr(args, "prefill", None), "prefill_tokens", 512),
+            tokens(getattr(args, "decode", None), "decode_tokens", 512))
+
+
 def plan_document(args, fits) -> dict:
     """The ``plan`` JSON document (CONTRACT round three) for loaded fits."""
     from ..planning import command_lines, guidellm_version, plan, required_columns
@@ -138,19 +153,14 @@ def plan_document(args, fits) -> dict:
                   seed=args.seed)
     entries = [c.document() for c in result["next"]]
     data = fits[0].data
-    verifier = str(data["verifier"].iloc[0]) if "verifier" in data else "model"
+    verifier = (getattr(args, "verifier", None)
+                or (str(data["verifier"].iloc[0]) if "verifier" in data else "model"))
     model = args.served_model or verifier
 
-    def tokens(column, default):
-        if column not in data:
-            return default
-        values = data[column].dropna()
-        return int(values.median()) if len(values) else default
-
+    prefill, decode = planned_lengths(args, data)
     version = guidellm_version()
     commands = [command_lines(e, target=args.target_url, model=model,
-                              prefill=tokens("prefill_tokens", 512),
-                              decode=tokens("decode_tokens", 512), version=version)
+                              prefill=prefill, decode=decode, version=version)
                 for e in entries]
     document = {"question": result["question"], "settled": result["settled"],
                 "expected_loss": result["expected_loss"], "tolerance": result["tolerance"],
