@@ -549,25 +549,21 @@ def _measure_next(fit, questions: list[tuple[str, dict]]) -> dict | None:
     question, options = questions[0] if questions else ("ceiling", {})
     options = dict(options)
     try:
-        asked = planning.question_from_fit(fit, question,
-                                           selection=options.pop("selection", None),
-                                           **options)
+        selection = options.pop("selection", None) or {}
+        asked = planning.question_from_fit(fit, question, selection=selection, **options)
         result = planning.plan(asked, top=5)
     except (BadInput, ValueError) as error:
         return {"question": question, "error": str(error), "next": [], "commands": []}
     entries = [candidate.document() for candidate in result["next"]]
     data = fit.data
-
-    def tokens(column: str) -> int:
-        values = data[column].dropna() if column in data.columns else []
-        return int(np.median(values)) if len(values) else 512
-
-    model = str(data["verifier"].iloc[0]) if "verifier" in data.columns else "model"
+    prefill, decode = planning.planned_lengths(data, selection.get("prefill"),
+                                               selection.get("decode"))
+    model = selection.get("verifier") or (str(data["verifier"].iloc[0])
+                                          if "verifier" in data.columns else "model")
     commands = []
     for entry in entries[:1]:
         lines = planning.command_lines(entry, target="http://localhost:8000", model=model,
-                                       prefill=tokens("prefill_tokens"),
-                                       decode=tokens("decode_tokens"),
+                                       prefill=prefill, decode=decode,
                                        version=planning.guidellm_version())
         commands += [lines["guidellm"], lines["vllm"], lines["ingest"]]
     words = [f"bayesspec plan {{path}} --question {question}"]

@@ -50,7 +50,8 @@ __all__ = ["Configuration", "Candidate", "DiscreteAnswer", "RateAnswer", "Questi
            "ceiling_question", "plan", "ceiling_draws", "measurement_spread",
            "percentile_spread_factor", "command_lines", "DEFAULT_REQUESTS",
            "RATE_FRACTIONS", "ESS_COLLAPSED", "required_columns", "SetAside",
-           "set_aside_points", "point_minutes", "steady_requests", "planned_log_se"]
+           "set_aside_points", "point_minutes", "steady_requests", "planned_log_se",
+           "planned_lengths"]
 
 #: Request counts considered per candidate rate.
 DEFAULT_REQUESTS = (100, 300, 1000)
@@ -780,6 +781,19 @@ def _older_guidellm(version: str | None) -> bool:
     except ValueError:
         return False
     return (major, minor) < (0, 7)
+
+
+def planned_lengths(data, prefill: int | None = None,
+                    decode: int | None = None) -> tuple[int, int]:
+    """The prompt and output lengths of the planned load tests: the chosen group's where
+    given (a fit of several groups has no one length: the median over all of them would
+    measure none of them), else the fitted data's median (512 without the column)."""
+    def tokens(chosen, column):
+        if chosen is not None:
+            return int(chosen)
+        values = data[column].dropna() if column in data.columns else []
+        return int(np.median(values)) if len(values) else 512
+    return tokens(prefill, "prefill_tokens"), tokens(decode, "decode_tokens")
 
 
 def command_lines(entry: dict, *, target: str, model: str, prefill: int, decode: int,

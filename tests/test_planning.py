@@ -422,17 +422,12 @@ def test_plan_refuses_questions_the_fit_cannot_answer(fitted_files, refit_case):
 def test_planned_commands_use_the_chosen_group_lengths():
     """With --prefill/--decode the load-test commands carry that group's lengths; the
     median over a two-group fit (256 and 512 tokens: 384) would measure neither."""
-    import argparse
-
     import pandas as pd
 
-    from bayesspec.cli.planning import planned_lengths
+    from bayesspec.planning import planned_lengths
 
     data = pd.DataFrame({"prefill_tokens": [256, 256, 512, 512],
                          "decode_tokens": [256, 256, 512, 512]})
-    chosen = argparse.Namespace(prefill=256, decode=256)
-    assert planned_lengths(chosen, data) == (256, 256)
-    assert planned_lengths(argparse.Namespace(prefill=None, decode=None),
-                           data.iloc[:2]) == (256, 256)
-    assert planned_lengths(argparse.Namespace(prefill=None, decode=None),
-                           data.drop(columns=["decode_tokens"])) == (384, 512)
+    assert planned_lengths(data, 256, 256) == (256, 256)
+    assert planned_lengths(data.iloc[:2]) == (256, 256)
+    assert planned_lengths(data.drop(columns=["decode_tokens"])) == (384, 512)

@@ -128,24 +128,10 @@ def build_question(args, fit, other=None):
         rope=args.rope, max_draws=args.max_draws, seed=args.seed)
 
 
-def planned_lengths(args, data) -> tuple[int, int]:
-    """The prompt and output lengths of the planned load tests: the group chosen with
-    ``--prefill``/``--decode`` where given (a fit of several groups has no one length:
-    the median over all of them would measure none of them), else the data's median."""
-    def tokens(chosen, column, default):
-        if chosen is not None:
-            return int(chosen)
-        if column not in data:
-            return default
-        values = data[column].dropna()
-        return int(values.median()) if len(values) else default
-    return (tokens(getattr(args, "prefill", None), "prefill_tokens", 512),
-            tokens(getattr(args, "decode", None), "decode_tokens", 512))
-
-
 def plan_document(args, fits) -> dict:
     """The ``plan`` JSON document (CONTRACT round three) for loaded fits."""
-    from ..planning import command_lines, guidellm_version, plan, required_columns
+    from ..planning import (command_lines, guidellm_version, plan, planned_lengths,
+                            required_columns)
 
     question = build_question(args, fits[0], fits[1] if len(fits) > 1 else None)
     result = plan(question, requests=request_counts(args.requests), warmup_s=args.warmup_s,
@@ -157,7 +143,8 @@ def plan_document(args, fits) -> dict:
                 or (str(data["verifier"].iloc[0]) if "verifier" in data else "model"))
     model = args.served_model or verifier
 
-    prefill, decode = planned_lengths(args, data)
+    prefill, decode = planned_lengths(data, getattr(args, "prefill", None),
+                                      getattr(args, "decode", None))
     version = guidellm_version()
     commands = [command_lines(e, target=args.target_url, model=model,
                               prefill=prefill, decode=decode, version=version)
