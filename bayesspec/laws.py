@@ -187,8 +187,9 @@ def batch_count_quantile_expr(latency, own_work, c2, spread, dispersion, z, stal
     and the quantile is the log-normal's of mean L and variance v. The chain's factor
     L/C1 made the count law over-predict the held-out p99 of prefill-heavy sweeps whose
     p99/mean stays flat as they fill (Vidur's Qwen-72B at (1280, 96): 1.4-1.5 from 4 to
-    38 requests in flight, by 20%), and the chain's spread near the cap is the slot
-    wait's (benchmarks/README.md, the fifteenth session)."""
+    38 requests in flight, over-predicted by 17-20%). Other sweeps spread as the chain
+    does or more (benchmarks/count_dispersion_exponent.py; benchmarks/README.md, the
+    fifteenth session)."""
     variance = (spread * own_work) ** 2 + dispersion ** 2 * c2 * stall_load + slot_wait ** 2
     return log_normal_quantile_expr(latency, variance, z, xp=xp)
 

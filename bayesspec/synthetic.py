@@ -490,14 +490,15 @@ def generate_tail_sweeps(truth: pd.DataFrame, *, noise: float = 0.03, n_rates: i
             quantile = metric_quantile(metric)
             if metric in counted:
                 c1 = float(row["C1"].iloc[0])
-                law = (count_spread_quantile_expr, ()) if count_dispersion == "chain" else (
-                    batch_count_quantile_expr,
-                    (c1 * (load_factor_expr(utilisation, 1.0) - 1.0), 0.0))
-                value = law[0](
-                    c1 * load_factor_expr(utilisation, 1.0), c1, float(row["C2"].iloc[0]),
-                    float(row[f"spread_{metric}"].iloc[0]),
-                    float(row[f"dispersion_{metric}"].iloc[0]), float(ndtri(quantile)),
-                    *law[1])
+                mean = c1 * load_factor_expr(utilisation, 1.0)
+                arguments = (mean, c1, float(row["C2"].iloc[0]),
+                             float(row[f"spread_{metric}"].iloc[0]),
+                             float(row[f"dispersion_{metric}"].iloc[0]),
+                             float(ndtri(quantile)))
+                if count_dispersion == "chain":
+                    value = count_spread_quantile_expr(*arguments)
+                else:   # no cap here: all of the load is stalls, no slot wait
+                    value = batch_count_quantile_expr(*arguments, mean - c1, 0.0)
             else:
                 value = percentile_latency_expr(load_factor_expr(utilisation, 1.0),
                                                 float(row[f"A_{metric}"].iloc[0]),
