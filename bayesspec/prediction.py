@@ -805,13 +805,12 @@ class MetricCurve(Curve):
         return np.where(np.isfinite(factor), value, np.inf)
 
     def _eq1_factor(self, rps) -> np.ndarray:
-        """Eq. (1)'s load factor 1/(1 - RPS*C2) at this summary's C2 (the decode profile's
-        batched stall where its mean law has one): the stalls' part of the queue factor,
-        the rest being the wait for a slot (the count law's ``batch`` variance)."""
+        """Eq. (1)'s load factor 1/(1 - RPS*C2) at this summary's C2, as the graph reads it
+        (the summaries' profile law is the Poisson one, whose C2 is not batched): the
+        stalls' part of the queue factor, the rest being the wait for a slot (the count
+        law's ``batch`` variance)."""
         rps = np.asarray(rps, dtype=float)
-        c2 = (self.mean_law._solution(rps)[1] if self.mean_law is not None
-              else _lift(self.c2, rps))
-        return latency(rps, 1.0, c2)
+        return latency(rps, 1.0, _lift(self.c2, rps))
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
         """d log L / d log RPS of the mean law at this summary's C2 (the fitted noise's
