@@ -15,12 +15,15 @@ show a flexible model's calibration; the left-out share can.
 rates, each refitted without its fold and asked about it.
 ``rate_holdout``: fit on each group's lower rates only and predict the higher ones, the
 question a user extrapolating from a light load test asks.
+``summary_points`` / ``summary_check``: the same for each latency summary a ``tails``
+fit has a law of (each point a new report of its own request count).
 ``coverage_reference``: the held-out coverage a model exactly right would give on the
 same points (its own joint predictive draw taken as the truth). The rates one curve is
 extrapolated to share its error, so their misses come together: the pooled share
 scatters more than a binomial says and a group's tail is the model's, not 0.1^k.
 
-Pure consumers of the prediction contract (``Fit.group_curve``); no model names.
+Pure consumers of the prediction contract (``Fit.group_curve``, the model's
+``metric_curve``); no model names.
 """
 
 from __future__ import annotations
@@ -54,19 +57,9 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
     posterior draw s for every group): the reference distribution of
     :func:`coverage_reference`. Returns (points, that dict) then."""
     from .bayes.base import measurement_log_se, run_spread, whole_run_requests
-    from .data import included, row_group_labels
 
     rng = np.random.default_rng(seed)
-    fitted = included(fit.data).copy()
-    fitted["held_out"] = False
-    parts = [fitted]
-    if extra is not None and len(extra):
-        extra = included(extra).copy()
-        extra["group"] = row_group_labels(extra, fit.groups)
-        extra = extra.loc[extra["group"] != ""]
-        extra["held_out"] = True
-        parts.append(extra)
-    rows = pd.concat(parts, ignore_index=True)
+    rows = _check_rows(fit, extra)
     labels = fit.groups["label"].tolist()
     tail = (1.0 - prob) / 2.0
     out, inside_by_draw = [], {}
@@ -106,6 +99,109 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
             **_left_out_pit(curve, rps, observed, members, draws)}))
     points = pd.concat(out, ignore_index=True) if out else pd.DataFrame()
     return (points, inside_by_draw) if reference else points
+
+
+def _check_rows(fit, extra: pd.DataFrame | None) -> pd.DataFrame:
+    """The fit's own included rows (``held_out`` False) and the rows of ``extra`` whose
+    group the fit has (``held_out`` True), each with its ``group`` label."""
+    from .data import included, row_group_labels
+
+    fitted = included(fit.data).copy()
+    fitted["held_out"] = False
+    parts = [fitted]
+    if extra is not None and len(extra):
+        extra = included(extra).copy()
+        extra["group"] = row_group_labels(extra, fit.groups)
+        extra = extra.loc[extra["group"] != ""]
+        extra["held_out"] = True
+        parts.append(extra)
+    return pd.concat(parts, ignore_index=True)
+
+
+def summary_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.9,
+                   seed: int = 0, whole_runs: bool = True) -> dict:
+    """:func:`predictive_points` for each latency summary the fit has a law of (the
+    ``tails`` model's p50, p99, TTFT and ITL percentiles): {metric: (points, the
+    reference draws of :func:`coverage_reference`)}; {} for a fit of the mean alone.
+
+    A point's replicate is a new report of its own ``n_requests`` requests (the
+    summary's order-statistic bias and scatter, :class:`~bayesspec.prediction.MetricCurve`);
+    a held-out point that is a whole run from an idle server is that finite run's, as
+    for the mean (``whole_runs`` False: the steady law's, as a fitted point). Only measured, positive summaries are checked, in groups with at
+    least two of them (the others have no law but the prior's)."""
+    from .bayes.base import whole_run_requests
+    from .schema import METRIC_COLUMNS
+
+    model = fit.model()
+    rng = np.random.default_rng(seed)
+    rows = _check_rows(fit, extra)
+    tail = (1.0 - prob) / 2.0
+    result = {}
+    for metric in model.metrics(fit):
+        column = METRIC_COLUMNS[metric]
+        if column not in rows:
+            continue
+        out, inside_by_draw = [], {}
+        for g, label in enumerate(fit.groups["label"]):
+            if int(fit.groups[f"observed_{metric}"].iloc[g]) < 2:
+                continue
+            members = rows.loc[rows["group"] == label]
+            observed = pd.to_numeric(members[column], errors="coerce").to_numpy(float)
+            keep = np.isfinite(observed) & (observed > 0)
+            if not keep.any():
+                continue
+            members, observed = members.loc[keep], observed[keep]
+            curve = model.metric_curve(fit, g, metric)
+            rps = members["rps"].to_numpy(float)
+            held = members["held_out"].to_numpy(bool)
+            requests = (pd.to_numeric(members["n_requests"], errors="coerce").to_numpy(float)
+                        if "n_requests" in members else np.full(len(members), np.nan))
+            runs = np.where(held & whole_runs, whole_run_requests(members), np.nan)
+            # one point at a time: each its own request count (all columns share the
+            # posterior draw, so a group's points stay one curve's)
+            draws = np.column_stack([
+                curve.predictive(rps[i:i + 1], rng,
+                                 n_requests=requests[i] if np.isfinite(requests[i]) else None,
+                                 run_requests=runs[i:i + 1])[:, 0]
+                for i in range(len(rps))])
+            lo, median, hi = draw_quantiles(draws, [tail, 0.5, 1.0 - tail])
+            if held.any():
+                inside_by_draw[label] = inside_if_truth(draws[:, held], lo[held], hi[held])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                law = curve.latency(rps)
+                utilisation = curve.utilisation(rps, law)
+            out.append(pd.DataFrame({
+                "group": label, "rps": rps, "observed": observed, "predicted": median,
+                "lo": lo, "hi": hi, "inside": (lo <= observed) & (observed <= hi),
+                "held_out": held, "utilisation": utilisation,
+                "log_residual": np.log(observed) - np.log(median),
+                "pit": np.mean(draws < observed[None, :], axis=0)}))
+        if out:
+            result[metric] = (pd.concat(out, ignore_index=True), inside_by_draw)
+    return result
+
+
+def summary_check(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.9,
+                  seed: int = 0) -> dict:
+    """Per latency summary of a ``tails`` fit: pooled coverage held in and held out (with
+    the reference of a model exactly right and how many held-out intervals are open
+    upwards, an answer past the law's pole) and per-group calibration, as
+    :func:`predictive_check` gives them for the mean. {} for a fit of the mean alone."""
+    document = {}
+    for metric, (points, inside_by_draw) in summary_points(fit, extra, prob=prob,
+                                                           seed=seed).items():
+        reference = coverage_reference(points, inside_by_draw, prob=prob)
+        pooled = pooled_coverage(points, prob)
+        if "held_out" in pooled:
+            held_out = points.loc[points["held_out"]]
+            pooled["held_out"]["open_upwards"] = int(np.sum(~np.isfinite(held_out["hi"])))
+            if reference:
+                pooled["held_out"]["reference"] = reference
+        document[metric] = {"pooled": pooled,
+                            "groups": group_calibration(points, prob=prob,
+                                                        reference=reference),
+                            "_points": points}
+    return document
 
 
 def inside_if_truth(draws: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -362,6 +458,13 @@ def predictive_check(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.
     """The posterior predictive check of a fit (and of held-out rows ``extra``): pooled
     and per-group coverage, R^2, residual pattern, flagged groups, a verdict line, and the
     per-point table under ``_points`` (for the plot)."""
+    summaries = summary_check(fit, extra, prob=prob, seed=seed)
+    summary_table = {metric: entry.pop("_points") for metric, entry in summaries.items()}
+    model = fit.model()
+    if summaries and not model.has_mean(fit):
+        # a file of percentiles alone: its summaries are all there is to check
+        return _summaries_only_check(fit, summaries, prob,
+                                     next(iter(summary_table.values())))
     points, inside_by_draw = predictive_points(fit, extra, prob=prob, seed=seed,
                                                reference=True)
     reference = coverage_reference(points, inside_by_draw, prob=prob)
@@ -379,10 +482,45 @@ def predictive_check(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.
                 f"{v['reference']['coverage_range'][1]:.0%} in 90% of cases)"
                 if "reference" in v else "")
              for name, v in pooled.items()]
-    return {"model": fit.model_name, "prob": prob, "pooled": pooled,
-            "inside": ", ".join(parts), "groups": groups, "flagged": flagged,
-            "verdict": verdict, "convergence": fit.diagnostics["status"],
+    document = {"model": fit.model_name, "prob": prob, "pooled": pooled,
+                "inside": ", ".join(parts), "groups": groups, "flagged": flagged,
+                "verdict": verdict, "convergence": fit.diagnostics["status"],
+                "_points": points}
+    if summaries:
+        document["summaries"] = summaries
+    return document
+
+
+def _summaries_only_check(fit, summaries: dict, prob: float, points: pd.DataFrame) -> dict:
+    """:func:`predictive_check`'s document for a fit with summary laws and no mean law:
+    the first summary's pooled and per-group entries stand where the mean's would."""
+    first = next(iter(summaries.values()))
+    flagged = [g["group"] for g in first["groups"] if g["flagged"]]
+    reference = first["pooled"].get("held_out", {}).get("reference")
+    return {"model": fit.model_name, "prob": prob, "pooled": first["pooled"],
+            "inside": summary_line(next(iter(summaries)), first["pooled"]),
+            "groups": first["groups"], "flagged": flagged,
+            "verdict": check_verdict(first["groups"], reference, prob),
+            "convergence": fit.diagnostics["status"], "summaries": summaries,
             "_points": points}
+
+
+def summary_line(metric: str, pooled: dict) -> str:
+    """One line of a summary's pooled coverage, held in and held out (with a model exactly
+    right's range and the intervals open upwards)."""
+    parts = []
+    for name, v in pooled.items():
+        text = f"{name.replace('_', '-')} {v['coverage']:.0%} of {v['points']}"
+        if "reference" in v:
+            text += (f" (a model exactly right: {v['reference']['coverage_mean']:.0%}, "
+                     f"{v['reference']['coverage_range'][0]:.0%}-"
+                     f"{v['reference']['coverage_range'][1]:.0%} in 90% of cases)")
+        if v.get("median_relative_width") is not None:
+            text += f", median width {v['median_relative_width']:.2f} of the value"
+        if v.get("open_upwards"):
+            text += f", {v['open_upwards']} open upwards (past the law's pole)"
+        parts.append(text)
+    return f"{metric}: " + "; ".join(parts)
 
 
 def check_verdict(groups: list[dict], reference: dict | None, prob: float) -> str:

@@ -4,12 +4,16 @@ predict the reported p99 (and any other fitted summary) at the higher rates (iss
 For each data file: the tails model is fitted on each group's rates up to ``--fraction``
 (0.6) of its highest unsaturated rate (``misfit.split_by_rate``, the split of
 ``check --ppc --hold-out-above``); each held-out point's summary is predicted as a new
-load test's report of that point's ``n_requests`` requests (``MetricCurve.predictive``:
-the law, the fitted noise and the order-statistic error; where the file says the point is
-a whole run from an idle server, ``whole_run``, the load factor is that finite run's,
-unless ``--steady``), and its 90% interval is checked; ``--mean`` adds the mean law's
-own held-out predictions. Printed per file and metric: held-out points, coverage, intervals with an
-infinite upper bound, median width/value, and the worst median/measured ratio.
+load test's report of that point's ``n_requests`` requests (``misfit.summary_points``,
+the check `check --ppc` makes of a tails fit: the law, the fitted noise and the
+order-statistic error; where the file says the point is a whole run from an idle server,
+``whole_run``, the load factor is that finite run's, unless ``--steady``), and its 90%
+interval is checked; ``--mean`` adds the mean law's own held-out predictions
+(``misfit.predictive_points``). Printed per file and metric: held-out points, coverage,
+what a model exactly right would give on the same points (``misfit.coverage_reference``:
+its mean and 90% range, the chance it lands in 0.80-0.95, the issue's band for the p99,
+and the chance it is as low as measured), intervals open upwards, median width/value, and
+the worst median/measured ratio.
 
     .venv/bin/python benchmarks/tails_holdout.py examples/vidur/vidur_dense.csv \\
         examples/vidur/vidur_fresh.csv [--fraction 0.6] [--config '{"sampling_error": false}']
@@ -25,54 +29,51 @@ import time
 import numpy as np
 import pandas as pd
 
-from bayesspec.bayes.base import whole_run_requests
-from bayesspec.data import read_tidy, row_group_labels
+from bayesspec.data import read_tidy
 from bayesspec.inference import SamplerSettings
-from bayesspec.misfit import split_by_rate
-from bayesspec.schema import METRIC_COLUMNS
+from bayesspec.misfit import predictive_points, split_by_rate, summary_points
 from bayesspec.workflow import fit as fit_model
+
+#: The issue's band for the held-out p99 coverage of 90% intervals.
+BAND = (0.80, 0.95)
 
 
 def held_out_points(fit, high: pd.DataFrame, *, prob: float = 0.9, seed: int = 0,
                     finite_runs: bool = True, with_mean: bool = False):
-    model = fit.model()
-    labels = row_group_labels(high, fit.groups)
-    index = {label: g for g, label in enumerate(fit.groups["label"])}
-    rng = np.random.default_rng(seed)
-    rows = []
-    runs = whole_run_requests(high) if finite_runs else np.full(len(high), np.nan)
-    if with_mean and model.has_mean(fit):
-        # the mean law's own held-out predictions: what every summary is built on
-        for (_, row), label, run in zip(high.iterrows(), labels, runs):
-            value = float(pd.to_numeric(row.get("latency_mean_s"), errors="coerce"))
-            if not label or not np.isfinite(value) or value <= 0:
-                continue
-            draws = model.group_curve(fit, index[label]).predictive(
-                np.array([float(row["rps"])]), rng, run_requests=run)[:, 0]
-            lo, median, hi = np.quantile(draws, [(1 - prob) / 2, 0.5, (1 + prob) / 2])
-            rows.append({"metric": "mean", "group": label, "rps": float(row["rps"]),
-                         "observed": value, "lo": lo, "median": median, "hi": hi,
-                         "inside": bool(lo <= value <= hi),
-                         "infinite": bool(~np.isfinite(hi))})
-    for metric in model.metrics(fit):
-        column = METRIC_COLUMNS[metric]
-        for (_, row), label, run in zip(high.iterrows(), labels, runs):
-            value = float(pd.to_numeric(row.get(column), errors="coerce"))
-            if not label or not np.isfinite(value) or value <= 0:
-                continue
-            g = index[label]
-            if int(fit.groups[f"observed_{metric}"].iloc[g]) < 2:
-                continue
-            curve = model.metric_curve(fit, g, metric)
-            n = float(pd.to_numeric(row.get("n_requests"), errors="coerce"))
-            draws = curve.predictive(np.array([float(row["rps"])]), rng,
-                                     n_requests=n if np.isfinite(n) else None,
-                                     run_requests=run)[:, 0]
-            lo, median, hi = np.quantile(draws, [(1 - prob) / 2, 0.5, (1 + prob) / 2])
-            rows.append({"metric": metric, "group": label, "rps": float(row["rps"]),
-                         "observed": value, "lo": lo, "median": median, "hi": hi,
-                         "inside": bool(lo <= value <= hi), "infinite": bool(~np.isfinite(hi))})
-    return pd.DataFrame(rows)
+    """The held-out rows of each summary (and with ``with_mean`` of the mean), one row
+    per point (metric, group, rps, observed, lo, median, hi, inside, infinite), and per
+    metric the reference draws of a model exactly right."""
+    frames, reference = [], {}
+    tables = {}
+    if with_mean and fit.model().has_mean(fit):
+        points, inside_by_draw = predictive_points(fit, high, prob=prob, seed=seed,
+                                                   reference=True)
+        tables["mean"] = (points, inside_by_draw)
+    tables.update(summary_points(fit, high, prob=prob, seed=seed, whole_runs=finite_runs))
+    for metric, (points, inside_by_draw) in tables.items():
+        held = points.loc[points["held_out"]]
+        frames.append(pd.DataFrame({
+            "metric": metric, "group": held["group"], "rps": held["rps"],
+            "observed": held["observed"], "lo": held["lo"], "median": held["predicted"],
+            "hi": held["hi"], "inside": held["inside"],
+            "infinite": ~np.isfinite(held["hi"].to_numpy(float))}))
+        if inside_by_draw:
+            reference[metric] = (inside_by_draw, held.groupby("group").size())
+    return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), reference
+
+
+def right_model_coverage(inside_by_draw: dict, sizes: pd.Series, observed: float) -> dict:
+    """The pooled held-out coverage a model exactly right would give on these points
+    (``misfit.coverage_reference``'s draws: one joint predictive draw as the truth):
+    mean, central 90% range, P(in ``BAND``) and P(as low as ``observed``)."""
+    labels = list(inside_by_draw)
+    pooled = (np.stack([np.asarray(inside_by_draw[g]) for g in labels]).sum(axis=0)
+              / float(sizes.loc[labels].sum()))
+    return {"mean": float(pooled.mean()),
+            "range": [float(v) for v in np.quantile(pooled, [0.05, 0.95])],
+            "p_in_band": float(np.mean((pooled >= BAND[0] - 1e-9)
+                                       & (pooled <= BAND[1] + 1e-9))),
+            "p_as_low": float(np.mean(pooled <= observed + 1e-9))}
 
 
 def main(argv=None) -> int:
@@ -100,22 +101,29 @@ def main(argv=None) -> int:
         fit = fit_model(low, "tails", config=config,
                         settings=SamplerSettings(seed=args.seed, chains=args.chains,
                                                  draws=args.draws, progress=False))
-        points = held_out_points(fit, high, finite_runs=not args.steady,
-                                 with_mean=args.mean).assign(file=path)
+        points, reference = held_out_points(fit, high, finite_runs=not args.steady,
+                                            with_mean=args.mean)
+        points = points.assign(file=path)
         frames.append(points)
         print(f"{path}: {fit.diagnostics['text']} ({time.perf_counter() - started:.0f} s)",
               file=sys.stderr, flush=True)
         print(f"\n{path}, fitted at or below {args.fraction:g} of each top rate "
               f"({len(low)} rows), {len(high)} rows held out")
-        print("| metric | held-out points | 90% coverage | infinite upper bounds | "
-              "median width/value | worst median/measured |")
-        print("|---|---|---|---|---|---|")
+        print("| metric | held-out points | 90% coverage | a right model's (90% range) | "
+              f"P(right model in {BAND[0]:.2f}-{BAND[1]:.2f}) | P(right model as low) | "
+              "infinite upper bounds | median width/value | worst median/measured |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for metric, part in points.groupby("metric", sort=False):
             finite = part.loc[~part["infinite"]]
             width = ((finite["hi"] - finite["lo"]) / finite["observed"]).median()
             ratio = part["median"] / part["observed"]
             worst = ratio.iloc[int(np.argmax(np.abs(np.log(ratio))))]
-            print(f"| {metric} | {len(part)} | {part['inside'].mean():.3f} | "
+            right = (right_model_coverage(*reference[metric], part["inside"].mean())
+                     if metric in reference else None)
+            right_text = (f"{right['mean']:.3f} ({right['range'][0]:.2f}-"
+                          f"{right['range'][1]:.2f}) | {right['p_in_band']:.2f} | "
+                          f"{right['p_as_low']:.2f}" if right else "- | - | -")
+            print(f"| {metric} | {len(part)} | {part['inside'].mean():.3f} | {right_text} | "
                   f"{int(part['infinite'].sum())} | {width:.3f} | {worst:.3g} |")
     if args.csv:
         pd.concat(frames).to_csv(args.csv, index=False)

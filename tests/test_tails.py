@@ -408,6 +408,38 @@ def test_predict_metric_on_a_mean_only_fit_exits_2(real_fit_path, capsys):
     assert code == 2 and "--model tails" in err and len(err.strip().splitlines()) == 1
 
 
+def test_check_ppc_asks_each_summary_of_a_tails_fit(tails_fit_file, capsys):
+    """``check --ppc`` on a tails fit checks its summaries too, each point as a new report
+    of its own request count, beside the mean."""
+    code, out, _ = run(capsys, "check", tails_fit_file, "--ppc", "--json")
+    assert code == 0
+    document = json.loads(out)
+    assert set(document["summaries"]) == {"p99", "ttft_p99"}
+    for entry in document["summaries"].values():
+        held_in = entry["pooled"]["held_in"]
+        assert held_in["points"] > 0 and 0.0 <= held_in["coverage"] <= 1.0
+        assert held_in["median_relative_width"] > 0
+        assert {g["group"] for g in entry["groups"]} == {g["group"] for g in document["groups"]}
+        assert "held_out" not in entry["pooled"]
+    code, out, _ = run(capsys, "check", tails_fit_file, "--ppc")
+    assert code == 0 and "latency summaries" in out
+    assert "  p99: held-in" in out and "  ttft_p99: held-in" in out
+
+
+def test_check_ppc_holds_out_a_tails_fits_summaries(tmp_path, capsys, mock_sampling):
+    truth = placeholder_truth()
+    truth = truth[truth["verifier"] == "Qwen3-8B"].iloc[[0, 5]].reset_index(drop=True)
+    path = tmp_path / "tails.csv"
+    generate_tail_sweeps(tail_truth(truth, METRICS, seed=1), seed=0).to_csv(path, index=False)
+    code, out, _ = run(capsys, "check", path, "--ppc", "--model", "tails",
+                       "--hold-out-above", "0.6", "--draws", "50", "--chains", "2", "--json")
+    assert code == 0
+    held_out = json.loads(out)["summaries"]["p99"]["pooled"]["held_out"]
+    assert held_out["points"] > 0
+    assert {"coverage", "median_relative_width", "open_upwards", "reference"} <= set(held_out)
+    assert 0.0 <= held_out["reference"]["coverage_mean"] <= 1.0
+
+
 @pytest.fixture
 def percentile_file(tmp_path):
     """p50/p90 of end-to-end latency and TTFT, no mean (llm-d, inference-perf)."""
@@ -462,6 +494,14 @@ def test_tails_fits_a_file_of_percentiles_alone(percentile_file, tmp_path, capsy
     assert code == 0 and document["ranked_by"] == "p50"
     code, out, _ = run(capsys, "slo", fit, "--target", "ttft_p90=0.5")
     assert "then lowest p50 end-to-end latency" in out
+    # with no mean law, the check asks the summaries (before: refused, no mean)
+    code, out, _ = run(capsys, "check", fit, "--ppc", "--json")
+    document = json.loads(out)
+    assert code == 0 and set(document["summaries"]) == {"p50", "p90", "ttft_p50", "ttft_p90"}
+    assert document["pooled"] == document["summaries"]["p50"]["pooled"]
+    code, out, _ = run(capsys, "check", fit, "--ppc")
+    assert code == 0 and all(f"\n  {m}: held-in" in out
+                             for m in ("p50", "p90", "ttft_p50", "ttft_p90"))
 
 
 # ----------------------------------------------------------------------------- statistics

@@ -191,6 +191,14 @@ def run_predictive_check(args, settings) -> int:
             mark = f"  MISFIT: {', '.join(entry['misfit'])}" if entry["flagged"] else ""
             print(f"  {entry['group']}: {'; '.join(cells)}; mean residual by load: "
                   f"{pattern}{mark}")
+        summaries = document.get("summaries", {})
+        if summaries:
+            print("latency summaries, each as a new report of its point's request count:")
+            for metric, entry in summaries.items():
+                flagged = [f"{g['group']} ({', '.join(g['misfit'])})"
+                           for g in entry["groups"] if g["flagged"]]
+                print(f"  {misfit.summary_line(metric, entry['pooled'])}"
+                      + (f"; MISFIT: {'; '.join(flagged)}" if flagged else ""))
         print(document["verdict"])
         print(f"convergence: {fit.diagnostics['text']}")
         for path in document.get("plots", []):
