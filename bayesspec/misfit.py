@@ -457,14 +457,16 @@ def predictive_check(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.
                      seed: int = 0) -> dict:
     """The posterior predictive check of a fit (and of held-out rows ``extra``): pooled
     and per-group coverage, R^2, residual pattern, flagged groups, a verdict line, and the
-    per-point table under ``_points`` (for the plot)."""
+    per-point table under ``_points`` (for the plot). A fit with latency summaries
+    (``tails``) adds ``summaries`` (:func:`summary_check`) and their tables under
+    ``_summary_points``; one of percentiles alone is checked on its summaries only, the
+    first standing where the mean's check would."""
     summaries = summary_check(fit, extra, prob=prob, seed=seed)
     summary_table = {metric: entry.pop("_points") for metric, entry in summaries.items()}
     model = fit.model()
     if summaries and not model.has_mean(fit):
         # a file of percentiles alone: its summaries are all there is to check
-        return _summaries_only_check(fit, summaries, prob,
-                                     next(iter(summary_table.values())))
+        return _summaries_only_check(fit, summaries, prob, summary_table)
     points, inside_by_draw = predictive_points(fit, extra, prob=prob, seed=seed,
                                                reference=True)
     reference = coverage_reference(points, inside_by_draw, prob=prob)
@@ -488,10 +490,11 @@ def predictive_check(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.
                 "_points": points}
     if summaries:
         document["summaries"] = summaries
+        document["_summary_points"] = summary_table
     return document
 
 
-def _summaries_only_check(fit, summaries: dict, prob: float, points: pd.DataFrame) -> dict:
+def _summaries_only_check(fit, summaries: dict, prob: float, summary_table: dict) -> dict:
     """:func:`predictive_check`'s document for a fit with summary laws and no mean law:
     the first summary's pooled and per-group entries stand where the mean's would."""
     first = next(iter(summaries.values()))
@@ -502,7 +505,8 @@ def _summaries_only_check(fit, summaries: dict, prob: float, points: pd.DataFram
             "groups": first["groups"], "flagged": flagged,
             "verdict": check_verdict(first["groups"], reference, prob),
             "convergence": fit.diagnostics["status"], "summaries": summaries,
-            "_points": points}
+            "_points": next(iter(summary_table.values())),
+            "_summary_points": summary_table}
 
 
 def summary_line(metric: str, pooled: dict) -> str:

@@ -470,6 +470,7 @@ def _misfit(section: _Section, fit, path: str, prob: float, draw: bool) -> dict:
         return {"verdict": f"the predictive check could not be made on this fit ({error})",
                 "flagged": [], "inside": ""}
     points = check.pop("_points")
+    check.pop("_summary_points", None)
     section.commands.append(f"bayesspec check {shlex.quote(path)} --ppc")
     if draw:
         from .plots import collapse_plot, predictive_check_plot
@@ -479,8 +480,12 @@ def _misfit(section: _Section, fit, path: str, prob: float, draw: bool) -> dict:
         section.figure("ppc", "posterior predictive check per group: observed / predicted "
                        f"against utilisation ({prob:.0%} predictive intervals)",
                        lambda: predictive_check_plot(points, check["groups"], prob=prob)[0])
-    return {"verdict": check["verdict"], "flagged": check["flagged"],
-            "inside": check["inside"]}
+    inside = check["inside"]
+    if check.get("summaries") and fit.model().has_mean(fit):
+        inside = "; ".join([f"mean: {inside}"] + [
+            misfit.summary_line(metric, entry["pooled"])
+            for metric, entry in check["summaries"].items()])
+    return {"verdict": check["verdict"], "flagged": check["flagged"], "inside": inside}
 
 
 def _provenance(fit, path: str) -> dict:

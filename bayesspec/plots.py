@@ -1059,11 +1059,12 @@ def holdout_plot(points, *, prob: float = BAND_PROB, title: str = "leave-n-out")
 
 
 def predictive_check_plot(points, calibration, *, prob: float = BAND_PROB,
-                          per_figure: int = 16):
+                          per_figure: int = 16, quantity: str = "mean latency"):
     """Posterior predictive check per group: observed / predicted median against
     utilisation, with the predictive interval of each point as a band; held-out points
-    (fitted on lower rates only) hollow. A group whose points fall outside more often than
-    the interval promises is titled in red with "MISFIT"."""
+    (fitted on lower rates only) hollow. A flagged group is titled in red with "MISFIT"
+    and its first reason. ``quantity``: what the points measure (a latency summary's
+    description for a ``tails`` fit's)."""
     flags = {entry["group"]: entry for entry in calibration}
     labels = list(dict.fromkeys(points["group"]))
     figures = []
@@ -1095,7 +1096,8 @@ def predictive_check_plot(points, calibration, *, prob: float = BAND_PROB,
             entry = flags.get(label, {})
             title = _wrap(label, 44)
             if entry.get("flagged"):
-                title += "\nMISFIT: too many points outside"
+                reasons = entry.get("misfit") or ["too many points outside"]
+                title += "\n" + _wrap(f"MISFIT: {reasons[0]}", 44)
             axis.set_title(title, fontsize=8, color="tab:red" if entry.get("flagged") else "black")
             axis.set_xlim(0, max(1.0, float(x.max()) * 1.02) if len(x) else 1.0)
             axis.tick_params(labelsize=7)
@@ -1111,7 +1113,7 @@ def predictive_check_plot(points, calibration, *, prob: float = BAND_PROB,
         figure.legend(handles=handles, loc="outside upper center", ncol=4, fontsize=8,
                       frameon=False)
         figure.supxlabel("utilisation x = RPS * C2 (posterior median)", fontsize=9)
-        figure.supylabel("observed / predicted median latency", fontsize=9)
+        figure.supylabel(f"observed / predicted median, {quantity}", fontsize=9)
         figures.append(figure)
     return figures
 

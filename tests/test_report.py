@@ -152,6 +152,9 @@ def test_tails_fit_page_has_the_slo(mock_sampling, tmp_path):
     assert any(table["title"].endswith("(TTFT p99 <= 0.08 s)") or "goodput" in table["title"]
                for table in section["tables"])
     assert any(figure["name"] == "slo" for figure in section["figures"])
+    # the predictive check asks the mean and each fitted summary
+    inside = section["misfit"]["inside"]
+    assert inside.startswith("mean: held-in") and "; ttft_p99: held-in" in inside
 
 
 def test_measure_next_shows_the_planner_when_it_is_there(dense_fit_factory, tmp_path,

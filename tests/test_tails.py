@@ -421,9 +421,12 @@ def test_check_ppc_asks_each_summary_of_a_tails_fit(tails_fit_file, capsys):
         assert held_in["median_relative_width"] > 0
         assert {g["group"] for g in entry["groups"]} == {g["group"] for g in document["groups"]}
         assert "held_out" not in entry["pooled"]
-    code, out, _ = run(capsys, "check", tails_fit_file, "--ppc")
+    png = tails_fit_file.parent / "ppc.png"
+    code, out, _ = run(capsys, "check", tails_fit_file, "--ppc", "--plot", png)
     assert code == 0 and "latency summaries" in out
     assert "  p99: held-in" in out and "  ttft_p99: held-in" in out
+    for name in ("ppc.png", "ppc_p99.png", "ppc_ttft_p99.png"):   # the mean, each summary
+        assert (png.parent / name).stat().st_size > 10_000
 
 
 def test_check_ppc_holds_out_a_tails_fits_summaries(tmp_path, capsys, mock_sampling):
@@ -499,7 +502,8 @@ def test_tails_fits_a_file_of_percentiles_alone(percentile_file, tmp_path, capsy
     document = json.loads(out)
     assert code == 0 and set(document["summaries"]) == {"p50", "p90", "ttft_p50", "ttft_p90"}
     assert document["pooled"] == document["summaries"]["p50"]["pooled"]
-    code, out, _ = run(capsys, "check", fit, "--ppc")
+    code, out, _ = run(capsys, "check", fit, "--ppc", "--plot", tmp_path / "ppc.png")
+    assert not (tmp_path / "ppc.png").exists() and (tmp_path / "ppc_ttft_p90.png").exists()
     assert code == 0 and all(f"\n  {m}: held-in" in out
                              for m in ("p50", "p90", "ttft_p50", "ttft_p90"))
 

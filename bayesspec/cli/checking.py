@@ -161,16 +161,28 @@ def run_predictive_check(args, settings) -> int:
                 data, model=model, fraction=fraction, prob=args.prob, settings=settings,
                 config=config, catalog=catalog_of(args), seed=args.seed or 0)
     points = document.pop("_points")
+    summary_points = document.pop("_summary_points", {})
     if args.plot:
         from pathlib import Path
 
         from ..plots import predictive_check_plot, save_figure
+        from ..schema import metric_description
 
-        figures = predictive_check_plot(points, document["groups"], prob=args.prob)
         target = Path(args.plot)
-        document["plots"] = [save_figure(figure, target if i == 0 else
-                                         target.with_name(f"{target.stem}_{i + 1}{target.suffix}"))
-                             for i, figure in enumerate(figures)]
+        # a fit of percentiles alone has no mean to draw: its summaries are the check
+        panels = ([("", points, document["groups"], "mean latency")]
+                  if fit.model().has_mean(fit) else [])
+        # each summary on its own figures, named after it (ppc_p99.png)
+        panels += [(f"_{metric}", table, document["summaries"][metric]["groups"],
+                    metric_description(metric))
+                   for metric, table in summary_points.items()]
+        document["plots"] = []
+        for suffix, table, groups, quantity in panels:
+            figures = predictive_check_plot(table, groups, prob=args.prob, quantity=quantity)
+            stem = f"{target.stem}{suffix}"
+            document["plots"] += [save_figure(figure, target.with_name(
+                f"{stem}{'' if i == 0 else f'_{i + 1}'}{target.suffix}"))
+                for i, figure in enumerate(figures)]
     verdicts = [fit.diagnostics]
     if args.json:
         emit_json(document)
