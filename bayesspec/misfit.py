@@ -127,8 +127,9 @@ def summary_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.9,
     A point's replicate is a new report of its own ``n_requests`` requests (the
     summary's order-statistic bias and scatter, :class:`~bayesspec.prediction.MetricCurve`);
     a held-out point that is a whole run from an idle server is that finite run's, as
-    for the mean (``whole_runs`` False: the steady law's, as a fitted point). Only measured, positive summaries are checked, in groups with at
-    least two of them (the others have no law but the prior's)."""
+    for the mean (``whole_runs`` False: the steady law's, as a fitted point). Only
+    measured, positive summaries are checked, in groups with at least two of them (the
+    others have no law but the prior's)."""
     from .bayes.base import whole_run_requests
     from .schema import METRIC_COLUMNS
 

@@ -472,16 +472,22 @@ def _misfit(section: _Section, fit, path: str, prob: float, draw: bool) -> dict:
     points = check.pop("_points")
     check.pop("_summary_points", None)
     section.commands.append(f"bayesspec check {shlex.quote(path)} --ppc")
+    has_mean = fit.model().has_mean(fit)
     if draw:
         from .plots import collapse_plot, predictive_check_plot
+        from .schema import metric_description
 
+        # a fit of percentiles alone is checked on its first summary
+        quantity = ("mean latency" if has_mean
+                    else metric_description(next(iter(check["summaries"]))))
         section.figure("collapse", "every group normalised onto y = 1/(1 - x) (the law's "
                        "collapse), with the fitted noise band", lambda: collapse_plot(fit))
         section.figure("ppc", "posterior predictive check per group: observed / predicted "
                        f"against utilisation ({prob:.0%} predictive intervals)",
-                       lambda: predictive_check_plot(points, check["groups"], prob=prob)[0])
+                       lambda: predictive_check_plot(points, check["groups"], prob=prob,
+                                                     quantity=quantity)[0])
     inside = check["inside"]
-    if check.get("summaries") and fit.model().has_mean(fit):
+    if check.get("summaries") and has_mean:
         inside = "; ".join([f"mean: {inside}"] + [
             misfit.summary_line(metric, entry["pooled"])
             for metric, entry in check["summaries"].items()])

@@ -504,6 +504,9 @@ def test_tails_fits_a_file_of_percentiles_alone(percentile_file, tmp_path, capsy
     assert document["pooled"] == document["summaries"]["p50"]["pooled"]
     code, out, _ = run(capsys, "check", fit, "--ppc", "--plot", tmp_path / "ppc.png")
     assert not (tmp_path / "ppc.png").exists() and (tmp_path / "ppc_ttft_p90.png").exists()
+    code, _, _ = run(capsys, "report", fit, "-o", tmp_path / "report.md")
+    assert code == 0 and "(inside their intervals: p50: held-in" in (
+        tmp_path / "report.md").read_text()
     assert code == 0 and all(f"\n  {m}: held-in" in out
                              for m in ("p50", "p90", "ttft_p50", "ttft_p90"))
 
