@@ -492,7 +492,32 @@ def predictive_check(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.
     if summaries:
         document["summaries"] = summaries
         document["_summary_points"] = summary_table
+        document["verdict"] = _with_summaries_verdict(verdict, summaries)
     return document
+
+
+def _with_summaries_verdict(verdict: str, summaries: dict, skip: str | None = None) -> str:
+    """``verdict`` followed by a sentence naming, per summary (but ``skip``), the groups
+    it flags and a held-out coverage a right model would rarely give."""
+    parts = []
+    for metric, entry in summaries.items():
+        if metric == skip:
+            continue
+        flagged = [f"{g['group']} ({', '.join(g['misfit'])})" for g in entry["groups"]
+                   if g["flagged"]]
+        words = []
+        if flagged:
+            words.append(f"misfit in {len(flagged)} of {len(entry['groups'])} groups: "
+                         + "; ".join(flagged[:4]) + (" ..." if len(flagged) > 4 else ""))
+        held_out = _reference_verdict(entry["pooled"].get("held_out", {}).get("reference")
+                                      or {})
+        if held_out:
+            words.append(held_out.removeprefix("Held out: ").rstrip("."))
+        if words:
+            parts.append(f"{metric}: {'; '.join(words)}")
+    if not parts:
+        return verdict
+    return f"{verdict.rstrip('.')}. Summaries: " + ". ".join(parts) + "."
 
 
 def _summaries_only_check(fit, summaries: dict, prob: float, summary_table: dict) -> dict:
@@ -504,7 +529,9 @@ def _summaries_only_check(fit, summaries: dict, prob: float, summary_table: dict
     return {"model": fit.model_name, "prob": prob, "pooled": first["pooled"],
             "inside": summary_line(next(iter(summaries)), first["pooled"]),
             "groups": first["groups"], "flagged": flagged,
-            "verdict": check_verdict(first["groups"], reference, prob),
+            "verdict": _with_summaries_verdict(
+                f"{next(iter(summaries))}: {check_verdict(first['groups'], reference, prob)}",
+                summaries, skip=next(iter(summaries))),
             "convergence": fit.diagnostics["status"], "summaries": summaries,
             "_points": next(iter(summary_table.values())),
             "_summary_points": summary_table}

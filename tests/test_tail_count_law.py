@@ -139,6 +139,9 @@ def test_the_held_out_check_of_a_summary_passes_a_right_law_and_flags_a_wrong_tr
         checked = misfit.summary_check(fit, wrong)["p99"]["pooled"]["held_out"]
         assert checked["coverage"] < held_out["coverage"], (factor, checked)
         assert checked["reference"]["p_as_low"] < 0.01, (factor, checked)
+    # ... and the check's one verdict says so, naming the summary
+    verdict = misfit.predictive_check(fit, wrong)["verdict"]
+    assert "Summaries: p99:" in verdict and "too narrow" in verdict, verdict
 
 
 @pytest.mark.long
