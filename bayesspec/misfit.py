@@ -214,7 +214,8 @@ def inside_if_truth(draws: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.nda
 
 
 def coverage_reference(points: pd.DataFrame, inside_by_draw: dict, *, prob: float = 0.9,
-                       floor: float = 0.7, band: float = 0.05) -> dict:
+                       floor: float = 0.7, band: float = 0.05,
+                       limits: tuple[float, float] | None = None) -> dict:
     """Where the held-out coverage of ``points`` would fall if the model were exactly
     right: the truth is one joint posterior predictive draw s (every group at once, so
     what the groups share stays shared), and each group's held-out points count as
@@ -229,8 +230,9 @@ def coverage_reference(points: pd.DataFrame, inside_by_draw: dict, *, prob: floa
 
     Returns the reference mean, sd and central 90% range of the pooled coverage, the
     mean number of groups below ``floor`` and the chance of none, the chance that the
-    pooled coverage lands within ``band`` of ``prob`` with no group below ``floor`` (a
-    target such as "85-95% pooled, no group below 70%"), the observed pooled coverage
+    pooled coverage lands within ``band`` of ``prob`` (or within ``limits``, a band of
+    its own such as 0.80-0.95), alone and with no group below ``floor`` (a target such
+    as "85-95% pooled, no group below 70%"), the observed pooled coverage
     and its tail probabilities (``p_as_low``: P(reference <= observed), ``p_as_high``:
     P(reference >= observed)), and per group P(as many of its points outside or more)."""
     if not inside_by_draw:
@@ -243,13 +245,15 @@ def coverage_reference(points: pd.DataFrame, inside_by_draw: dict, *, prob: floa
     pooled = inside.sum(axis=0) / sizes.sum()
     observed = float(observed_inside.sum() / sizes.sum())
     below = (inside / sizes[:, None] < floor).sum(axis=0)
-    in_band = np.abs(pooled - prob) <= band + 1e-9
+    low, high = limits if limits is not None else (prob - band, prob + band)
+    in_band = (pooled >= low - 1e-9) & (pooled <= high + 1e-9)
     return {"coverage_mean": float(pooled.mean()), "coverage_sd": float(pooled.std()),
             "coverage_range": [float(v) for v in np.quantile(pooled, [0.05, 0.95])],
             "groups_below_floor_mean": float(below.mean()), "floor": floor,
             "p_no_group_below_floor": float(np.mean(below == 0)),
+            "p_in_band": float(np.mean(in_band)),
             "p_in_band_and_no_group_below_floor": float(np.mean(in_band & (below == 0))),
-            "band": [prob - band, prob + band],
+            "band": [low, high],
             "observed": observed,
             "p_as_low": float(np.mean(pooled <= observed + 1e-9)),
             "p_as_high": float(np.mean(pooled >= observed - 1e-9)),

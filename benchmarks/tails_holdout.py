@@ -31,7 +31,8 @@ import pandas as pd
 
 from bayesspec.data import read_tidy
 from bayesspec.inference import SamplerSettings
-from bayesspec.misfit import predictive_points, split_by_rate, summary_points
+from bayesspec.misfit import (coverage_reference, predictive_points, split_by_rate,
+                              summary_points)
 from bayesspec.workflow import fit as fit_model
 
 #: The issue's band for the held-out p99 coverage of 90% intervals.
@@ -42,13 +43,11 @@ def held_out_points(fit, high: pd.DataFrame, *, prob: float = 0.9, seed: int = 0
                     finite_runs: bool = True, with_mean: bool = False):
     """The held-out rows of each summary (and with ``with_mean`` of the mean), one row
     per point (metric, group, rps, observed, lo, median, hi, inside, infinite), and per
-    metric the reference draws of a model exactly right."""
+    metric a right model's coverage of them (``misfit.coverage_reference`` in ``BAND``)."""
     frames, reference = [], {}
     tables = {}
     if with_mean and fit.model().has_mean(fit):
-        points, inside_by_draw = predictive_points(fit, high, prob=prob, seed=seed,
-                                                   reference=True)
-        tables["mean"] = (points, inside_by_draw)
+        tables["mean"] = predictive_points(fit, high, prob=prob, seed=seed, reference=True)
     tables.update(summary_points(fit, high, prob=prob, seed=seed, whole_runs=finite_runs))
     for metric, (points, inside_by_draw) in tables.items():
         held = points.loc[points["held_out"]]
@@ -58,22 +57,9 @@ def held_out_points(fit, high: pd.DataFrame, *, prob: float = 0.9, seed: int = 0
             "hi": held["hi"], "inside": held["inside"],
             "infinite": ~np.isfinite(held["hi"].to_numpy(float))}))
         if inside_by_draw:
-            reference[metric] = (inside_by_draw, held.groupby("group").size())
+            reference[metric] = coverage_reference(points, inside_by_draw, prob=prob,
+                                                   limits=BAND)
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), reference
-
-
-def right_model_coverage(inside_by_draw: dict, sizes: pd.Series, observed: float) -> dict:
-    """The pooled held-out coverage a model exactly right would give on these points
-    (``misfit.coverage_reference``'s draws: one joint predictive draw as the truth):
-    mean, central 90% range, P(in ``BAND``) and P(as low as ``observed``)."""
-    labels = list(inside_by_draw)
-    pooled = (np.stack([np.asarray(inside_by_draw[g]) for g in labels]).sum(axis=0)
-              / float(sizes.loc[labels].sum()))
-    return {"mean": float(pooled.mean()),
-            "range": [float(v) for v in np.quantile(pooled, [0.05, 0.95])],
-            "p_in_band": float(np.mean((pooled >= BAND[0] - 1e-9)
-                                       & (pooled <= BAND[1] + 1e-9))),
-            "p_as_low": float(np.mean(pooled <= observed + 1e-9))}
 
 
 def main(argv=None) -> int:
@@ -118,10 +104,9 @@ def main(argv=None) -> int:
             width = ((finite["hi"] - finite["lo"]) / finite["observed"]).median()
             ratio = part["median"] / part["observed"]
             worst = ratio.iloc[int(np.argmax(np.abs(np.log(ratio))))]
-            right = (right_model_coverage(*reference[metric], part["inside"].mean())
-                     if metric in reference else None)
-            right_text = (f"{right['mean']:.3f} ({right['range'][0]:.2f}-"
-                          f"{right['range'][1]:.2f}) | {right['p_in_band']:.2f} | "
+            right = reference.get(metric)
+            right_text = (f"{right['coverage_mean']:.3f} ({right['coverage_range'][0]:.2f}-"
+                          f"{right['coverage_range'][1]:.2f}) | {right['p_in_band']:.2f} | "
                           f"{right['p_as_low']:.2f}" if right else "- | - | -")
             print(f"| {metric} | {len(part)} | {part['inside'].mean():.3f} | {right_text} | "
                   f"{int(part['infinite'].sum())} | {width:.3f} | {worst:.3g} |")
