@@ -23,7 +23,7 @@ from importlib import import_module
 # name -> module that defines it
 _PUBLIC = {
     "read_tidy": "data", "prepare": "data", "SaturationRule": "data",
-    "fit": "workflow", "Fit": "fitfile", "SamplerSettings": "inference",
+    "fit": "bayes.workflow", "Fit": "inference.fitfile", "SamplerSettings": "inference",
     "load_fit": "bayes", "get_model_class": "bayes", "MODEL_CLASSES": "bayes",
     "LatencyModel": "bayes", "DenseLatencyModel": "bayes", "SpeculativeLatencyModel": "bayes",
     "MoELatencyModel": "bayes", "HierarchicalLatencyModel": "bayes",
@@ -34,8 +34,15 @@ _PUBLIC = {
     "kstar_table": "decisions", "compare_fits": "decisions", "compare_versions": "decisions",
     "uncertain": "uncertainty", "BadInput": "errors", "ConvergenceWarning": "errors",
 }
-_MODULES = ("laws", "datasets", "simulate", "ingest", "plots", "checks", "sbc", "validation",
-            "synthetic", "catalog")
+# name -> module path: the subpackages, and the modules older code reached by short names
+_MODULES = {
+    "laws": "laws", "data": "data", "datasets": "datasets", "simulate": "simulate",
+    "ingest": "ingest", "prediction": "prediction", "inference": "inference",
+    "bayes": "bayes", "decisions": "decisions", "checks": "checks", "loadtest": "loadtest",
+    "reporting": "reporting", "plots": "reporting.plots", "sbc": "checks.sbc",
+    "validation": "checks.replicates", "synthetic": "simulate.synthetic",
+    "catalog": "data.catalog",
+}
 
 __all__ = ["__version__", *_PUBLIC, *_MODULES]
 
@@ -57,7 +64,7 @@ def __getattr__(name: str):
     if name in _PUBLIC:
         return getattr(import_module(f".{_PUBLIC[name]}", __name__), name)
     if name in _MODULES:
-        return import_module(f".{name}", __name__)
+        return import_module(f".{_MODULES[name]}", __name__)
     raise AttributeError(f"module 'bayesspec' has no attribute {name!r}")
 
 

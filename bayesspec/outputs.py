@@ -95,7 +95,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> str:
 
 def write_table(path: str | os.PathLike, rows, *, float_format: str | None = None) -> str:
     """Tidy rows as CSV or Parquet (by suffix), CONTRACT columns first, atomically."""
-    from .schema import order_columns
+    from bayesspec.data.schema import order_columns
 
     rows = rows[order_columns(rows.columns)]
     if Path(path).suffix.lower() in (".parquet", ".pq"):

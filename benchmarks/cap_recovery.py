@@ -33,7 +33,7 @@ from bayesspec.data import prepare
 from bayesspec.inference import SamplerSettings
 from bayesspec.simulate import Arrivals, setup, simulate_point
 from bayesspec.simulate.sweep import at_rates
-from bayesspec.workflow import fit
+from bayesspec.bayes.workflow import fit
 
 
 def truth_ceiling(s, requests: int, seed: int) -> float:

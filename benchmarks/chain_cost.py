@@ -40,7 +40,7 @@ def cost(data, law: str) -> dict:
 
 
 def main(argv=None) -> int:
-    from bayesspec import misfit
+    from bayesspec.checks import misfit
     from bayesspec.data import read_tidy
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -46,7 +46,7 @@ from bayesspec.bayes import get_model_class
 from bayesspec.cli import main
 from bayesspec.data import prepare
 from bayesspec.decisions import compare_fits
-from bayesspec.fitfile import Fit
+from bayesspec.inference.fitfile import Fit
 from bayesspec.inference import SamplerSettings, compile_model, sample_compiled, settings_for
 from bayesspec.simulate import setup, sweep
 from bayesspec.simulate.stepmodel import RooflineParams

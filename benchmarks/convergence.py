@@ -71,7 +71,7 @@ def dataset(model: str, groups: int, seed: int, folder: Path):
 
 def one_fit(model: str, groups: int, seed: int) -> dict:
     from bayesspec.inference import SamplerSettings
-    from bayesspec.workflow import fit
+    from bayesspec.bayes.workflow import fit
 
     with tempfile.TemporaryDirectory() as folder:
         data = dataset(model, groups, seed, Path(folder))

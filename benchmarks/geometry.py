@@ -54,7 +54,7 @@ def scaling_data(n_rates: int, verifiers: str | None = None):
     """The scaling case's design (7 verifiers x 16 dense cells) at ``n_rates`` per sweep;
     ``verifiers``: a comma-separated subset of its verifiers (or other catalog cards)."""
     from bayesspec.data import prepare
-    from bayesspec.synthetic import generate_sweeps, hierarchical_truth
+    from bayesspec.simulate.synthetic import generate_sweeps, hierarchical_truth
 
     truth = hierarchical_truth(*([tuple(verifiers.split(","))] if verifiers else []))
     return prepare(generate_sweeps(truth, n_rates=n_rates, seed=2))

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from bayesspec import misfit
+from bayesspec.checks import misfit
 from bayesspec.data import included, read_tidy, row_group_labels
 from bayesspec.inference import SamplerSettings
-from bayesspec.workflow import fit
+from bayesspec.bayes.workflow import fit
 from bayesspec.bayes.base import run_spread
 from bayesspec.laws import run_mean_log_sd
 

@@ -28,10 +28,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bayesspec import misfit  # noqa: E402
+from bayesspec.checks import misfit  # noqa: E402
 from bayesspec.data import prepare  # noqa: E402
 from bayesspec.inference import SamplerSettings  # noqa: E402
-from bayesspec.synthetic import generate_sweeps, placeholder_truth  # noqa: E402
+from bayesspec.simulate.synthetic import generate_sweeps, placeholder_truth  # noqa: E402
 
 
 def replicate(seed: int, groups: int, draws: int) -> dict:

@@ -39,13 +39,13 @@ from scipy.stats import norm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bayesspec import misfit  # noqa: E402
+from bayesspec.checks import misfit  # noqa: E402
 from bayesspec.bayes.base import measurement_log_se  # noqa: E402
 from bayesspec.checks import loo_summary  # noqa: E402
 from bayesspec.data import SaturationRule, included, prepare, read_tidy  # noqa: E402
 from bayesspec.inference import SamplerSettings  # noqa: E402
-from bayesspec.validation import fit_same_design  # noqa: E402
-from bayesspec.workflow import fit  # noqa: E402
+from bayesspec.checks.replicates import fit_same_design  # noqa: E402
+from bayesspec.bayes.workflow import fit  # noqa: E402
 
 
 def leverage_bound(h: float, prob: float = 0.9) -> float:

@@ -1,6 +1,6 @@
 """Eq. (4) sweeps generated independently of bayesspec's own MoE code.
 
-Nothing here calls ``bayesspec.laws`` or ``bayesspec.synthetic``: each load point's
+Nothing here calls ``bayesspec.laws`` or ``bayesspec.simulate.synthetic``: each load point's
 mean latency is the least root of eq. (4),
 
     L = (C1u + phi*C1s) / (1 - RPS*(C2u + phi*C2s)),   phi = 1 - (1 - m/M)^(RPS*L),

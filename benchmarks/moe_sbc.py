@@ -7,7 +7,7 @@ Design: the bundled ``moe`` data's Qwen3-30B-A3B rows (m = 8 of M = 128) at two
 (prefill, decode) pairs dense and at k = 1 and 3 (alpha 0.8) at 512/512: four curves of
 nine rates, the covered/saturated split inside the hierarchical model. Its latencies only
 set the data-dependent prior constants; every simulation draws its parameters and data
-from the prior and refits (:func:`bayesspec.sbc.run_sbc`, what ``bayesspec sbc`` runs).
+from the prior and refits (:func:`bayesspec.checks.sbc.run_sbc`, what ``bayesspec sbc`` runs).
 Prints the per-coefficient rank tests (C1u, C1s, C2u, C2s among them) and the verdict.
 
 ``--blocks B`` splits the simulations into B runs at seeds seed, seed + 1, ... and writes
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from bayesspec.inference import SamplerSettings
-    from bayesspec.sbc import run_sbc
+    from bayesspec.checks.sbc import run_sbc
 
     import numpy as np
 

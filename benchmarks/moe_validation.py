@@ -86,7 +86,7 @@ def main(argv=None) -> int:
 
     from bayesspec.data import prepare
     from bayesspec.inference import SamplerSettings
-    from bayesspec.workflow import fit
+    from bayesspec.bayes.workflow import fit
 
     all_covers, summary = [], []
     for r in range(args.replicates):

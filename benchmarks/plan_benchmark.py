@@ -74,9 +74,9 @@ import pandas as pd
 
 from bayesspec.bayes import get_model_class
 from bayesspec.data import prepare
-from bayesspec.fitfile import Fit
+from bayesspec.inference.fitfile import Fit
 from bayesspec.inference import SamplerSettings, compile_model, sample_compiled, settings_for
-from bayesspec.planning import plan, question_from_fit, steady_requests
+from bayesspec.loadtest.planning import plan, question_from_fit, steady_requests
 from bayesspec.simulate import at_rates, setup
 from bayesspec.simulate.engine import Arrivals, simulate_point
 from bayesspec.simulate.sweep import _point_seed, _row

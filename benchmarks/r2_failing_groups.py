@@ -15,10 +15,10 @@ import warnings
 import arviz as az
 import numpy as np
 
-from bayesspec import misfit
+from bayesspec.checks import misfit
 from bayesspec.data import read_tidy
 from bayesspec.inference import SamplerSettings
-from bayesspec.workflow import fit
+from bayesspec.bayes.workflow import fit
 
 warnings.filterwarnings("ignore")
 d = read_tidy('examples/vidur/vidur_dense.csv')

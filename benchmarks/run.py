@@ -117,9 +117,9 @@ def bootstrap_all_groups(data, resamples, rng):
 def case_dense_fit_vs_bootstrap(quick: bool) -> dict:
     from bayesspec.data import prepare
     from bayesspec.inference import SamplerSettings
-    from bayesspec.synthetic import generate_sweeps, placeholder_truth
-    from bayesspec.validation import dense_replicate_coverage
-    from bayesspec.workflow import fit
+    from bayesspec.simulate.synthetic import generate_sweeps, placeholder_truth
+    from bayesspec.checks.replicates import dense_replicate_coverage
+    from bayesspec.bayes.workflow import fit
 
     truth = placeholder_truth()
     truth = truth[truth["verifier"] == "Qwen3-8B"].reset_index(drop=True)
@@ -166,8 +166,8 @@ def case_speculative_fit(quick: bool) -> dict:
     from bayesspec import laws
     from bayesspec.data import included, prepare
     from bayesspec.inference import SamplerSettings
-    from bayesspec.synthetic import generate_sweeps, speculative_truth
-    from bayesspec.workflow import fit
+    from bayesspec.simulate.synthetic import generate_sweeps, speculative_truth
+    from bayesspec.bayes.workflow import fit
 
     data = prepare(generate_sweeps(speculative_truth(), seed=4))
     log(f"speculative_fit: joint fit of {len(data)} rows (incl. compilation)...")
@@ -208,7 +208,7 @@ def case_decisions(quick: bool) -> dict:
     from bayesspec.decisions import kstar_table
     from bayesspec.laws import effective_costs, latency
     from bayesspec.prediction import CoefficientLaw, Curve
-    from bayesspec.synthetic import DENSE_TRUTH_8B, SPECULATIVE_TRUTH_8B
+    from bayesspec.simulate.synthetic import DENSE_TRUTH_8B, SPECULATIVE_TRUTH_8B
 
     rng = np.random.default_rng(0)
     draws = 4000
@@ -268,7 +268,7 @@ def case_sampler_choice(quick: bool) -> dict:
     from bayesspec.bayes import SpeculativeLatencyModel
     from bayesspec.data import prepare
     from bayesspec.inference import SamplerSettings, sample_model
-    from bayesspec.synthetic import generate_sweeps, speculative_truth
+    from bayesspec.simulate.synthetic import generate_sweeps, speculative_truth
 
     from bayesspec import datasets
     from bayesspec.bayes import HierarchicalLatencyModel
@@ -315,7 +315,7 @@ def case_hierarchical_fit(quick: bool) -> dict:
     from bayesspec import datasets
     from bayesspec.data import prepare
     from bayesspec.inference import SamplerSettings
-    from bayesspec.workflow import fit
+    from bayesspec.bayes.workflow import fit
 
     data = prepare(pd.concat([pd.read_csv(datasets.path("dense")),
                               pd.read_csv(datasets.path("speculative"))], ignore_index=True))
@@ -392,7 +392,7 @@ def case_scaling(quick: bool) -> dict:
     from bayesspec.bayes import HierarchicalLatencyModel
     from bayesspec.data import prepare
     from bayesspec.inference import SamplerSettings, settings_for
-    from bayesspec.synthetic import generate_sweeps, hierarchical_truth
+    from bayesspec.simulate.synthetic import generate_sweeps, hierarchical_truth
     from geometry import geometry, timed_fit
 
     rates = {"1k": 9, "4k": 36, "16k": 144, "64k": 576}
@@ -445,7 +445,7 @@ def case_parallel_refits(quick: bool) -> dict:
     machine or a Dask cluster (--scheduler) the same code scales with the workers."""
     from bayesspec.bayes import DenseLatencyModel
     from bayesspec.inference import SamplerSettings
-    from bayesspec.sbc import run_sbc
+    from bayesspec.checks.sbc import run_sbc
 
     design = DenseLatencyModel.default_sbc_design()
     simulations = 8 if quick else 24
@@ -513,7 +513,7 @@ def case_approximate(quick: bool) -> dict:
     from bayesspec import datasets
     from bayesspec.data import prepare, read_tidy
     from bayesspec.inference import SamplerSettings
-    from bayesspec.workflow import fit
+    from bayesspec.bayes.workflow import fit
 
     designs = {"dense": ("dense", read_tidy(datasets.path("dense"))),
                "hierarchical": ("hierarchical", prepare(pd.concat(

@@ -16,12 +16,12 @@ import argparse
 
 import numpy as np
 
-from bayesspec import misfit
+from bayesspec.checks import misfit
 from bayesspec.data import prepare
 from bayesspec.inference import SamplerSettings
 from bayesspec.laws import RUN_EFFECT_SHARE
-from bayesspec.synthetic import generate_shared_run_sweeps, placeholder_truth
-from bayesspec.validation import fit_same_design
+from bayesspec.simulate.synthetic import generate_shared_run_sweeps, placeholder_truth
+from bayesspec.checks.replicates import fit_same_design
 
 N_RATES = 10
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Pool SBC rank blocks run at different seeds (e.g. on a borrowed machine, in pieces) and
-test the pooled ranks as `bayesspec.sbc.run_sbc` tests one block.
+test the pooled ranks as `bayesspec.checks.sbc.run_sbc` tests one block.
 
     .venv/bin/python benchmarks/sbc_pool.py RANKS.csv RANKS.csv ... [--json OUT.json]
 
@@ -23,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bayesspec.ranks import chi_square_pvalues, default_bins, ecdf_band  # noqa: E402
-from bayesspec.sbc import LEVEL  # noqa: E402
+from bayesspec.checks.ranks import chi_square_pvalues, default_bins, ecdf_band  # noqa: E402
+from bayesspec.checks.sbc import LEVEL  # noqa: E402
 
 
 def read_block(path: Path) -> tuple[list[str], int, np.ndarray]:

@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from bayesspec import laws  # noqa: E402
 from bayesspec.data import prepare  # noqa: E402
 from bayesspec.simulate.grid import load_grid, run_grid  # noqa: E402
-from bayesspec.synthetic import generate_sweeps, placeholder_truth  # noqa: E402
+from bayesspec.simulate.synthetic import generate_sweeps, placeholder_truth  # noqa: E402
 
 FLAGS = ["saturated", "strategy", "rps_target", "saturation_reason"]
 

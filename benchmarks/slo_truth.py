@@ -29,7 +29,7 @@ from bayesspec.data import prepare
 from bayesspec.decisions import slo_decision
 from bayesspec.inference import SamplerSettings
 from bayesspec.simulate import at_rates, setup, sweep
-from bayesspec.workflow import fit as fit_model
+from bayesspec.bayes.workflow import fit as fit_model
 
 TARGETS = {"ttft_p99": 0.08, "itl_p99": 0.015}
 CONFIG: dict = {}
@@ -160,8 +160,8 @@ def holdout(replicates: int, started: float, fraction: float = 0.6) -> None:
     ``fraction`` of each sweep's highest unsaturated rate, 90% predictive intervals of
     each summary at the rates above (free exponent gamma vs gamma = 1, the summary growing
     exactly like the mean)."""
-    from bayesspec.misfit import split_by_rate
-    from bayesspec.schema import METRIC_COLUMNS
+    from bayesspec.checks.misfit import split_by_rate
+    from bayesspec.data.schema import METRIC_COLUMNS
 
     rng = np.random.default_rng(0)
     records = []

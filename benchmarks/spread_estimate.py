@@ -36,7 +36,7 @@ def main(argv=None) -> int:
 
     from bayesspec.bayes import HierarchicalLatencyModel
     from bayesspec.data import prepare
-    from bayesspec.synthetic import generate_sweeps, hierarchical_truth
+    from bayesspec.simulate.synthetic import generate_sweeps, hierarchical_truth
     from geometry import bundled_data
 
     prior_scale = HierarchicalLatencyModel.default_config["system_spread_scale"]

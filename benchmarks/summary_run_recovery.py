@@ -20,8 +20,8 @@ import numpy as np
 from bayesspec.data import prepare
 from bayesspec.inference import SamplerSettings
 from bayesspec.laws import RUN_EFFECT_SHARE
-from bayesspec.synthetic import generate_tail_sweeps, placeholder_truth, tail_truth
-from bayesspec.validation import fit_same_design
+from bayesspec.simulate.synthetic import generate_tail_sweeps, placeholder_truth, tail_truth
+from bayesspec.checks.replicates import fit_same_design
 from tails_holdout import held_out_points
 
 N_RATES = 10

@@ -31,9 +31,9 @@ import pandas as pd
 
 from bayesspec.data import read_tidy
 from bayesspec.inference import SamplerSettings
-from bayesspec.misfit import (coverage_reference, predictive_points, split_by_rate,
+from bayesspec.checks.misfit import (coverage_reference, predictive_points, split_by_rate,
                               summary_points)
-from bayesspec.workflow import fit as fit_model
+from bayesspec.bayes.workflow import fit as fit_model
 
 #: The issue's band for the held-out p99 coverage of 90% intervals.
 BAND = (0.80, 0.95)

@@ -42,7 +42,7 @@ from bayesspec.decisions import slo_decision
 from bayesspec.inference import SamplerSettings
 from bayesspec.laws import quantile_sampling_moments
 from bayesspec.simulate import setup, timed_rates
-from bayesspec.workflow import fit as fit_model
+from bayesspec.bayes.workflow import fit as fit_model
 
 RATES = (0.8, 6.0, 12.0, 17.0)
 DURATION_S = 20.0

@@ -23,12 +23,12 @@ import warnings
 
 import numpy as np
 
-from bayesspec import misfit
+from bayesspec.checks import misfit
 from bayesspec.checks import r_squared
 from bayesspec.data import read_tidy, row_group_labels
 from bayesspec.inference import SamplerSettings
 from bayesspec.prediction import ProfileCurve
-from bayesspec.workflow import fit
+from bayesspec.bayes.workflow import fit
 
 from vidur_sets import SETS  # the script's folder is on the path
 

@@ -27,8 +27,8 @@ from bayesspec import datasets
 from bayesspec.checks import r_squared
 from bayesspec.data import included, read_tidy
 from bayesspec.inference import SamplerSettings, add_log_likelihood
-from bayesspec.plots import expert_coverage_plot, moe_low_load_plot, save_figure
-from bayesspec.workflow import fit
+from bayesspec.reporting.plots import expert_coverage_plot, moe_low_load_plot, save_figure
+from bayesspec.bayes.workflow import fit
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--quick", action="store_true")

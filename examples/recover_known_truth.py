@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 
-from bayesspec.synthetic import generate_sweeps, placeholder_truth
+from bayesspec.simulate.synthetic import generate_sweeps, placeholder_truth
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--seed", type=int, default=7)

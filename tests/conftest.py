@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from bayesspec import catalog as catalog_module
-from bayesspec.catalog import default_catalog
+from bayesspec.data import catalog as catalog_module
+from bayesspec.data.catalog import default_catalog
 from bayesspec.data import prepare
 from bayesspec.inference import SamplerSettings
-from bayesspec.synthetic import generate_sweeps, placeholder_truth
-from bayesspec.workflow import fit
+from bayesspec.simulate.synthetic import generate_sweeps, placeholder_truth
+from bayesspec.bayes.workflow import fit
 
 matplotlib.use("Agg")
 os.environ.setdefault("PYTENSOR_FLAGS", "")
@@ -98,7 +98,7 @@ def synthetic_dense_fit(n_groups: int = 4, draws: int = 1000, seed: int = 0, *,
     in sample_stats; ``extra`` {name: (chain, draw) array}: more posterior variables
     (e.g. a pooling spread)."""
     from bayesspec.bayes import DenseLatencyModel
-    from bayesspec.fitfile import Fit
+    from bayesspec.inference.fitfile import Fit
 
     truth = placeholder_truth()
     truth = truth[truth["verifier"] == "Qwen3-14B"].head(n_groups).reset_index(drop=True)

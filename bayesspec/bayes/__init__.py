@@ -5,16 +5,16 @@ Named ``bayes`` (not ``models``) because ``models/`` is the catalog of LLM and G
 
 from __future__ import annotations
 
-from .base import LatencyModel, ModelInputs
-from .dense import DenseLatencyModel
-from .discrepancy import DiscrepancyLatencyModel
-from .two_regime import TwoRegimeLatencyModel
-from .spline_discrepancy import SplineDiscrepancyLatencyModel
-from .hierarchical import HierarchicalLatencyModel
-from .moe import MoELatencyModel
-from .speculative import SpeculativeLatencyModel
-from .tails import TailLatencyModel
-from .versions import SpeculativeVersionEffectModel, VersionEffectModel
+from bayesspec.bayes.base import LatencyModel, ModelInputs
+from bayesspec.bayes.dense import DenseLatencyModel
+from bayesspec.bayes.discrepancy import DiscrepancyLatencyModel
+from bayesspec.bayes.two_regime import TwoRegimeLatencyModel
+from bayesspec.bayes.spline_discrepancy import SplineDiscrepancyLatencyModel
+from bayesspec.bayes.hierarchical import HierarchicalLatencyModel
+from bayesspec.bayes.moe import MoELatencyModel
+from bayesspec.bayes.speculative import SpeculativeLatencyModel
+from bayesspec.bayes.tails import TailLatencyModel
+from bayesspec.bayes.versions import SpeculativeVersionEffectModel, VersionEffectModel
 
 MODEL_CLASSES: dict[str, type[LatencyModel]] = {
     DenseLatencyModel.name: DenseLatencyModel,
@@ -31,7 +31,7 @@ MODEL_CLASSES: dict[str, type[LatencyModel]] = {
 
 
 def get_model_class(name: str) -> type[LatencyModel]:
-    from ..errors import BadInput
+    from bayesspec.errors import BadInput
 
     try:
         return MODEL_CLASSES[name]
@@ -43,8 +43,8 @@ def get_model_class(name: str) -> type[LatencyModel]:
 def load_fit(path) -> "Fit":
     """Read a fit file back with the model class that made it (its name and version
     checked: a file from another model version is refused, never misread)."""
-    from ..errors import FitFileError
-    from ..fitfile import read_tree
+    from bayesspec.errors import FitFileError
+    from bayesspec.inference.fitfile import read_tree
 
     tree = read_tree(path)
     name = tree.attrs.get("bayesspec_model")

@@ -43,9 +43,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..data import COUNTER_LABEL_COLUMNS, POSITION_COUNT_COLUMN
-from ..errors import BadInput
-from ..laws import (acceptance_length_of_pmf_expr, expected_accepted_positions_expr,
+from bayesspec.data import COUNTER_LABEL_COLUMNS, POSITION_COUNT_COLUMN
+from bayesspec.errors import BadInput
+from bayesspec.laws import (acceptance_length_of_pmf_expr, expected_accepted_positions_expr,
                     token_regimes_acceptance_expr)
 
 #: The token-process structures: which parts of the chain are switched on.
@@ -279,7 +279,7 @@ class TokenAcceptanceModel:
 
     def fit(self, counters, structures=None, settings=None):
         """Compile (once) and sample; returns the DataTree (also kept as ``tree``)."""
-        from ..inference import compile_model, sample_compiled, settings_for
+        from bayesspec.inference import compile_model, sample_compiled, settings_for
 
         settings = settings_for(self, settings)
         if self.compiled is None:
@@ -292,7 +292,7 @@ class TokenAcceptanceModel:
     def refit(self, structures, weights=None, settings=None):
         """Sample the compiled model again with other structures and window weights (a
         held-out fold: weight 0)."""
-        from ..inference import sample_compiled, settings_for
+        from bayesspec.inference import sample_compiled, settings_for
 
         self.structures = self.resolve_structures(structures)
         data = self._switch_data(self.structures)
@@ -349,7 +349,7 @@ class TokenAcceptanceModel:
         return np.column_stack(out) if out else np.zeros((0, 0))
 
     def verdict(self) -> dict:
-        from ..inference import convergence_verdict
+        from bayesspec.inference import convergence_verdict
 
         names = sorted({n for s in self.structures for n in STRUCTURE_PARAMETERS[s]})
         if replicated_setups(self.windows).any():
@@ -444,7 +444,7 @@ class PositionAcceptanceModel:
         return model
 
     def fit(self, counters, settings=None):
-        from ..inference import sample_model, settings_for
+        from bayesspec.inference import sample_model, settings_for
 
         self.tree = sample_model(self.build(counters), settings_for(self, settings))
         return self.tree
@@ -481,7 +481,7 @@ class PositionAcceptanceModel:
         return expected_accepted_positions_expr(self.conditional_draws(setup, k_max))
 
     def verdict(self) -> dict:
-        from ..inference import convergence_verdict
+        from bayesspec.inference import convergence_verdict
 
         names = [n for n in self.decision_variables if n in self.tree["posterior"]]
         return convergence_verdict(self.tree, names)
@@ -728,7 +728,7 @@ def acceptance_report(counters: pd.DataFrame, *, k_max: int = 8, prob: float = 0
 
 
 def _plain(value):
-    from ..data import plain_value
+    from bayesspec.data import plain_value
 
     return plain_value(value)
 

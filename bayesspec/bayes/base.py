@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..data import (ENGINE_LIMIT_COLUMNS, assign_groups, concurrency_caps, group_label,
+from bayesspec.data import (ENGINE_LIMIT_COLUMNS, assign_groups, concurrency_caps, group_label,
                     has_mean_latency, included)
-from ..errors import BadInput, FitFileError
-from ..laws import (capped_latency, latency, queue_wait_scale, run_mean_log_sd,
+from bayesspec.errors import BadInput, FitFileError
+from bayesspec.laws import (capped_latency, latency, queue_wait_scale, run_mean_log_sd,
                     run_process_layout)
-from .cap_prior import LEARNED_CAP, LEARNED_CAP_DIM
-from ..fitfile import Fit, read_tree
-from ..prediction import ConfigurationLaw, Curve, Noise, ProfileCurve, RunProcess
+from bayesspec.bayes.cap_prior import LEARNED_CAP, LEARNED_CAP_DIM
+from bayesspec.inference.fitfile import Fit, read_tree
+from bayesspec.prediction import ConfigurationLaw, Curve, Noise, ProfileCurve, RunProcess
 
 
 @dataclass
@@ -242,7 +242,7 @@ def fitted_cap(groups: pd.DataFrame, group: int, fit=None) -> dict:
 
 def decode_profile_inputs(path, rows: pd.DataFrame, groups: pd.DataFrame,
                           group_index: np.ndarray) -> dict:
-    """The decode-iteration profile of ``path`` (:mod:`bayesspec.decode_profile`) matched
+    """The decode-iteration profile of ``path`` (:mod:`bayesspec.data.decode_profile`) matched
     to the groups (``groups["decode_profile"]`` set), as the likelihood takes it: each
     group's profile in linear pieces (:func:`bayesspec.laws.profile_segments`), on which
     the graph solves the law's own N, and each row's shift at its measured N = RPS x L,
@@ -250,8 +250,8 @@ def decode_profile_inputs(path, rows: pd.DataFrame, groups: pd.DataFrame,
     ``profile_sizes``, ``profile_times`` (G, K), the
     pieces ``profile_knots``, ``profile_values``, ``profile_slopes`` (G, J) and
     ``profile_shift`` (rows)."""
-    from ..decode_profile import group_profile, match_profiles, read_decode_profile
-    from ..laws import PROFILE_PAD_KNOT, decode_profile_shift, profile_segments
+    from bayesspec.data.decode_profile import group_profile, match_profiles, read_decode_profile
+    from bayesspec.laws import PROFILE_PAD_KNOT, decode_profile_shift, profile_segments
 
     table = read_decode_profile(path)
     sizes, times = match_profiles(rows, group_index, len(groups), table)
@@ -287,8 +287,8 @@ def profile_chain_arrays(inputs) -> dict[str, tuple[np.ndarray, str | None]]:
     prefill's stall (``prefill_batching``): ``chain_decode_s`` (G, K), the profile's
     seconds per decode iteration at n = 1..K in flight, and ``chain_decode_one`` (G,),
     at one."""
-    from ..decode_profile import group_profile
-    from ..laws import _profile_time, profile_chain_extra
+    from bayesspec.data.decode_profile import group_profile
+    from bayesspec.laws import _profile_time, profile_chain_extra
 
     groups = inputs.groups
     caps = groups["cap"].to_numpy(float) if "cap" in groups else np.full(len(groups), np.inf)
@@ -408,7 +408,7 @@ class LatencyModel:
         """The catalog of model and GPU cards this model reads (the default one unless
         given)."""
         if self._catalog is None:
-            from ..catalog import default_catalog
+            from bayesspec.data.catalog import default_catalog
 
             self._catalog = default_catalog()
         return self._catalog
@@ -460,7 +460,7 @@ class LatencyModel:
         how = self.config.get("cap_prior", "none")
         learned = ~np.isfinite(groups["cap"].to_numpy(float)) if how != "none" else None
         if learned is not None and learned.any():
-            from .cap_prior import learned_cap_priors
+            from bayesspec.bayes.cap_prior import learned_cap_priors
 
             first = [int(np.flatnonzero(group_index == g)[0]) for g in np.flatnonzero(learned)]
             setups = rows.iloc[first].reset_index(drop=True)
@@ -631,15 +631,15 @@ class LatencyModel:
     # ------------------------------------------------------------------ fit, save, load
     def fit(self, data: pd.DataFrame, settings=None) -> Fit:
         """Build on validated tidy ``data``, sample the posterior (settings left unset:
-        the model's measured defaults) and return the :class:`~bayesspec.fitfile.Fit`
+        the model's measured defaults) and return the :class:`~bayesspec.inference.fitfile.Fit`
         (also kept as ``self.fitted``). Warns (``ConvergenceWarning``) when the decision
         quantities did not converge."""
         import dataclasses
         import time
         import warnings
 
-        from ..errors import ConvergenceWarning
-        from ..inference import sample_model, settings_for
+        from bayesspec.errors import ConvergenceWarning
+        from bayesspec.inference import sample_model, settings_for
 
         started = time.perf_counter()
         asked = settings
@@ -667,8 +667,8 @@ class LatencyModel:
         weights' ``cap_importance_*``)."""
         import dataclasses
 
-        from ..inference import resample_within_chains, sample_model, settings_for
-        from ..outputs import log
+        from bayesspec.inference import resample_within_chains, sample_model, settings_for
+        from bayesspec.outputs import log
 
         share = self.cap_reach_share(result)
         if share is None:
@@ -1001,8 +1001,8 @@ class LatencyModel:
         """A small design for ``bayesspec sbc`` without data: Qwen3-8B on H100 at
         (prefill, decode) 256/256, 512/512 and 1024/1024 (three groups, so the pooled prior
         of log C1 is exercised), 8 rates each, from the law itself."""
-        from ..data import prepare
-        from ..synthetic import generate_sweeps, placeholder_truth
+        from bayesspec.data import prepare
+        from bayesspec.simulate.synthetic import generate_sweeps, placeholder_truth
 
         truth = placeholder_truth()
         pairs = {(256, 256), (512, 512), (1024, 1024)}

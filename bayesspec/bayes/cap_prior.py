@@ -7,7 +7,7 @@ limit still shows the bend, so the cap can be learned from the curve, given a pr
 where it might be:
 
 - ``catalog``: the KV cache that fits next to the verifier's weights on its GPU (the
-  catalog's cards, :func:`bayesspec.catalog.kv_cache_tokens_estimate`) over a request's
+  catalog's cards, :func:`bayesspec.data.catalog.kv_cache_tokens_estimate`) over a request's
   footprint, or vLLM's default ``max_num_seqs`` (256 or 1024, by version and GPU)
   whichever is smaller; a log-sd of 1 (a factor 2.7) for what the cards cannot know
   (``gpu_memory_utilization``, a lowered ``max_num_seqs``). A verifier whose weights do
@@ -26,7 +26,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..laws import kv_tokens_per_request
+from bayesspec.laws import kv_tokens_per_request
 
 #: The posterior variable of the caps a fit learned, and its dimension (the groups whose
 #: cap was learned).
@@ -87,7 +87,7 @@ def _number(value) -> float:
 
 def _catalog_kv_tokens(catalog, verifier: str, gpu: str, drafter: str):
     """(KV-cache tokens from the catalog's cards, None and why not)."""
-    from ..catalog import kv_cache_tokens_estimate
+    from bayesspec.data.catalog import kv_cache_tokens_estimate
 
     if catalog is None or not verifier or not gpu:
         return None, "no verifier or GPU to look up in the catalog"

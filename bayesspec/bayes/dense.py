@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ..lazymodule import lazy_module
+from bayesspec.bayes.lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
-from ..laws import RUN_EFFECT_SHARE
-from .base import COMMON_CONFIG, LatencyModel
-from .priors import latency_likelihood, pooled_normal
+from bayesspec.laws import RUN_EFFECT_SHARE
+from bayesspec.bayes.base import COMMON_CONFIG, LatencyModel
+from bayesspec.bayes.priors import latency_likelihood, pooled_normal
 
 
 def profile_starts(inputs) -> dict[str, np.ndarray]:
@@ -82,9 +82,9 @@ def chain_law_starts(inputs, prefill_batching: bool = False,
     ``prefill_fixed_power`` (:func:`bayesspec.laws.prefill_fixed_part`)."""
     from scipy.optimize import least_squares
 
-    from ..laws import prefill_fixed_part, profile_chain_latency_expr
-    from .base import profile_chain_arrays
-    from .priors import CAP_MARGIN
+    from bayesspec.laws import prefill_fixed_part, profile_chain_latency_expr
+    from bayesspec.bayes.base import profile_chain_arrays
+    from bayesspec.bayes.priors import CAP_MARGIN
 
     starts = profile_starts(inputs)
     arrays = profile_chain_arrays(inputs)
@@ -137,7 +137,7 @@ class DenseLatencyModel(LatencyModel):
         # the ceiling), or learn it from the curve's bend with a "catalog" or "wide" prior
         # (bayes.cap_prior; `fit --cap-prior`).
         "cap_prior": "none",
-        # A decode-iteration profile file (bayesspec.decode_profile; `fit --decode-profile`):
+        # A decode-iteration profile file (bayesspec.data.decode_profile; `fit --decode-profile`):
         # the groups it names follow L = C1 + C2 N + the profile's shift at N.
         "decode_profile": "",
         # With a decode profile and a stated cap: "poisson", the law's single
@@ -194,7 +194,7 @@ class DenseLatencyModel(LatencyModel):
     def check_config(self) -> None:
         self.resolve_profile_defaults()
         super().check_config()
-        from .cap_prior import CAP_PRIORS
+        from bayesspec.bayes.cap_prior import CAP_PRIORS
 
         how = self.config["cap_prior"]
         if how not in CAP_PRIORS:

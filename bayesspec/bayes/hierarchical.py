@@ -47,19 +47,19 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ..lazymodule import lazy_module
+from bayesspec.bayes.lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
-from ..data import EXTRA_GROUP_COLUMNS
-from ..errors import BadInput
-from ..laws import effective_costs_expr
-from ..roofline import (TERM_NAMES, TREND_TERMS, covariates, physics_centres,
+from bayesspec.data import EXTRA_GROUP_COLUMNS
+from bayesspec.errors import BadInput
+from bayesspec.laws import effective_costs_expr
+from bayesspec.laws.roofline import (TERM_NAMES, TREND_TERMS, covariates, physics_centres,
                         trend_coefficients)
-from . import moe_split
-from .spread_estimate import c2p_spread
-from .base import COMMON_CONFIG, ModelInputs
-from .speculative import COEFFICIENTS, SpeculativeLatencyModel
+from bayesspec.bayes import moe_split
+from bayesspec.bayes.spread_estimate import c2p_spread
+from bayesspec.bayes.base import COMMON_CONFIG, ModelInputs
+from bayesspec.bayes.speculative import COEFFICIENTS, SpeculativeLatencyModel
 
 SYSTEM_COEFFICIENTS = ("c1p", "c1v", "c2p", "c2v")
 PAIR_COEFFICIENTS = ("c1d", "c2d")
@@ -723,8 +723,8 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         cells on the roofline trends, 1% cell deviations) plus the speculative model's
         design, so the trends, both spreads and the drafter terms are all exercised (17
         curves, 7 points each)."""
-        from ..data import prepare
-        from ..synthetic import generate_sweeps, hierarchical_truth, speculative_truth
+        from bayesspec.data import prepare
+        from bayesspec.simulate.synthetic import generate_sweeps, hierarchical_truth, speculative_truth
 
         truth = pd.concat([hierarchical_truth(("Qwen3-1.7B", "Qwen3-8B", "Qwen3-14B"),
                                               (256, 1024)),

@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ..lazymodule import lazy_module
+from bayesspec.bayes.lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
-from ..data import included
-from ..errors import BadInput
-from ..laws import (MOE_BISECTION_STEPS, MOE_NEWTON_STEPS, expert_coverage_expr,
+from bayesspec.data import included
+from bayesspec.errors import BadInput
+from bayesspec.laws import (MOE_BISECTION_STEPS, MOE_NEWTON_STEPS, expert_coverage_expr,
                     moe_latency_expr, verification_tokens)
-from ..prediction import MoECurve
-from .base import COMMON_CONFIG, LatencyModel, ModelInputs
-from .priors import latency_likelihood, pooled_normal
+from bayesspec.prediction import MoECurve
+from bayesspec.bayes.base import COMMON_CONFIG, LatencyModel, ModelInputs
+from bayesspec.bayes.priors import latency_likelihood, pooled_normal
 
 
 def tokens_per_request(k: np.ndarray, verify_tokens: str) -> np.ndarray:
@@ -151,7 +151,7 @@ class MoELatencyModel(LatencyModel):
             g = data["group_index"]
             # The least root of eq. (4) by bracketing, whatever the draw (equal to the
             # numpy solve to 1e-9 on 100k random inputs, steep coverage included, with the
-            # implicit gradient: tests/test_moe.py); independent of the data, so the prior
+            # implicit gradient: tests/bayes/test_moe.py); independent of the data, so the prior
             # and the warm-up see the true law too.
             mean_latency = moe_latency_expr(rps_data, c1u[g], c1s[g], c2u[g], c2s[g], m[g],
                                             M[g], tpr[g], token_offset=offset, xp=pt,
@@ -187,8 +187,8 @@ class MoELatencyModel(LatencyModel):
     @classmethod
     def default_sbc_design(cls) -> pd.DataFrame:
         """The first two groups of the bundled ``sim_moe`` dataset."""
-        from .. import datasets
-        from ..data import read_tidy
+        from bayesspec import datasets
+        from bayesspec.data import read_tidy
 
         data = read_tidy(datasets.path("moe"))
         keys = data[["verifier", "drafter", "k", "prefill_tokens", "decode_tokens"]]

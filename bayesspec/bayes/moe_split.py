@@ -30,14 +30,14 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ..lazymodule import lazy_module
+from bayesspec.bayes.lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
-from ..errors import BadInput
-from ..laws import expert_coverage_expr, moe_latency_expr
-from .moe import MoELatencyModel, tokens_per_request
-from .priors import latency_likelihood, soft_utilisation_cap
+from bayesspec.errors import BadInput
+from bayesspec.laws import expert_coverage_expr, moe_latency_expr
+from bayesspec.bayes.moe import MoELatencyModel, tokens_per_request
+from bayesspec.bayes.priors import latency_likelihood, soft_utilisation_cap
 
 SPLIT_MODES = ("auto", "never")
 

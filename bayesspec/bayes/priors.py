@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
-from ..lazymodule import lazy_module
+from bayesspec.bayes.lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
-from ..laws import (latency_expr, load_amplification_expr, load_elasticity_expr,
+from bayesspec.laws import (latency_expr, load_amplification_expr, load_elasticity_expr,
                     measured_load_amplification, prefill_fixed_part,
                     profile_chain_latency_expr, profile_concurrency_expr,
                     run_process_factor_expr, slot_queue_latency_expr, RUN_OWN_LENGTH)
@@ -62,7 +62,7 @@ def soft_utilisation_cap(rps, c2, margin: float = 1e-3):
 
 def profiled_point_c1(point_c1, point_c2, data: dict):
     """Each point's zero-load latency as its requests feel it: C1 plus the engine's
-    decode-profile shift (bayesspec.decode_profile) where ``data`` holds one, else C1.
+    decode-profile shift (bayesspec.data.decode_profile) where ``data`` holds one, else C1.
     The shift is the one at the self-consistent N of eq. (1) with the profile (one of the
     profile's linear pieces holds it), so that the fit's law is the one its answers use;
     the measured N's shift only where a draw has no root (past its ceiling)."""

@@ -52,19 +52,19 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ..lazymodule import lazy_module
+from bayesspec.bayes.lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
-from ..data import EXTRA_GROUP_COLUMNS, group_label, row_group_labels
-from ..errors import BadInput
-from ..laws import costs_for_acceptance_length, expected_accepted, expected_accepted_expr
-from ..prediction import CoefficientLaw, Curve, MeasuredConfiguration, MoECurve, MoESplit
-from . import moe_split
-from .acceptance import TOKEN_VARIABLES
-from .base import (COMMON_CONFIG, LatencyModel, ModelInputs, dense_hint, engine_limits,
+from bayesspec.data import EXTRA_GROUP_COLUMNS, group_label, row_group_labels
+from bayesspec.errors import BadInput
+from bayesspec.laws import costs_for_acceptance_length, expected_accepted, expected_accepted_expr
+from bayesspec.prediction import CoefficientLaw, Curve, MeasuredConfiguration, MoECurve, MoESplit
+from bayesspec.bayes import moe_split
+from bayesspec.bayes.acceptance import TOKEN_VARIABLES
+from bayesspec.bayes.base import (COMMON_CONFIG, LatencyModel, ModelInputs, dense_hint, engine_limits,
                    fitted_cap)
-from .priors import latency_likelihood, pooled_normal
+from bayesspec.bayes.priors import latency_likelihood, pooled_normal
 
 SETUP_COLUMNS = ("verifier", "drafter", "prefill_tokens", "decode_tokens")
 COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
@@ -359,7 +359,7 @@ class SpeculativeLatencyModel(LatencyModel):
         inputs.extras["acceptance"], groups["acceptance_counts"] = self._acceptance_windows(
             counters, counter_group, latent, groups, source)
         if token:
-            from .acceptance import token_windows_of
+            from bayesspec.bayes.acceptance import token_windows_of
 
             windows = token_windows_of(groups, counters, counter_group, len(setups), source)
             inputs.extras["acceptance_token"] = windows
@@ -609,7 +609,7 @@ class SpeculativeLatencyModel(LatencyModel):
     # fitted to the per-position counters of the setup's rows (bayes.acceptance), so that
     # every decision carries the acceptance uncertainty with the same draws.
     def _token_law(self) -> bool:
-        from .acceptance import STRUCTURES
+        from bayesspec.bayes.acceptance import STRUCTURES
 
         law, structure = self.config["acceptance_law"], self.config["acceptance_structure"]
         if law not in {"iid", "token"}:
@@ -628,7 +628,7 @@ class SpeculativeLatencyModel(LatencyModel):
         token process, and the process's counter likelihood."""
         import pymc as pm
 
-        from .acceptance import default_structure, token_acceptance_lengths
+        from bayesspec.bayes.acceptance import default_structure, token_acceptance_lengths
 
         setups = self.inputs.extras["setups"]
         windows = self.inputs.extras["acceptance_token"]
@@ -738,8 +738,8 @@ class SpeculativeLatencyModel(LatencyModel):
         """Llama-3.1-8B + EAGLE-3 at 512/512 tokens: the dense baseline and (alpha, k) in
         {0.6, 0.8} x {1, 4} with alpha known; 8 rates per curve, the top one saturated
         and excluded (7 points per curve, 35 in all)."""
-        from ..data import prepare
-        from ..synthetic import generate_sweeps, speculative_truth
+        from bayesspec.data import prepare
+        from bayesspec.simulate.synthetic import generate_sweeps, speculative_truth
 
         truth = speculative_truth(alphas=(0.6, 0.8), ks=(1, 4))
         return prepare(generate_sweeps(truth, n_rates=8, seed=0), source="<sbc design>")

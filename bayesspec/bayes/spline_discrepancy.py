@@ -40,14 +40,14 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ..lazymodule import lazy_module
+from bayesspec.bayes.lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
-from ..laws import curved_latency, curved_latency_expr
-from ..prediction import Curve, Noise, _lift
-from .dense import DenseLatencyModel
-from .priors import latency_likelihood
+from bayesspec.laws import curved_latency, curved_latency_expr
+from bayesspec.prediction import Curve, Noise, _lift
+from bayesspec.bayes.dense import DenseLatencyModel
+from bayesspec.bayes.priors import latency_likelihood
 
 
 def knots(spacing: float, last: float = 2.0) -> np.ndarray:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..roofline import covariates
+from bayesspec.laws.roofline import covariates
 
 
 @dataclass(frozen=True)

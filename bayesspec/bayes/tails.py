@@ -58,23 +58,23 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ..lazymodule import lazy_module
+from bayesspec.bayes.lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 import xarray as xr
 
-from ..data import has_mean_latency, reference_latency
-from ..errors import BadInput
-from ..laws import (QUANTILE_RULES, RUN_EFFECT_SHARE, batch_count_loads,
+from bayesspec.data import has_mean_latency, reference_latency
+from bayesspec.errors import BadInput
+from bayesspec.laws import (QUANTILE_RULES, RUN_EFFECT_SHARE, batch_count_loads,
                     batch_count_quantile_expr, count_spread_quantile_expr, latency_expr,
                     load_amplification_expr, load_elasticity_expr, load_factor_expr,
                     percentile_latency_expr, quantile_sampling_moments, sampled_quantile_error_expr,
                     slot_queue_latency_expr, spreading_load_expr)
-from ..prediction import MetricCurve, Noise, SummarySampling
-from ..schema import METRIC_COLUMNS, metric_description, metric_family, metric_quantile
-from .dense import DenseLatencyModel, profile_starts
-from .base import CAP_REACH_SUMMARY_TOLERANCE, cap_departure, fitted_cap
-from .priors import (CAP_MARGIN, latency_likelihood, profiled_point_c1,
+from bayesspec.prediction import MetricCurve, Noise, SummarySampling
+from bayesspec.data.schema import METRIC_COLUMNS, metric_description, metric_family, metric_quantile
+from bayesspec.bayes.dense import DenseLatencyModel, profile_starts
+from bayesspec.bayes.base import CAP_REACH_SUMMARY_TOLERANCE, cap_departure, fitted_cap
+from bayesspec.bayes.priors import (CAP_MARGIN, latency_likelihood, profiled_point_c1,
                      soft_utilisation_cap)
 
 #: Where a metric's zero-load value sits relative to C1 before the data speak: TTFT and
@@ -758,7 +758,7 @@ class TailLatencyModel(DenseLatencyModel):
         on the mean alone, which any other model has.)"""
         import arviz as az
 
-        from ..inference import add_log_likelihood
+        from bayesspec.inference import add_log_likelihood
 
         joint = fit.posterior["log_tail_point"]
         if self.has_mean(fit):

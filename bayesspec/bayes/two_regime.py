@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ..lazymodule import lazy_module
+from bayesspec.bayes.lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
-from ..laws import two_regime_latency_expr
-from ..prediction import TwoRegimeCurve
-from .dense import DenseLatencyModel
-from .priors import latency_likelihood
+from bayesspec.laws import two_regime_latency_expr
+from bayesspec.prediction import TwoRegimeCurve
+from bayesspec.bayes.dense import DenseLatencyModel
+from bayesspec.bayes.priors import latency_likelihood
 
 
 class TwoRegimeLatencyModel(DenseLatencyModel):

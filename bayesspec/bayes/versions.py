@@ -18,18 +18,18 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from ..lazymodule import lazy_module
+from bayesspec.bayes.lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
-from ..data import EXTRA_GROUP_COLUMNS, GROUP_COLUMNS, group_label
-from ..errors import BadInput
-from ..laws import effective_costs_expr, expected_accepted_expr
-from ..prediction import Curve
-from ..uncertainty import ratio_entry, uncertain
-from .base import COMMON_CONFIG, LatencyModel, ModelInputs
-from .priors import latency_likelihood, pooled_normal
-from .speculative import (COEFFICIENTS, SpeculativeLatencyModel, _setup_label,
+from bayesspec.data import EXTRA_GROUP_COLUMNS, GROUP_COLUMNS, group_label
+from bayesspec.errors import BadInput
+from bayesspec.laws import effective_costs_expr, expected_accepted_expr
+from bayesspec.prediction import Curve
+from bayesspec.uncertainty import ratio_entry, uncertain
+from bayesspec.bayes.base import COMMON_CONFIG, LatencyModel, ModelInputs
+from bayesspec.bayes.priors import latency_likelihood, pooled_normal
+from bayesspec.bayes.speculative import (COEFFICIENTS, SpeculativeLatencyModel, _setup_label,
                           median_cycle_anchors,
                           curve_utilisation, setup_columns)
 

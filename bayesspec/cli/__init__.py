@@ -16,8 +16,8 @@ import os
 import sys
 import warnings
 
-from ..errors import BadInput, ConvergenceWarning
-from .common import parse_list  # noqa: F401  (part of the package's interface)
+from bayesspec.errors import BadInput, ConvergenceWarning
+from bayesspec.cli.common import parse_list  # noqa: F401  (part of the package's interface)
 
 PROG = "bayesspec"
 # The verb modules, in the order of `bayesspec --help`.
@@ -44,7 +44,7 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        from .. import __version__
+        from bayesspec import __version__
 
         print(f"{parser.prog} {__version__}")
         parser.exit()

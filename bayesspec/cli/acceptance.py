@@ -3,8 +3,8 @@ counters, and the acceptance length of any k (measured or not) with intervals.""
 
 from __future__ import annotations
 
-from ..outputs import emit_json, log
-from .common import (add_common, add_sampler_options, check_output_path, check_prob, fmt,
+from bayesspec.outputs import emit_json, log
+from bayesspec.cli.common import (add_common, add_sampler_options, check_output_path, check_prob, fmt,
                      sampler_settings, strict_exit)
 
 STRUCTURE_CHOICES = ("auto", "iid", "chain", "chain+depth", "spread", "spread+depth",
@@ -35,9 +35,9 @@ def register(verbs) -> None:
 
 
 def run(args) -> int:
-    from ..bayes.acceptance import acceptance_report
-    from ..data import read_counters
-    from ..errors import BadInput
+    from bayesspec.bayes.acceptance import acceptance_report
+    from bayesspec.data import read_counters
+    from bayesspec.errors import BadInput
 
     check_prob(args)
     if args.plot:
@@ -52,7 +52,7 @@ def run(args) -> int:
                                structure=args.structure,
                                progress=lambda text: log(text, settings.progress))
     if args.plot:
-        from ..plots import acceptance_plot, save_figure
+        from bayesspec.reporting.plots import acceptance_plot, save_figure
 
         report["plot"] = save_figure(acceptance_plot(report), args.plot)
     if args.json:

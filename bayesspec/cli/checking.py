@@ -4,9 +4,9 @@ of rates above those it was fitted on (``--ppc``), or the prior predictive check
 
 from __future__ import annotations
 
-from ..errors import BadInput
-from ..outputs import emit_json, log
-from .common import (add_catalog, add_common, add_engine_limit_options, add_model_options,
+from bayesspec.errors import BadInput
+from bayesspec.outputs import emit_json, log
+from bayesspec.cli.common import (add_catalog, add_common, add_engine_limit_options, add_model_options,
                      add_parallel_options, add_sampler_options, add_saturation_options,
                      check_output_path, check_prob, model_options, parallel_options, read_data,
                      sampler_settings)
@@ -68,8 +68,8 @@ def run(args) -> int:
         raise BadInput("needs --ppc", option="--hold-out-above")
     args.model = args.model or "hierarchical"
     data = read_data(args.data, args)
-    from .. import checks
-    from .common import catalog_of
+    from bayesspec import checks
+    from bayesspec.cli.common import catalog_of
 
     if args.prior_predictive:
         document = checks.prior_predictive_check(data, model=args.model, seed=args.seed or 0,
@@ -94,7 +94,7 @@ def run(args) -> int:
         progress=settings.progress, catalog=catalog_of(args), **parallel_options(args))
     points = document.pop("_points")
     if args.plot:
-        from ..plots import holdout_plot, save_figure
+        from bayesspec.reporting.plots import holdout_plot, save_figure
 
         document["plot"] = save_figure(holdout_plot(points, prob=args.prob,
                                                     title=f"leave-{document['leave_out']}-out"),
@@ -123,9 +123,9 @@ def run(args) -> int:
 def run_predictive_check(args, settings) -> int:
     """``check --ppc``: on a fit file as it is, or fit DATA (its lower rates only with
     ``--hold-out-above``) and check."""
-    from .. import misfit
-    from ..fitfile import is_fit_file
-    from .common import catalog_of, load_fit, strict_exit
+    from bayesspec.checks import misfit
+    from bayesspec.inference.fitfile import is_fit_file
+    from bayesspec.cli.common import catalog_of, load_fit, strict_exit
 
     if args.prior_predictive:
         raise BadInput("choose one of --ppc and --prior-predictive", option="--ppc")
@@ -151,7 +151,7 @@ def run_predictive_check(args, settings) -> int:
         model = args.model or "dense"
         config = profile_config(args, model)
         if fraction is None:
-            from ..workflow import fit as fit_model
+            from bayesspec.bayes.workflow import fit as fit_model
 
             fit = fit_model(data, model, settings=settings, config=config,
                             catalog=catalog_of(args))
@@ -165,8 +165,8 @@ def run_predictive_check(args, settings) -> int:
     if args.plot:
         from pathlib import Path
 
-        from ..plots import predictive_check_plot, save_figure
-        from ..schema import metric_description
+        from bayesspec.reporting.plots import predictive_check_plot, save_figure
+        from bayesspec.data.schema import metric_description
 
         target = Path(args.plot)
         # a fit of percentiles alone has no mean to draw: its summaries are the check
@@ -226,7 +226,7 @@ def profile_config(args, model: str) -> dict | None:
         args.model = model
         config.update(model_options(args))
     if getattr(args, "decode_profile", None):
-        from .fitting import decode_profile_option
+        from bayesspec.cli.fitting import decode_profile_option
 
         config["decode_profile"] = decode_profile_option(args.decode_profile, model, config)
     return config or None
@@ -234,9 +234,9 @@ def profile_config(args, model: str) -> dict | None:
 
 def run_fold_check(args, settings) -> int:
     """``check --ppc --folds K``: K refits without interleaved rates, left-out coverage."""
-    from .. import misfit
-    from ..fitfile import is_fit_file
-    from .common import catalog_of
+    from bayesspec.checks import misfit
+    from bayesspec.inference.fitfile import is_fit_file
+    from bayesspec.cli.common import catalog_of
 
     if args.hold_out_above is not None:
         raise BadInput("choose one of --folds and --hold-out-above", option="--folds")
@@ -255,7 +255,7 @@ def run_fold_check(args, settings) -> int:
     if args.plot:
         from pathlib import Path
 
-        from ..plots import predictive_check_plot, save_figure
+        from bayesspec.reporting.plots import predictive_check_plot, save_figure
 
         figures = predictive_check_plot(points, misfit.group_calibration(points, prob=args.prob),
                                         prob=args.prob)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BadInput
-from ..outputs import log
+from bayesspec.errors import BadInput
+from bayesspec.outputs import log
 
 MAX_LIST_VALUES = 100_000
 
@@ -163,7 +163,7 @@ def method_settings(args) -> dict:
 def sampler_settings(args):
     """SamplerSettings from the sampler options; what is left unset is resolved later,
     in one place, from the model (:func:`bayesspec.inference.settings_for`)."""
-    from ..inference import SamplerSettings
+    from bayesspec.inference import SamplerSettings
 
     for name, low in (("draws", 2), ("tune", 0), ("chains", 1)):
         value = getattr(args, name)
@@ -173,7 +173,7 @@ def sampler_settings(args):
         raise BadInput(f"must be within [0.5, 1), got {args.target_accept}",
                        option="--target-accept")
     if args.sampler in ("numpyro", "blackjax"):
-        from ..inference import jax_missing
+        from bayesspec.inference import jax_missing
 
         reason = jax_missing(args.sampler)
         if reason:
@@ -191,7 +191,7 @@ def catalog_of(args):
     folders = getattr(args, "catalog", None)
     if not folders:
         return None
-    from ..catalog import load_catalog
+    from bayesspec.data.catalog import load_catalog
 
     return load_catalog(folders if isinstance(folders, (list, tuple)) else [folders])
 
@@ -241,9 +241,9 @@ def engine_limits_of(args) -> dict:
 def read_data(path: str, args):
     """A tidy table through :func:`bayesspec.data.read_tidy`, saying on stderr which rows
     were set aside as saturated and why."""
-    from ..data import SaturationRule, describe_exclusions, read_tidy
+    from bayesspec.data import SaturationRule, describe_exclusions, read_tidy
 
-    from ..units import UNITS, parse_units
+    from bayesspec.data.units import UNITS, parse_units
 
     rule = SaturationRule(max_rps=getattr(args, "max_rps", None),
                           detect=not getattr(args, "no_saturation_detection", False))
@@ -265,7 +265,7 @@ def read_data(path: str, args):
 
 
 def load_fit(path: str):
-    from ..bayes import load_fit as load
+    from bayesspec.bayes import load_fit as load
 
     return load(path)
 
@@ -276,7 +276,7 @@ def fmt(u: dict, digits: int = 4, *, between=None) -> str:
     """'median [lo, hi]' of an uncertain number; 'not identified ...' when its interval
     is wider than ten times its median (or open), with ``between`` = (lo, hi) rates
     that would pin it down."""
-    from ..uncertainty import identified
+    from bayesspec.uncertainty import identified
 
     if u is None or u.get("median") is None:
         return "n/a"
@@ -346,7 +346,7 @@ def add_parallel_options(parser) -> None:
 
 
 def parallel_options(args) -> dict:
-    from ..parallel import check_workers
+    from bayesspec.inference.parallel import check_workers
 
     check_workers(args.workers, args.scheduler)
     return {"workers": args.workers, "scheduler": args.scheduler}
@@ -365,7 +365,7 @@ def model_options(args) -> dict:
     after the cheap checks."""
     import json
 
-    from ..bayes import get_model_class
+    from bayesspec.bayes import get_model_class
 
     config = {}
     for item in args.option:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..errors import BadInput
-from ..outputs import emit_json, log
-from .common import (add_catalog, add_common, add_sampler_options, add_units,
+from bayesspec.errors import BadInput
+from bayesspec.outputs import emit_json, log
+from bayesspec.cli.common import (add_catalog, add_common, add_sampler_options, add_units,
                      check_output_path, check_prob, finish, fmt, load_fit, read_data,
                      sampler_settings, strict_exit)
 
@@ -78,7 +78,7 @@ def register(verbs) -> None:
 
 
 def _is_fit(path: str) -> bool:
-    from ..fitfile import is_fit_file
+    from bayesspec.inference.fitfile import is_fit_file
 
     return str(path).endswith(".nc") or is_fit_file(path)
 
@@ -115,9 +115,9 @@ def _joint_data(paths_a: list[str], paths_b: list[str], args):
 
 def _joint_fit(data, by: str, args):
     settings = sampler_settings(args)
-    from ..bayes import versions_model_for
-    from ..workflow import fit
-    from .common import catalog_of
+    from bayesspec.bayes import versions_model_for
+    from bayesspec.bayes.workflow import fit
+    from bayesspec.cli.common import catalog_of
 
     result = fit(data, versions_model_for(data), settings=settings, config={"by": by},
                  catalog=catalog_of(args))
@@ -145,7 +145,7 @@ def _check_options(args) -> None:
 
 
 def run(args) -> int:
-    from ..decisions import compare_fits, compare_versions
+    from bayesspec.decisions import compare_fits, compare_versions
 
     _check_options(args)
     inputs = list(args.inputs)
@@ -187,12 +187,12 @@ def run(args) -> int:
     verdicts = [f.diagnostics for f in fits]
     finish(document, verdicts, args, what="a compared fit" if len(fits) > 1 else "posterior")
     if args.plot:
-        from ..plots import compare_forest_plot, save_figure
+        from bayesspec.reporting.plots import compare_forest_plot, save_figure
 
         document["plot"] = save_figure(compare_forest_plot(document, label_a=str(label_a),
                                                             label_b=str(label_b)), args.plot)
     if args.output:
-        from ..pages import write_compare_markdown
+        from bayesspec.reporting.pages import write_compare_markdown
 
         document["markdown"] = write_compare_markdown(document, args.output,
                                                       command=_command_line(args))
@@ -210,7 +210,7 @@ def run(args) -> int:
 def _planner_settle(document: dict, fits, rope: float) -> None:
     """Add the planner's next load points (its `compare` question: the C1/C2 verdict of
     the two fits) to an inconclusive comparison's ``settle``."""
-    from ..planning import plan, question_from_fit
+    from bayesspec.loadtest.planning import plan, question_from_fit
 
     try:
         result = plan(question_from_fit(fits[0], "compare", other=fits[1], rope=rope), top=3)

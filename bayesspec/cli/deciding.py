@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import BadInput
-from ..outputs import emit_json, log
-from ..schema import metric_description
-from .common import (add_common, add_group_options, check_alpha_k, check_output_path,
+from bayesspec.errors import BadInput
+from bayesspec.outputs import emit_json, log
+from bayesspec.data.schema import metric_description
+from bayesspec.cli.common import (add_common, add_group_options, check_alpha_k, check_output_path,
                      check_prob, finish, fmt, group_criteria, load_fit, parse_list, rates,
                      strict_exit)
 
@@ -183,7 +183,7 @@ def _whole_runs(fit, group: int) -> bool:
 
 
 def run_predict(args) -> int:
-    from ..decisions import predict_group
+    from bayesspec.decisions import predict_group
 
     check_prob(args)
     rps = rates(args.rps)
@@ -236,7 +236,7 @@ def run_predict(args) -> int:
 
 def _recommended_k(law, alpha: float, rps: np.ndarray) -> int | None:
     """The k the posterior recommends at the middle of the plotted rates (for the plot)."""
-    from ..decisions import kstar_table
+    from bayesspec.decisions import kstar_table
 
     if not law.answers_any_configuration:
         return None
@@ -293,7 +293,7 @@ def _speculative_law(args, fit, *, any_k: bool = False):
 
 
 def run_speedup(args) -> int:
-    from ..decisions import speedup_curve
+    from bayesspec.decisions import speedup_curve
 
     check_prob(args)
     check_alpha_k(0.5 if args.alpha is None else args.alpha, args.k)
@@ -304,7 +304,7 @@ def run_speedup(args) -> int:
                        "metric": args.metric, **({"ignored": ignored} if ignored else {})},
                       fit.diagnostics, args)
     if args.plot:
-        from ..plots import save_figure, speedup_bands_plot
+        from bayesspec.reporting.plots import save_figure, speedup_bands_plot
 
         check_output_path(args.plot)
         recommended = _recommended_k(law, args.alpha, rps)
@@ -340,7 +340,7 @@ def run_speedup(args) -> int:
 
 
 def run_crossover(args) -> int:
-    from ..decisions import crossover
+    from bayesspec.decisions import crossover
 
     check_prob(args)
     check_alpha_k(0.5 if args.alpha is None else args.alpha, args.k)
@@ -384,7 +384,7 @@ def run_crossover(args) -> int:
 
 
 def run_kstar(args) -> int:
-    from ..decisions import kstar_table
+    from bayesspec.decisions import kstar_table
 
     check_prob(args)
     if args.alpha is not None and args.acceptance is not None:
@@ -422,11 +422,11 @@ def run_kstar(args) -> int:
                                                   else "--acceptance"),
                        option="--alpha" if args.alpha is not None else "--acceptance")
     if args.acceptance is not None:
-        from ..bayes.acceptance import acceptance_length_draws
-        from ..data import read_counters
+        from bayesspec.bayes.acceptance import acceptance_length_draws
+        from bayesspec.data import read_counters
 
         counters = read_counters(args.acceptance)   # every window counts, saturated too
-        from ..inference import SamplerSettings
+        from bayesspec.inference import SamplerSettings
 
         lengths, setup, verdict = acceptance_length_draws(
             counters, args.kmax, drafter=getattr(args, "drafter", None),
@@ -441,7 +441,7 @@ def run_kstar(args) -> int:
     document = kstar_table(law, alphas, rps, ks=range(0, args.kmax + 1),
                            objective=args.objective, prob=args.prob)
     if args.vllm:
-        from ..decisions import vllm_schedule
+        from bayesspec.decisions import vllm_schedule
 
         if len(alphas) != 1:
             raise BadInput("--vllm builds one schedule: give one acceptance rate",
@@ -458,7 +458,7 @@ def run_kstar(args) -> int:
             log(f"warning: acceptance by position: {verdict['text']}")
     document = finish(document, fit.diagnostics, args)
     if args.plot:
-        from ..plots import kstar_map_plot, save_figure
+        from bayesspec.reporting.plots import kstar_map_plot, save_figure
 
         check_output_path(args.plot)
         document["plot"] = save_figure(kstar_map_plot(document), args.plot)
@@ -550,7 +550,7 @@ def _slo_targets(args) -> dict[str, float]:
 
 
 def run_slo(args) -> int:
-    from ..decisions import slo_decision
+    from bayesspec.decisions import slo_decision
 
     check_prob(args)
     targets = _slo_targets(args)
@@ -579,7 +579,7 @@ def run_slo(args) -> int:
     document = finish(slo_decision(laws, mean_law, targets, rps, slo_prob=args.slo_prob,
                                    prob=args.prob, ranked_by=ranked_by), fit.diagnostics, args)
     if args.plot:
-        from ..plots import save_figure, slo_plot
+        from bayesspec.reporting.plots import save_figure, slo_plot
 
         check_output_path(args.plot)
         document["plot"] = save_figure(slo_plot(laws, document, fit=fit, prob=args.prob),

@@ -13,6 +13,6 @@ def register(verbs) -> None:
 
 
 def run(args) -> int:
-    from ..demo import run_demo
+    from bayesspec.cli.demo_job import run_demo
 
     return run_demo(out=args.out, quick=args.quick, as_json=args.json, seed=args.seed)

@@ -8,9 +8,9 @@ import os
 
 import numpy as np
 
-from ..errors import BadInput
-from ..outputs import emit_json, log
-from .common import (add_catalog, add_common, add_engine_limit_options, add_model_options,
+from bayesspec.errors import BadInput
+from bayesspec.outputs import emit_json, log
+from bayesspec.cli.common import (add_catalog, add_common, add_engine_limit_options, add_model_options,
                      add_sampler_options, add_saturation_options, check_output_path,
                      check_prob, finish, g, load_fit, model_options, read_data,
                      sampler_settings, strict_exit)
@@ -111,7 +111,7 @@ def concurrency_cap_note(data, cap_prior: str | None = None) -> str:
     """Where the engine's concurrency cap came from, or that it is unknown (said once)."""
     import numpy as np
 
-    from ..data import concurrency_caps, included
+    from bayesspec.data import concurrency_caps, included
 
     rows = included(data)
     caps, sources = concurrency_caps(rows)
@@ -163,15 +163,15 @@ def run_fit(args) -> int:
     cap_note = concurrency_cap_note(data, args.cap_prior)
     log(cap_note)
     # Imported after the data are read: loading PyMC takes seconds, a bad file should not.
-    from ..workflow import fit
-    from .common import catalog_of
+    from bayesspec.bayes.workflow import fit
+    from bayesspec.cli.common import catalog_of
 
     options = model_options(args)
     if args.cap_prior:
         if options.get("cap_prior", args.cap_prior) != args.cap_prior:
             raise BadInput(f"--option cap_prior={options['cap_prior']} contradicts it",
                            option="--cap-prior")
-        from ..bayes import get_model_class
+        from bayesspec.bayes import get_model_class
 
         try:
             get_model_class(args.model)({**options, "cap_prior": args.cap_prior})
@@ -194,12 +194,12 @@ def run_fit(args) -> int:
     if not args.no_loo:
         _store_loo(result)
     result.save(args.output)
-    from ..inference import thin_groups
-    from ..reports import answerable
+    from bayesspec.inference import thin_groups
+    from bayesspec.reporting.summary import answerable
 
     questions = answerable(result)
     thin = thin_groups(result.data, getattr(result.model(), "curve_parameters", 2))
-    from ..bayes.cap_prior import chains_disagree
+    from bayesspec.bayes.cap_prior import chains_disagree
 
     cap_chains = chains_disagree(result)
     if cap_chains:
@@ -223,7 +223,7 @@ def run_fit(args) -> int:
               f"in {result.tree.attrs.get('fit_seconds', 0):.1f} s -> {args.output}")
         print(questions_text(questions))
         if thin:
-            from ..inference import design_advice
+            from bayesspec.inference import design_advice
 
             print(f"note: {len(thin)} group(s) have fewer rates than a curve needs: "
                   f"{design_advice(thin)}")
@@ -234,8 +234,8 @@ def run_fit(args) -> int:
 def decode_profile_option(path: str, model: str, options: dict) -> str:
     """The checked ``--decode-profile`` file for ``model`` with ``options``: a bad file or
     a model whose law takes no profile is a one-line error (exit 2) before any sampling."""
-    from ..bayes import get_model_class
-    from ..decode_profile import read_decode_profile
+    from bayesspec.bayes import get_model_class
+    from bayesspec.data.decode_profile import read_decode_profile
 
     read_decode_profile(path)
     try:
@@ -280,7 +280,7 @@ def questions_text(questions: list[dict]) -> str:
 
 def _store_loo(result) -> None:
     """PSIS-LOO at fit time, kept in the fit file's attrs (not the pointwise matrix)."""
-    from ..checks import loo_summary
+    from bayesspec.checks import loo_summary
 
     try:
         loo = loo_summary(result)
@@ -294,7 +294,7 @@ def _store_loo(result) -> None:
 
 
 def run_summary(args) -> int:
-    from ..reports import summary_document, summary_text
+    from bayesspec.reporting.summary import summary_document, summary_text
 
     check_prob(args)
     fit = load_fit(args.fit)
@@ -302,7 +302,7 @@ def run_summary(args) -> int:
     if "loo" in fit.tree.attrs:
         document["loo"] = json.loads(fit.tree.attrs["loo"])
     elif args.loo:
-        from ..checks import loo_summary
+        from bayesspec.checks import loo_summary
 
         document["loo"] = loo_summary(fit)
     if document.get("loo", {}).get("warning"):
@@ -321,7 +321,7 @@ def run_summary(args) -> int:
 
 
 def run_compare_models(args) -> int:
-    from ..checks import compare_models
+    from bayesspec.checks import compare_models
 
     names = [os.path.basename(p) for p in args.fits]
     if len(set(names)) != len(names):

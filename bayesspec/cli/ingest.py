@@ -12,8 +12,8 @@ import json
 import sys
 from pathlib import Path
 
-from ..errors import BadInput
-from ..outputs import write_table
+from bayesspec.errors import BadInput
+from bayesspec.outputs import write_table
 
 __all__ = ["register", "add_arguments", "run"]
 
@@ -107,12 +107,12 @@ def _check_output(path: str, inputs: list[str]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``bayesspec ingest``; returns the exit status (0)."""
-    from ..ingest.core import ingest_files
+    from bayesspec.ingest.core import ingest_files
 
     _check_output(args.output, args.files)
     flags = _flags(args)
     if getattr(args, "server_log", None):
-        from ..ingest.server_log import engine_limits_from_log
+        from bayesspec.ingest.server_log import engine_limits_from_log
 
         for name, value in engine_limits_from_log(args.server_log).items():
             given = flags.get(name)
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     saturated = int(rows["saturated"].sum()) if "saturated" in rows.columns else 0
     reconstructed = int(rows["latency_reconstructed"].sum()) \
         if "latency_reconstructed" in rows.columns else 0
-    from ..data import GROUP_COLUMNS
+    from bayesspec.data import GROUP_COLUMNS
 
     groups = int(rows[list(GROUP_COLUMNS)].astype(str).drop_duplicates().shape[0])
     if getattr(args, "json", False):

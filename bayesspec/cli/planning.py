@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import BadInput
-from ..outputs import emit_json
-from .common import (add_common, add_group_options, finish, group_criteria, load_fit,
+from bayesspec.errors import BadInput
+from bayesspec.outputs import emit_json
+from bayesspec.cli.common import (add_common, add_group_options, finish, group_criteria, load_fit,
                      parse_list, rates, strict_exit)
-from .deciding import SLO_FLAGS, _slo_targets
+from bayesspec.cli.deciding import SLO_FLAGS, _slo_targets
 
 QUESTION_HELP = ("crossover (RPS* of --alpha/--k), kstar (best k at --rps), slo (goodput "
                  "under the SLO targets; a tails fit), compare (two fits: the version "
@@ -113,7 +113,7 @@ def slo_targets(args) -> dict | None:
 
 def build_question(args, fit, other=None):
     """The planning question the options ask of ``fit``."""
-    from ..planning import question_from_fit
+    from bayesspec.loadtest.planning import question_from_fit
 
     ks = None
     if args.ks is not None:
@@ -130,7 +130,7 @@ def build_question(args, fit, other=None):
 
 def plan_document(args, fits) -> dict:
     """The ``plan`` JSON document (CONTRACT round three) for loaded fits."""
-    from ..planning import (command_lines, guidellm_version, plan, planned_lengths,
+    from bayesspec.loadtest.planning import (command_lines, guidellm_version, plan, planned_lengths,
                             required_columns)
 
     question = build_question(args, fits[0], fits[1] if len(fits) > 1 else None)

@@ -9,10 +9,10 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..errors import BadInput
-from ..outputs import emit_json, log
-from .common import add_common, check_output_path, check_prob, load_fit, strict_exit
-from .deciding import SLO_FLAGS
+from bayesspec.errors import BadInput
+from bayesspec.outputs import emit_json, log
+from bayesspec.cli.common import add_common, check_output_path, check_prob, load_fit, strict_exit
+from bayesspec.cli.deciding import SLO_FLAGS
 
 EPILOG = """\
 The page, top to bottom: the decision in one paragraph; the key numbers with intervals;
@@ -70,7 +70,7 @@ def _targets(args) -> dict[str, float]:
 
 
 def run(args) -> int:
-    from ..pages import write_report
+    from bayesspec.reporting.pages import write_report
 
     check_prob(args)
     check_output_path(args.output)

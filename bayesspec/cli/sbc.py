@@ -1,14 +1,14 @@
 """``bayesspec sbc``: simulation-based calibration of a registered model
-(:mod:`bayesspec.sbc`), with the rank ECDF plot and its tables written to a folder."""
+(:mod:`bayesspec.checks.sbc`), with the rank ECDF plot and its tables written to a folder."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import BadInput
-from ..outputs import emit_json, json_text, write_text_atomic
-from ..sbc import DEFAULT_THIN_TO, MAX_LATENCY_RATIO
-from .common import (add_catalog, add_method_options, add_model_options, add_units,
+from bayesspec.errors import BadInput
+from bayesspec.outputs import emit_json, json_text, write_text_atomic
+from bayesspec.checks.sbc import DEFAULT_THIN_TO, MAX_LATENCY_RATIO
+from bayesspec.cli.common import (add_catalog, add_method_options, add_model_options, add_units,
                      add_parallel_options, method_settings, model_options,
                      parallel_options, read_data)
 
@@ -61,8 +61,8 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     """``bayesspec sbc``: exit 0 when no coefficient is rejected family-wise, else 1."""
-    from ..inference import SamplerSettings
-    from ..sbc import run_sbc
+    from bayesspec.inference import SamplerSettings
+    from bayesspec.checks.sbc import run_sbc
 
     for name, low in (("simulations", 2), ("draws", 2), ("tune", 0), ("chains", 1),
                       ("thin_to", 2), ("max_latency_ratio", 0)):
@@ -83,7 +83,7 @@ def run(args) -> int:
     if args.plot and not Path(args.plot).resolve().parent.is_dir():
         raise BadInput("output folder does not exist", file=args.plot)
     config = model_options(args)
-    from ..bayes import get_model_class
+    from bayesspec.bayes import get_model_class
 
     model_class = get_model_class(args.model)
     data = read_data(args.data, args) if args.data else model_class.default_sbc_design()
@@ -97,7 +97,7 @@ def run(args) -> int:
     document = result.document()
     plot = args.plot or (str(out / "sbc_ecdf.png") if out is not None else None)
     if plot:
-        from ..plots import sbc_ecdf_plot, save_figure
+        from bayesspec.reporting.plots import sbc_ecdf_plot, save_figure
 
         document["plot"] = save_figure(sbc_ecdf_plot(result), plot)
     if out is not None:

@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import BadInput
-from ..outputs import write_text_atomic
-from .common import add_catalog, catalog_of
+from bayesspec.errors import BadInput
+from bayesspec.outputs import write_text_atomic
+from bayesspec.cli.common import add_catalog, catalog_of
 
 __all__ = ["register", "add_arguments", "run", "build_setup"]
 
@@ -54,7 +54,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="forced per-token acceptance probability (i.i.d.)")
     what.add_argument("--acceptance-rates", default=None, metavar="R1,..,Rk",
                       help="forced unconditional per-position acceptance rates")
-    from .simulate import add_token_persistence
+    from bayesspec.cli.simulate import add_token_persistence
 
     add_token_persistence(what)
     what.add_argument("--max-num-seqs", type=int, default=1024)
@@ -91,8 +91,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_setup(args):
     """The simulator :class:`~bayesspec.simulate.Setup` the options describe."""
-    from ..simulate.sweep import setup
-    from .simulate import acceptance_rates_option, token_persistence_option
+    from bayesspec.simulate.sweep import setup
+    from bayesspec.cli.simulate import acceptance_rates_option, token_persistence_option
 
     rates = acceptance_rates_option(args)
     persistence = token_persistence_option(args)
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     s = build_setup(args)
-    from ..serve.app import SimulatedServer
+    from bayesspec.serve.app import SimulatedServer
 
     server = SimulatedServer(s, model_name=args.model, port=args.port,
                              time_scale=args.time_scale, seed=args.seed,

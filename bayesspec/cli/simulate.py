@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..errors import BadInput
-from ..outputs import ProgressLine, write_table
-from .common import add_catalog, catalog_of
-from .common import rates as rate_list
+from bayesspec.errors import BadInput
+from bayesspec.outputs import ProgressLine, write_table
+from bayesspec.cli.common import add_catalog, catalog_of
+from bayesspec.cli.common import rates as rate_list
 
 __all__ = ["register", "add_arguments", "run", "acceptance_rates_option",
            "token_persistence_option"]
@@ -85,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     def format_help() -> str:
         # The grids are named only when help is shown: their module imports the
         # simulator (numba), which every other verb would otherwise load for nothing.
-        from ..simulate.grid import BUILTIN_GRIDS
+        from bayesspec.simulate.grid import BUILTIN_GRIDS
 
         parser.epilog = ("Examples: bayesspec simulate --verifier Qwen3-8B --gpu H100 --k 3 "
                          "--alpha 0.8 --sweep 9 -o sd.csv;  bayesspec simulate --grid "
@@ -158,7 +158,7 @@ def write_tidy(path, rows: pd.DataFrame) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``bayesspec simulate``; returns the exit status (0)."""
-    from ..simulate import (at_rates, expand_grid, load_grid, run_grid, setup, sweep,
+    from bayesspec.simulate import (at_rates, expand_grid, load_grid, run_grid, setup, sweep,
                             write_guidellm_json)
 
     _check_outputs(args)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import BadInput
-from ..outputs import emit_json, log
-from .common import parse_list, rates
+from bayesspec.errors import BadInput
+from bayesspec.outputs import emit_json, log
+from bayesspec.cli.common import parse_list, rates
 
 
 def register(verbs) -> None:
@@ -68,7 +68,7 @@ def register(verbs) -> None:
 
 
 def _settings(args):
-    from ..tune import TuneSettings
+    from bayesspec.loadtest.tune import TuneSettings
 
     for name, low in (("budget_minutes", 0.0), ("request_timeout", 0.0)):
         if not getattr(args, name) > low:
@@ -101,11 +101,11 @@ def _settings(args):
 
 
 def _driver(choice: str):
-    from ..loadgen import run_builtin
+    from bayesspec.loadtest.loadgen import run_builtin
 
     if choice == "builtin":
         return run_builtin
-    from ..planning import guidellm_version
+    from bayesspec.loadtest.planning import guidellm_version
 
     version = guidellm_version()
     if version is None:
@@ -115,15 +115,15 @@ def _driver(choice: str):
         return run_builtin
     import tempfile
 
-    from ..loadgen import run_guidellm
+    from bayesspec.loadtest.loadgen import run_guidellm
 
     folder = tempfile.mkdtemp(prefix="bayesspec-tune-")
     return lambda endpoint, spec: run_guidellm(endpoint, spec, folder, version)
 
 
 def run_tune(args) -> int:
-    from ..loadgen import Unreachable
-    from ..tune import Launcher, endpoints_from_options, tune
+    from bayesspec.loadtest.loadgen import Unreachable
+    from bayesspec.loadtest.tune import Launcher, endpoints_from_options, tune
 
     settings = _settings(args)
     if bool(args.endpoint) == bool(args.launch):

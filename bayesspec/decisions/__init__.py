@@ -9,12 +9,12 @@ the prediction contract (:mod:`bayesspec.prediction`), which the fit's model cla
 (``fit.law(...)``, ``fit.group_curve(g)``), and returns the JSON shapes of CONTRACT.md.
 """
 
-from ..uncertainty import DEFAULT_PROB, uncertain
-from .compare import compare_fits, compare_versions
-from .predict import predict_group
-from .schedule import vllm_schedule
-from .slo import DEFAULT_SLO_PROB, slo_decision
-from .speculative import SPEEDUP_CAP, crossover, kstar_table, speedup_curve
+from bayesspec.uncertainty import DEFAULT_PROB, uncertain
+from bayesspec.decisions.compare import compare_fits, compare_versions
+from bayesspec.decisions.predict import predict_group
+from bayesspec.decisions.schedule import vllm_schedule
+from bayesspec.decisions.slo import DEFAULT_SLO_PROB, slo_decision
+from bayesspec.decisions.speculative import SPEEDUP_CAP, crossover, kstar_table, speedup_curve
 
 __all__ = ["DEFAULT_PROB", "uncertain", "predict_group", "speedup_curve", "crossover",
            "kstar_table", "vllm_schedule", "slo_decision", "DEFAULT_SLO_PROB", "SPEEDUP_CAP", "compare_fits", "compare_versions"]

@@ -27,8 +27,8 @@ import math
 
 import numpy as np
 
-from ..errors import BadInput
-from ..uncertainty import DEFAULT_PROB, ratio_entry, uncertain
+from bayesspec.errors import BadInput
+from bayesspec.uncertainty import DEFAULT_PROB, ratio_entry, uncertain
 
 # Families summarised over every shared entry (geometric mean of the ratios).
 POOLED_FAMILIES = ("C1", "C2")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..uncertainty import DEFAULT_PROB, uncertain
+from bayesspec.uncertainty import DEFAULT_PROB, uncertain
 
 
 def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int = 0,

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import BadInput
-from ..uncertainty import DEFAULT_PROB, uncertain
-from .speculative import SPEEDUP_CAP
+from bayesspec.errors import BadInput
+from bayesspec.uncertainty import DEFAULT_PROB, uncertain
+from bayesspec.decisions.speculative import SPEEDUP_CAP
 
 # A switch point is "pinned down" when its interval (in batch size) spans less than this
 # ratio hi/lo and nearly every draw has the switch within the searched rates.

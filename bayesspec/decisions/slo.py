@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import BadInput
-from ..uncertainty import DEFAULT_PROB, uncertain
+from bayesspec.errors import BadInput
+from bayesspec.uncertainty import DEFAULT_PROB, uncertain
 
 #: Probability with which a configuration must meet the SLO (goodput's usual reading).
 DEFAULT_SLO_PROB = 0.9

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import BadInput
-from ..uncertainty import DEFAULT_PROB, uncertain
+from bayesspec.errors import BadInput
+from bayesspec.uncertainty import DEFAULT_PROB, uncertain
 
 # A draw in which only the dense baseline is saturated has an infinite speedup; in
 # expectations it counts as this large finite value so one such draw cannot swamp a mean.

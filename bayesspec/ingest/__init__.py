@@ -17,10 +17,10 @@ sidecar that contradicts the file is an error. Every problem is a
 :class:`bayesspec.errors.BadInput` naming the file, the row (JSONL line) and the field path.
 """
 
-from .core import IngestResult, ingest_files, parse_report, read_report
-from .design import Sidecar, find_sidecars, load_sidecar, parse_sidecar
-from .prometheus import Scrape, parse_scrape, read_scrape, scrape_delta
-from .records import DESIGN_FIELDS, Point, Report
+from bayesspec.ingest.core import IngestResult, ingest_files, parse_report, read_report
+from bayesspec.ingest.design import Sidecar, find_sidecars, load_sidecar, parse_sidecar
+from bayesspec.ingest.prometheus import Scrape, parse_scrape, read_scrape, scrape_delta
+from bayesspec.ingest.records import DESIGN_FIELDS, Point, Report
 
 __all__ = [
     "IngestResult", "ingest_files", "parse_report", "read_report",

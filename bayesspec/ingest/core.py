@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..data import plain_value
-from ..errors import BadInput
-from ..schema import order_columns
-from . import guidellm, vllm_bench
-from .design import (SIDECAR_SUFFIXES, MetricsPair, Sidecar, UserValue, find_sidecars,
+from bayesspec.data import plain_value
+from bayesspec.errors import BadInput
+from bayesspec.data.schema import order_columns
+from bayesspec.ingest import guidellm, vllm_bench
+from bayesspec.ingest.design import (SIDECAR_SUFFIXES, MetricsPair, Sidecar, UserValue, find_sidecars,
                      flag_values, load_sidecar, merge_user_values)
-from .loaders import WHAT, load, read_bytes
-from .prometheus import Scrape, read_scrape, scrape_delta
-from .records import COUNTER_COLUMNS, DESIGN_FIELDS, Point, Report, add_fact, same_value
+from bayesspec.ingest.loaders import WHAT, load, read_bytes
+from bayesspec.ingest.prometheus import Scrape, read_scrape, scrape_delta
+from bayesspec.ingest.records import COUNTER_COLUMNS, DESIGN_FIELDS, Point, Report, add_fact, same_value
 
 ALWAYS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens")
 #: Measured mean token counts of a file's points are pooled when they agree this well.
@@ -176,7 +176,7 @@ def _catalog_name(served: str) -> str:
     """The catalog's name for a served model name ('Qwen/Qwen3-8B' -> 'Qwen3-8B'), so that
     files naming the model differently land in one group; unknown names are kept."""
     try:
-        from ..catalog import default_catalog
+        from bayesspec.data.catalog import default_catalog
 
         card = default_catalog().find_model(served)
     except Exception:  # noqa: BLE001 - an unusable catalog leaves the name as it is
@@ -309,7 +309,7 @@ def ingest_files(paths, *, flags: dict | None = None, sidecar: str | None = None
             rows.append(row)
         frame = _frame(rows)
         if check:
-            from ..data import prepare
+            from bayesspec.data import prepare
 
             prepare(frame, source=path)
         frames.append((path, report, frame))
@@ -319,7 +319,7 @@ def ingest_files(paths, *, flags: dict | None = None, sidecar: str | None = None
     combined = _frame([row for _, _, frame in frames for row in frame.to_dict("records")])
     _check_duplicates(frames)
     if check:
-        from ..data import prepare
+        from bayesspec.data import prepare
 
         prepare(combined, source=", ".join(paths) if len(paths) < 4 else f"{len(paths)} files")
     return IngestResult(rows=combined, files=files)

@@ -35,10 +35,10 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BadInput
-from .fields import Field, describe
-from .loaders import decode_text, read_bytes
-from .records import DESIGN_FIELDS
+from bayesspec.errors import BadInput
+from bayesspec.ingest.fields import Field, describe
+from bayesspec.ingest.loaders import decode_text, read_bytes
+from bayesspec.ingest.records import DESIGN_FIELDS
 
 ALIASES = {"prefill": "prefill_tokens", "decode": "decode_tokens",
            "num_speculative_tokens": "k"}
@@ -175,7 +175,7 @@ def flag_values(flags: dict) -> dict[str, UserValue]:
 
 def merge_user_values(*sources: dict[str, UserValue]) -> dict[str, UserValue]:
     """Flags and sidecars together; two that disagree are an error."""
-    from .records import same_value
+    from bayesspec.ingest.records import same_value
 
     merged: dict[str, UserValue] = {}
     for source in sources:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..errors import BadInput
+from bayesspec.errors import BadInput
 
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 
-from ..filekinds import is_guidellm
-from .fields import Field
-from .records import Point, Report, add_fact
+from bayesspec.data.filekinds import is_guidellm
+from bayesspec.ingest.fields import Field
+from bayesspec.ingest.records import Point, Report, add_fact
 
 KNOWN_VERSIONS = {1: "GuideLLM 0.5.x-0.6.x", 2: "GuideLLM 0.7+"}
 OPEN_LOOP = ("constant", "poisson")

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BadInput
-from ..filekinds import YAML_SUFFIXES, looks_like_prometheus  # noqa: F401 - re-exported
+from bayesspec.errors import BadInput
+from bayesspec.data.filekinds import YAML_SUFFIXES, looks_like_prometheus  # noqa: F401 - re-exported
 
 WHAT = ("expected a GuideLLM report (JSON/YAML), a vllm bench result (JSON/JSONL) "
         "or a Prometheus /metrics scrape")

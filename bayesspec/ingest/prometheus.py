@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import BadInput
-from .loaders import decode_text, read_bytes
+from bayesspec.errors import BadInput
+from bayesspec.ingest.loaders import decode_text, read_bytes
 
 PREFIX = "vllm:spec_decode_"
 COUNTERS = {  # tidy column -> counter name (without _total)

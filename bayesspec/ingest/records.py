@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import BadInput
+from bayesspec.errors import BadInput
 
 #: Design columns that may come from the file, a sidecar or a flag.
 #: The engine's limits on what shares a batch (vLLM's names): reports rarely hold them,
@@ -47,7 +47,7 @@ def same_value(name: str, a, b) -> bool:
 
 
 def same_name(a: str, b: str, *, model: bool = False) -> bool:
-    from ..catalog import normalize_name
+    from bayesspec.data.catalog import normalize_name
 
     if normalize_name(a) == normalize_name(b):
         return True
@@ -56,7 +56,7 @@ def same_name(a: str, b: str, *, model: bool = False) -> bool:
     if normalize_name(a.rsplit("/", 1)[-1]) == normalize_name(b.rsplit("/", 1)[-1]):
         return True
     try:
-        from ..catalog import default_catalog
+        from bayesspec.data.catalog import default_catalog
 
         catalog = default_catalog()
         card_a, card_b = catalog.find_model(a), catalog.find_model(b)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ..errors import BadInput
-from .loaders import decode_text, read_bytes
+from bayesspec.errors import BadInput
+from bayesspec.ingest.loaders import decode_text, read_bytes
 
 _KV = re.compile(r"(?:EngineCore_DP(\d+)[^\n]*?)?GPU KV cache size:\s*([\d,]+)\s*tokens")
 _SEQS = re.compile(r"max_num_seqs['\"]?\s*[:=]\s*(\d+)")

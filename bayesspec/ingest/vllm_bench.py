@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import math
 
-from ..filekinds import clean_key, is_vllm_bench
-from .fields import MISSING, Field
-from .records import Point, Report, add_fact
+from bayesspec.data.filekinds import clean_key, is_vllm_bench
+from bayesspec.ingest.fields import MISSING, Field
+from bayesspec.ingest.records import Point, Report, add_fact
 
 _METADATA = {  # --metadata key -> (design field, kind)
     "verifier": ("verifier", "str"), "drafter": ("drafter", "str"),

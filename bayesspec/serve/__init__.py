@@ -9,9 +9,9 @@ latency grow with load through real queueing, and scrapes vLLM-named counters fr
 :mod:`.metrics` (Prometheus); the verb is :mod:`bayesspec.cli.serve`.
 """
 
-from .app import HOST, SimulatedServer
-from .live import LiveEngine, LiveRequest, StepStats
-from .metrics import ServerMetrics
+from bayesspec.serve.app import HOST, SimulatedServer
+from bayesspec.serve.live import LiveEngine, LiveRequest, StepStats
+from bayesspec.serve.metrics import ServerMetrics
 
 __all__ = ["HOST", "SimulatedServer", "LiveEngine", "LiveRequest", "StepStats",
            "ServerMetrics"]

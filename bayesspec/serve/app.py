@@ -23,8 +23,8 @@ import uuid
 
 from bayesspec.errors import BadInput
 
-from .live import LiveEngine, LiveRequest
-from .metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from bayesspec.serve.live import LiveEngine, LiveRequest
+from bayesspec.serve.metrics import CONTENT_TYPE_LATEST, ServerMetrics
 
 __all__ = ["SimulatedServer", "HOST"]
 

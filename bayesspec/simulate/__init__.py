@@ -16,14 +16,14 @@ Modules: :mod:`.stepmodel` (step-time models), :mod:`.engine` (the scheduler),
 :mod:`bayesspec.cli.simulate`.
 """
 
-from .engine import Arrivals, PointResult, ServerConfig, Workload, simulate_point
-from .grid import BUILTIN_GRIDS, expand_grid, load_grid, run_grid
-from .report import guidellm_report, write_guidellm_json
-from .spec import SpecConfig, expected_cycles, zero_load_latency
-from .stepmodel import (ForwardCost, RooflineParams, StepModel, default_step_model,
+from bayesspec.simulate.engine import Arrivals, PointResult, ServerConfig, Workload, simulate_point
+from bayesspec.simulate.grid import BUILTIN_GRIDS, expand_grid, load_grid, run_grid
+from bayesspec.simulate.report import guidellm_report, write_guidellm_json
+from bayesspec.simulate.spec import SpecConfig, expected_cycles, zero_load_latency
+from bayesspec.simulate.stepmodel import (ForwardCost, RooflineParams, StepModel, default_step_model,
                         kv_capacity_tokens, public_llama8b_h100, roofline, roofline_forward,
                         synthetic_eagle_head)
-from .sweep import ENGINE, Setup, SweepResult, at_rates, setup, sweep, timed_rates
+from bayesspec.simulate.sweep import ENGINE, Setup, SweepResult, at_rates, setup, sweep, timed_rates
 
 __all__ = [
     "Arrivals", "PointResult", "ServerConfig", "Workload", "simulate_point",

@@ -28,8 +28,8 @@ import numpy as np
 
 from bayesspec.errors import BadInput
 
-from .spec import SpecConfig
-from .stepmodel import StepModel
+from bayesspec.simulate.spec import SpecConfig
+from bayesspec.simulate.stepmodel import StepModel
 
 try:  # numba earns its place: the step loop is sequential and branchy
     from numba import njit
@@ -440,7 +440,7 @@ def simulate_point(step_model: StepModel, server: ServerConfig, workload: Worklo
         if not arrivals.open_loop:
             break
         if zero_load is None:
-            from .spec import zero_load_latency
+            from bayesspec.simulate.spec import zero_load_latency
 
             zero_load = zero_load_latency(step_model, workload.prefill, workload.decode, spec,
                                           budget=server.max_num_batched_tokens)

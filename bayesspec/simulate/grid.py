@@ -38,7 +38,7 @@ import pandas as pd
 
 from bayesspec.errors import BadInput
 
-from .sweep import SweepResult, setup, sweep
+from bayesspec.simulate.sweep import SweepResult, setup, sweep
 
 __all__ = ["GridItem", "BUILTIN_GRIDS", "load_grid", "expand_grid", "run_grid"]
 

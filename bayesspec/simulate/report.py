@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..outputs import write_text_atomic
-from .engine import THROUGHPUT_STREAMS, PointResult
-from .sweep import ENGINE, SweepResult
+from bayesspec.outputs import write_text_atomic
+from bayesspec.simulate.engine import THROUGHPUT_STREAMS, PointResult
+from bayesspec.simulate.sweep import ENGINE, SweepResult
 
 __all__ = ["guidellm_report", "write_guidellm_json", "distribution"]
 

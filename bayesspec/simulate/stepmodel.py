@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from bayesspec.catalog import (ACTIVATION_RESERVE_GB, GPU_MEMORY_UTILIZATION,
+from bayesspec.data.catalog import (ACTIVATION_RESERVE_GB, GPU_MEMORY_UTILIZATION,
                                kv_cache_tokens_estimate)
 from bayesspec.errors import BadInput
 
@@ -286,7 +286,7 @@ def synthetic_eagle_head(verifier):
     states, and an lm_head over a 32000-token draft vocabulary, in bf16; its KV cache is
     one layer of the verifier's. Good enough for timing; not a real checkpoint.
     """
-    from bayesspec.catalog import ModelCard
+    from bayesspec.data.catalog import ModelCard
 
     h = verifier.hidden_size
     q = verifier.num_attention_heads * verifier.head_dim
@@ -307,7 +307,7 @@ def synthetic_eagle_head(verifier):
 
 
 def _is(card, name: str) -> bool:
-    from bayesspec.catalog import normalize_name
+    from bayesspec.data.catalog import normalize_name
 
     return any(normalize_name(n) == normalize_name(name) for n in card.names)
 
@@ -339,7 +339,7 @@ def kv_capacity_tokens(verifier, gpu, drafter=None, *,
                        gpu_memory_utilization: float = GPU_MEMORY_UTILIZATION,
                        reserve_gb: float = ACTIVATION_RESERVE_GB) -> int:
     """KV-cache tokens that fit next to the weights, vLLM style
-    (:func:`bayesspec.catalog.kv_cache_tokens_estimate`); a clear error when the weights
+    (:func:`bayesspec.data.catalog.kv_cache_tokens_estimate`); a clear error when the weights
     do not fit on one GPU."""
     tokens = kv_cache_tokens_estimate(verifier, gpu, drafter,
                                       gpu_memory_utilization=gpu_memory_utilization,

@@ -22,10 +22,10 @@ import pandas as pd
 
 from bayesspec.errors import BadInput
 
-from .engine import (THROUGHPUT_STREAMS, Arrivals, PointResult, ServerConfig, Workload,
+from bayesspec.simulate.engine import (THROUGHPUT_STREAMS, Arrivals, PointResult, ServerConfig, Workload,
                      simulate_point)
-from .spec import SpecConfig
-from .stepmodel import (RooflineParams, StepModel, default_step_model, kv_capacity_tokens,
+from bayesspec.simulate.spec import SpecConfig
+from bayesspec.simulate.stepmodel import (RooflineParams, StepModel, default_step_model, kv_capacity_tokens,
                         synthetic_eagle_head)
 
 __all__ = ["Setup", "SweepResult", "setup", "sweep", "at_rates", "timed_rates", "ENGINE"]
@@ -90,7 +90,7 @@ def setup(verifier: str, gpu: str = "H100", *, drafter: str | None = None, k: in
     shape). ``step_model`` overrides the default (public fit or roofline).
     """
     if catalog is None:
-        from bayesspec.catalog import default_catalog
+        from bayesspec.data.catalog import default_catalog
 
         catalog = default_catalog()
     spec = SpecConfig(k=k, alpha=alpha, rates=tuple(rates) if rates is not None else None,

@@ -32,12 +32,12 @@ import time
 import warnings
 from pathlib import Path
 
-from bayesspec import misfit
+from bayesspec.checks import misfit
 from bayesspec.checks import loo_summary
 from bayesspec.data import read_tidy
 from bayesspec.inference import SamplerSettings
-from bayesspec.plots import predictive_check_plot, save_figure
-from bayesspec.workflow import fit
+from bayesspec.reporting.plots import predictive_check_plot, save_figure
+from bayesspec.bayes.workflow import fit
 
 HERE = Path(__file__).resolve().parent
 VARIANTS = {"dense": ("dense", {}), "dense-discrepancy": ("dense-discrepancy", {}),

@@ -1,0 +1,1 @@
+"""Load tests: what to measure next, the load driver, and the closed loop that runs them."""

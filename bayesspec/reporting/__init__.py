@@ -1,0 +1,1 @@
+"""Documents, pages and figures for people: summaries, the decision report, plots."""
