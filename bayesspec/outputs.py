@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["json_safe", "json_text", "emit_json", "atomic_path", "write_text_atomic",
-           "write_table", "log", "ProgressLine"]
+           "log", "ProgressLine"]
 
 
 def json_safe(value):
@@ -91,20 +91,6 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> str:
         with open(temporary, "w", encoding="utf-8", newline="") as stream:
             stream.write(text)
     return str(path)
-
-
-def write_table(path: str | os.PathLike, rows, *, float_format: str | None = None) -> str:
-    """Tidy rows as CSV or Parquet (by suffix), CONTRACT columns first, atomically."""
-    from bayesspec.data.schema import order_columns
-
-    rows = rows[order_columns(rows.columns)]
-    if Path(path).suffix.lower() in (".parquet", ".pq"):
-        with atomic_path(path) as temporary:
-            rows.to_parquet(temporary, index=False)
-        return str(path)
-    buffer = io.StringIO()
-    rows.to_csv(buffer, index=False, float_format=float_format, lineterminator="\n")
-    return write_text_atomic(path, buffer.getvalue())
 
 
 def log(message: str, enabled: bool = True) -> None:

@@ -1,4 +1,7 @@
-"""Acceptance on public traces: fitted on one window, E(k) predicted for every k.
+"""Validation: acceptance on public traces, fitted on one window, E(k) predicted for every k.
+
+    python benchmarks/acceptance_traces.py                  # about 10 minutes on 2 cores
+    python benchmarks/acceptance_traces.py --choose gsm8k,sharegpt --no-position
 
 Data (examples/acceptance/README.md has the provenance):
 - SpecDecode-Bench's acceptance traces of Llama-3.1-8B-Instruct with an EAGLE-3 head and
@@ -13,9 +16,11 @@ sampler defaults, and E(k) for k = 1..10 is compared with the count ratio 1 + ac
 drafts of every window: coverage of the 90% interval, largest relative error of the
 median, and the held-out log predictive density of the other nine windows. The
 structures were chosen on gsm8k and sharegpt (``--choose``); cnn and instructcoder and the
-vLLM threads test them. Prints Markdown tables.
+vLLM threads test them.
 
-    python benchmarks/acceptance_traces.py [--choose gsm8k,sharegpt] [--no-position]
+Prints Markdown tables: per structure and set, the held-out log predictive density,
+intervals covered, largest error and fits converged; E(k) median [90%] against the count
+ratio for every (drafter, dataset) at the default structure; and the vLLM threads.
 """
 
 from __future__ import annotations

@@ -1,23 +1,24 @@
 #!/usr/bin/env python
-"""Wall time of the answering verbs on a saved fit, against baselines timed in the same run.
+"""Speed harness: the answering verbs' wall time on a saved fit, against baselines.
 
-    .venv/bin/python benchmarks/answer_speed.py [--repeat 5] [--workdir DIR]
-        [--baseline-commit REV] [--json]
+    python benchmarks/answer_speed.py --repeat 5
+    python benchmarks/answer_speed.py --repeat 5 --workdir /tmp/walk --baseline-commit REV
 
 Makes the README walkthrough's fits once (``simulate --grid examples/walkthrough.toml``,
 ``fit --model speculative --seed 1``; ``examples/slo.toml`` and ``--model tails`` for
 ``slo``), timing the first fit of a new process with its compile; then runs each
 answering verb of the walkthrough as a user does, a new ``python -m bayesspec`` process
 each time, ``--repeat`` times, round robin (so load from other programs spreads over all
-of them), and prints the median wall time of each.
+of them). ``--workdir`` keeps (and reuses) those fits.
 
 Baselines, timed in the same rounds: ``python -c pass`` (the interpreter) and ``python -c
 "import numpy"``; with ``--baseline-commit REV`` also the same verbs run by the package
-as it was at REV (``git archive``, same fit files): the old path. Ratios are
-``verb / baseline``; compare ratios, not seconds, on a shared machine.
+as it was at REV (``git archive``, same fit files): the old path.
 
-Target (issue 38): ``predict`` on a saved fit in <= 1.5 s on an idle 2-core machine.
-``--plot`` options are left out: drawing a figure needs matplotlib by its nature.
+Prints per verb the median and minimum wall seconds, CPU seconds, and the ratios
+``verb / baseline`` (and ``old / new`` with a baseline commit); compare ratios, not
+seconds, on a shared machine. The target is ``predict`` in <= 1.5 s on an idle 2-core
+machine. ``--plot`` options are left out: drawing a figure needs matplotlib by its nature.
 """
 
 from __future__ import annotations

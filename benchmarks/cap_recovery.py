@@ -1,22 +1,28 @@
-"""Is the engine's ceiling recovered when its concurrency cap binds? (issue 34)
+"""Validation: is the engine's ceiling recovered when its concurrency cap binds?
+
+The cap is given, dropped, or learned from the curve.
+
+    python benchmarks/cap_recovery.py --replicates 20 --json cap32.json     # about 100 min
+    python benchmarks/cap_recovery.py --replicates 5 --laws learned-catalog --json learned32.json
+    python benchmarks/cap_recovery.py --verifier Llama-3.1-8B --gpu A100 --prefill 1024 \
+        --decode 256 --max-num-seqs 48 --replicates 5 --first-replicate 100 \
+        --laws learned-catalog,capped,eq1 --json test48.json
 
 Simulated sweeps (bayesspec's serving simulator, not the law) of one server whose batch
 holds at most ``--max-num-seqs`` requests, at rates from light load up to just below the
 ceiling; the dense model is fitted with the cap given, and its ceiling (the cap's
 throughput, min(1/C2, cap/(C1 + C2 (cap - 1)))) is set against the truth: the simulator's
 own throughput with every slot busy, measured by a long throughput run (clients sending
-back to back). Per replicate: whether the 90% interval covers the truth, the median's
-error, the convergence verdict, and the points set aside. Also fitted without the cap
-(eq. (1) alone, today's law) for comparison: its ceiling is 1/C2. ``--laws`` adds the
-cap learned from the curve where the file states no limit (``fit --cap-prior catalog``
-or ``wide``: every engine-limit column dropped).
-
-    python benchmarks/cap_recovery.py --replicates 20 --json cap.json
-    python benchmarks/cap_recovery.py --laws learned-catalog,learned-wide --json learned.json
+back to back). ``--laws`` picks the fits: ``capped`` (the cap given), ``eq1`` (the cap
+dropped: eq. (1) alone, ceiling 1/C2), ``learned-catalog`` / ``learned-wide`` (the cap
+learned from the curve, ``fit --cap-prior catalog|wide``, every engine-limit column
+dropped).
 
 The simulator's ``saturated`` flag is ignored here (it marks capacity waits, exactly what
 the capped law describes); the data layer's own rules set points aside (past the cap,
-shortfall of the achieved rate).
+shortfall of the achieved rate). Prints per replicate and law: whether the 90% interval
+covers the true ceiling, the median's error, the convergence verdict, the learned cap
+and the points set aside; then one summary row per law.
 """
 
 from __future__ import annotations

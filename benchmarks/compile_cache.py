@@ -1,8 +1,8 @@
 #!/usr/bin/env python
-"""The first fit of a new process: how much of its compile the on-disk caches save.
+"""Speed harness: how much of a new process's first fit the on-disk compile caches save.
 
-    .venv/bin/python benchmarks/compile_cache.py [--repeat 3] [--baseline-commit REV]
-        [--model speculative] [--json]
+    python benchmarks/compile_cache.py --repeat 2
+    python benchmarks/compile_cache.py --repeat 3 --baseline-commit REV --json
 
 Runs the README walkthrough's fit (``bayesspec fit sweeps.csv --model speculative -o
 fit.nc --seed 1`` on ``simulate --grid examples/walkthrough.toml``), each time in a new
@@ -11,12 +11,12 @@ process, and reads the ``compiled in X s`` line it prints:
 - ``cold``: an empty PyTensor compile directory (``PYTENSOR_FLAGS=base_compiledir=...``),
   i.e. a fresh machine; once (it fills that directory);
 - ``warm``: the same directory again, ``--repeat`` times: PyTensor's numba cache of the
-  model's graph and (this bayesspec) the cached nutpie callbacks are on disk;
+  model's graph and the cached nutpie callbacks are on disk;
 - with ``--baseline-commit REV``, ``warm @ REV``: the package as it was at REV, on the
-  same warm directory (before the callbacks were cached, REV compiles them every run).
+  same warm directory.
 
-Prints the compile seconds, the fit's wall seconds and the process's CPU seconds, medians
-of the warm runs. Compare within one run: the machine may be shared.
+Prints per kind the compile seconds, the fit's wall seconds and the process's CPU
+seconds (medians of the warm runs). Compare within one run: the machine may be shared.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
-"""Do default fits converge? Divergences and R-hat of `bayesspec fit` at its defaults on
-simulator sweeps with 1, 2, 4 and 16 groups, dense and speculative, over several seeds.
+"""Robustness harness: do default fits converge?
+
+Divergences and R-hat of `bayesspec fit` at its defaults on simulator sweeps with 1, 2, 4
+and 16 groups, dense and speculative, over several seeds.
+
+    python benchmarks/convergence.py --seeds 5        # about 10 minutes on 2 cores
+    python benchmarks/convergence.py --quick --json
 
 The data are what a user makes first: `bayesspec simulate` sweeps (GuideLLM-like: a
 synchronous point, 7 Poisson rates, a throughput point) of Qwen3-8B on H100.
@@ -9,12 +14,10 @@ synchronous point, 7 Poisson rates, a throughput point) of Qwen3-8B on H100.
   baseline at the same lengths (G = 1 is the one-sweep SD file of the README).
 
 Each fit uses the model's defaults (4 chains, its tune/draws/target_accept) and a new
-sampler seed and simulator seed per replicate. Printed per fit: divergences, R-hat max
+sampler seed and simulator seed per replicate. Prints per fit: divergences, R-hat max
 and bulk-ESS min over the decision quantities (C1, C2, cycle coefficients, noise; what
 answers are computed from) and over every variable, the verdict and seconds; then one
 summary row per (model, groups).
-
-    .venv/bin/python benchmarks/convergence.py [--seeds 5] [--quick] [--json]
 """
 
 from __future__ import annotations

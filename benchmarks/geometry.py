@@ -1,18 +1,21 @@
-"""Where does the hierarchical model's sampler spend its gradients? (issue 18, item 1)
+"""Speed harness for the sampler: where does the hierarchical model spend its gradients?
 
-Fits the hierarchical model on the bundled dataset (dense + speculative, 1044 rows) and
-prints, per run: gradient evaluations per draw (tree sizes), the step size, the
-minimum bulk ESS over every posterior variable, ESS per gradient evaluation (the
-sampler-independent measure of a parameterisation: it does not depend on how busy the
-machine is), R-hat, divergences, and the slowest scalar parameters.
-
-    .venv/bin/python benchmarks/geometry.py                      # the model's defaults
-    .venv/bin/python benchmarks/geometry.py --chains 2 --draws 1000 --tune 1000 \\
+    python benchmarks/geometry.py --seeds 1,2,3          # the model's defaults, bundled data
+    python benchmarks/geometry.py --scaling-rates 144 --seeds 1     # the 16k-row design
+    python benchmarks/geometry.py --chains 2 --draws 1000 --tune 1000 \
         --config centred_deviations=c1v,c2v,c2p --config cell_deviations=centred
+
+Fits the hierarchical model on the bundled dataset (dense + speculative, 1044 rows; or
+the synthetic scaling design with ``--scaling-rates``) and prints, per run: gradient
+evaluations per draw (tree sizes), the step size, the minimum bulk ESS over every
+posterior variable, ESS per gradient evaluation (the measure of a parameterisation that
+does not depend on how busy the machine is), R-hat, divergences, sampling seconds and
+the slowest scalar parameters.
 
 ``--config`` overrides the model's ``default_config`` (comma-separated values become
 tuples, () the empty one; numbers become ints or floats; none becomes None), so
-parameterisations can be compared in one session.
+parameterisations can be compared in one run. ``run.py``'s scaling case reuses
+``geometry`` and ``timed_fit`` from here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""Is the held-out reference of ``misfit.coverage_reference`` itself right?
+"""Validation: is the held-out reference of ``check --ppc`` itself right?
 
-    .venv/bin/python benchmarks/holdout_reference.py [--replicates 20] [--groups 8]
-        [--seed 0] [--draws 500] [--json]
+The reference is a right model's coverage (``coverage_reference``).
+
+    python benchmarks/holdout_reference.py --replicates 20      # about 3 minutes
+    python benchmarks/holdout_reference.py --replicates 8 --groups 8 --draws 400 --json
 
 ``check --ppc --hold-out-above`` sets the observed held-out coverage against the
 coverage a model exactly right would give (one joint posterior predictive draw taken as
@@ -10,8 +12,12 @@ each replicate draws fresh sweeps from eq. (1) with the project's generator
 (``--groups`` (prefill, decode) pairs of Qwen3-14B, 11 rates each), fits ``dense`` on
 each group's rates up to 0.63 of its top rate and predicts the rest. If the reference is
 right, the observed coverage falls inside its central 90% range in about 90% of the
-replicates, and P(reference <= observed) is roughly uniform (its mean near 0.5). Prints
-one line per replicate and the summary.
+replicates, and P(reference <= observed) is roughly uniform (its mean near 0.5).
+
+Prints one line per replicate (observed coverage, the reference's mean and 90% range,
+P(as low), convergence) and the summary. The slow test
+``tests/checks/test_posterior_predictive.py::test_held_out_reference_is_right_when_the_model_is``
+runs ``replicate`` and ``summary`` from here.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bayesspec.checks import misfit  # noqa: E402
+from bayesspec import checks  # noqa: E402
 from bayesspec.data import prepare  # noqa: E402
 from bayesspec.inference import SamplerSettings  # noqa: E402
 from bayesspec.simulate.synthetic import generate_sweeps, placeholder_truth  # noqa: E402
@@ -40,7 +46,7 @@ def replicate(seed: int, groups: int, draws: int) -> dict:
     truth = truth[truth["verifier"] == "Qwen3-14B"].head(groups).reset_index(drop=True)
     data = prepare(generate_sweeps(truth, n_rates=11, seed=seed), source=f"<seed {seed}>")
     settings = SamplerSettings(draws=draws, tune=draws, chains=2, seed=seed, progress=False)
-    fit, document = misfit.rate_holdout_check(data, model="dense", fraction=0.63,
+    fit, document = checks.rate_holdout_check(data, model="dense", fraction=0.63,
                                               settings=settings)
     held_out = document["pooled"]["held_out"]
     reference = held_out["reference"]

@@ -1,13 +1,16 @@
-"""How much of a model's 90% predictive coverage is the model, and how much is counting
-the fitted points twice?
+"""Validation: in-sample against left-out coverage when the model is the truth.
 
-    .venv/bin/python benchmarks/insample_calibration.py [--model dense-spline]
-        [--csv examples/vidur/vidur_dense.csv] [--replicates 4] [--draws 500] [--json]
+How much of a model's 90% predictive coverage is the model, and how much is counting the
+fitted points twice?
+
+    python benchmarks/insample_calibration.py --replicates 2     # dense-spline on vidur_dense
+    python benchmarks/insample_calibration.py --model dense \
+        --csv examples/vidur/vidur_fresh.csv --replicates 4 --json
 
 Known truth that is exactly the model: fit ``--model`` to the real-profile sweeps once,
 take ``--replicates`` posterior draws (spread over the chains) as true curves and noise
 scales, simulate a measured mean at every rate of the design from each, and refit each
-replicate (one compilation). Per replicate it reports three coverages of the 90%
+replicate (one compilation). Prints per replicate three coverages of the 90%
 predictive intervals of the fitted points:
 
 - in sample: the share of fitted points inside their interval (what a
@@ -21,7 +24,8 @@ the left-out share is near 0.9 whatever the model's flexibility, and the in-samp
 is near P(|Z| < 1.645 sqrt((1 + h)/(1 - h))), h = p_loo / points: above 0.95 for any model
 with more than about one effective parameter per five points. So an in-sample share
 above 0.95 does not say that a flexible model is miscalibrated; the left-out share (or
-``misfit.fold_check``, refits without interleaved folds) does.
+``check --ppc --folds K``, refits without interleaved folds) does. The slow test
+``tests/bayes/test_spline_discrepancy.py`` uses ``replicate_frames`` from here.
 """
 
 from __future__ import annotations
@@ -39,9 +43,8 @@ from scipy.stats import norm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bayesspec.checks import misfit  # noqa: E402
+from bayesspec import checks  # noqa: E402
 from bayesspec.bayes.base import measurement_log_se  # noqa: E402
-from bayesspec.checks import loo_summary  # noqa: E402
 from bayesspec.data import SaturationRule, included, prepare, read_tidy  # noqa: E402
 from bayesspec.inference import SamplerSettings  # noqa: E402
 from bayesspec.checks.replicates import fit_same_design  # noqa: E402
@@ -83,7 +86,7 @@ def true_curve_coverage(result, truth_fit, d: int, prob: float = 0.9) -> float:
     for g, label in enumerate(result.groups["label"]):
         rps = result.data.loc[result.data["group"] == label, "rps"].to_numpy(float)
         fitted = result.group_curve(g).latency(rps)
-        lo, hi = misfit.draw_quantiles(fitted, [tail, 1 - tail])
+        lo, hi = checks.draw_quantiles(fitted, [tail, 1 - tail])
         truth = truth_fit.group_curve(g).latency(rps)[d]
         inside.extend((lo <= truth) & (truth <= hi))
     return float(np.mean(inside))
@@ -113,9 +116,9 @@ def main() -> None:
     fits = fit_same_design(frames, model=args.model, settings=settings)
     records = []
     for d, result in zip(draws, fits):
-        check = misfit.predictive_check(result)
+        check = checks.predictive_check(result)
         held_in = check["pooled"]["held_in"]
-        loo = loo_summary(result)
+        loo = checks.loo_summary(result)
         h = loo["p_loo"] / loo["points"]
         records.append({"draw": int(d), "in_sample": held_in["coverage"],
                         "left_out_psis": held_in["coverage_loo"],

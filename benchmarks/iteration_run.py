@@ -1,44 +1,53 @@
-"""A load test simulated iteration by iteration with the law's own parts (issue 34):
-does request-level randomness give the fill and drain that Vidur's runs measure, where
-the fluid run (`laws.fluid_run_latency`) gets a quarter to half of it at low load?
+"""Validation: a load test replayed iteration by iteration with the law's own parts.
 
-    python benchmarks/iteration_run.py      # the two vidur_fresh groups with an iteration log
+The engine that `replay_sets.py` runs, and its check against Vidur's own iteration logs.
 
-The engine, as Vidur's vLLM scheduler runs it without chunked prefill: each iteration
-either prefills every waiting prompt (a + b m seconds for m prompts, at most
-max_num_batched_tokens / prompt length of them and room under the cap) or runs one
-decode iteration of the whole batch at t_d(B) from the group's decode profile. A request
-needs its prefill and decode_tokens - 1 decode iterations. Arrivals are Vidur's own
-(`vidur_arrivals`: its generator at the run's target rate and seed 0). Inputs are the
-group's measured parts (the prefill iteration's a + b m from the run's own iteration log,
-`results_iterations_fresh_*.json`, and its decode profile), nothing fitted.
+What it measures: whether request-level randomness in a finite run reproduces what
+Vidur's runs measure (mean latency, realized rate, the run's mean over its steady middle,
+the first and last N requests over that middle), with nothing fitted. The fluid run
+(``laws.fluid_run_latency``) is printed beside it for comparison.
 
-Printed per rate, Vidur against the replay: the mean latency, the realized rate, the
-run's mean over its steady middle (the requests between the first and last 2N, as
-`examples/vidur/iteration_profile.py` measures it; also the fluid run's), and the first
-and last N requests over the middle (the replay's first N also with seeds 1-7).
+The engine, as Vidur's vLLM scheduler runs without chunked prefill: each iteration either
+prefills every waiting prompt (a + b m seconds for m prompts, at most
+max_num_batched_tokens / prompt length of them and room under the cap) or runs one decode
+iteration of the whole batch at t_d(B) from the group's decode profile. A request needs
+its prefill and decode_tokens - 1 decode iterations. Arrivals are Vidur 0.0.26's own
+(``vidur_arrivals``). ``fit_group_prefill`` fits a and b to a group's measured means by
+least squares, with each run's own arrivals (the truth ``replay_sets.py`` replays).
+
+How to run it: first write Vidur's iteration log of a group at its sweep's rates (needs
+the Vidur environment of ``examples/vidur/README.md``), then replay it:
+
+    R=$(awk -F, '$1=="InternLM-20B" && $5==1152 {printf "%s%s", s, $9; s=","}' \
+        examples/vidur/vidur_fresh.csv)
+    VIDUR_PREDICTOR_CACHE=.vidur/cache-decode-fresh .vidur/venv/bin/python \
+        examples/vidur/iteration_profile.py --model internlm/internlm-20b --device a100 \
+        --tp 4 --prefill 1152 --decode 128 --threads 2 --rates $R --json internlm.json
+    python benchmarks/iteration_run.py internlm.json --verifier InternLM-20B --gpu A100 \
+        --prefill 1152 --decode 128
+
+What it prints, per logged rate, Vidur against the replay: N in flight, the mean latency,
+the realized rate, run / steady middle (also the fluid run's), first N / middle (also the
+mean over ``--seeds`` other arrival seeds) and last N / middle. The prefill iteration's
+a + b m comes from the log's own prefill iterations.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+from pathlib import Path
 
 import numpy as np
+from scipy.optimize import least_squares
 
 from bayesspec import laws
 
-GROUPS = {
-    "internlm": dict(file="benchmarks/results_iterations_fresh_internlm20b_a100_1152_128.json",
-                     verifier="InternLM-20B", gpu="A100", prefill=1152, decode=128),
-    "llama7b": dict(file="benchmarks/results_iterations_fresh_llama2_7b_h100_128_512.json",
-                    verifier="Llama-2-7B", gpu="H100", prefill=128, decode=512),
-}
-
-
 def profile(verifier, gpu, prefill, decode):
     import pandas as pd
-    table = pd.read_csv("examples/vidur/decode_profiles.csv")
+    table = pd.read_csv(Path(__file__).resolve().parents[1] / "examples" / "vidur"
+                        / "decode_profiles.csv")
     rows = table[(table.verifier == verifier) & (table.gpu == gpu)
                  & (table.prefill_tokens == prefill) & (table.decode_tokens == decode)]
     rows = rows.sort_values("batch_size")
@@ -108,6 +117,49 @@ def simulate_run(rate, n, decode, prefill, sizes, times, cap, rng, max_prompts=1
     return done - arrivals
 
 
+def prompt_budget(row) -> int:
+    """The most prompts one prefill iteration takes: max_num_batched_tokens over the
+    prompt's tokens, at least one."""
+    return max(int(row["max_num_batched_tokens"]) // int(row["prefill_tokens"]), 1)
+
+
+def replay(rows, decode, prefill, sizes, times, cap):
+    """Each row's run mean by the replay, with the row's own arrivals (its target rate
+    and the seed its ``source`` names)."""
+    means = []
+    for _, row in rows.iterrows():
+        seed = int(re.search(r"seed=(\d+)", row["source"]).group(1))
+        arrivals = vidur_arrivals(row["rps_target"], int(row["n_requests"]), seed)
+        latency = simulate_run(row["rps_target"], int(row["n_requests"]), int(decode), prefill,
+                               sizes, times, int(cap), None, prompt_budget(row),
+                               arrivals=arrivals)
+        means.append(latency.mean())
+    return np.array(means)
+
+
+def fit_prefill(rows, decode, sizes, times, cap, start):
+    """The prefill iteration's (a, b) that bring the replay of ``rows`` (their own
+    arrivals) closest to their measured means in log, from ``start`` (log a, log b);
+    returns (a, b) and the least-squares solution."""
+    measured = rows["latency_mean_s"].to_numpy(float)
+
+    def residual(theta):
+        return np.log(measured) - np.log(replay(rows, decode, tuple(np.exp(theta)),
+                                                sizes, times, cap))
+
+    solution = least_squares(residual, start, diff_step=0.02, max_nfev=40,
+                             bounds=(np.log([1e-5, 1e-5]), np.log([10.0, 10.0])))
+    return tuple(np.exp(solution.x)), solution
+
+
+def fit_group_prefill(rows, decode, sizes, times, cap):
+    """:func:`fit_prefill` on all of a group's ``rows``, started from a stall of half the
+    top rate's mean gap, its fixed part at most t_d(1)."""
+    c2 = 0.5 / rows["rps"].max()
+    return fit_prefill(rows, decode, sizes, times, cap,
+                       np.log([min(times[0], 0.5 * c2), max(0.5 * c2, 1e-4)]))
+
+
 def run_over_middle(latency, in_flight):
     """The run's mean over its steady middle (the requests between the first and last
     2N, as `examples/vidur/iteration_profile.py` measures it), and that middle's mean."""
@@ -127,52 +179,59 @@ def summary(latency, arrivals):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("log", help="iteration_profile.py --json output of one group")
+    parser.add_argument("--verifier", required=True)
+    parser.add_argument("--gpu", required=True)
+    parser.add_argument("--prefill", type=int, required=True)
+    parser.add_argument("--decode", type=int, required=True)
     parser.add_argument("--seeds", type=int, default=7, help="other seeds to compare")
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--cap", type=int, default=128)
+    parser.add_argument("--max-num-batched-tokens", type=int, default=4096)
     args = parser.parse_args()
-    for group in GROUPS.values():
-        points = json.load(open(group["file"]))["points"]
-        sizes, times = profile(group["verifier"], group["gpu"], group["prefill"],
-                               group["decode"])
-        # the prefill iteration's cost, a + b m for m prompts, from the run's own log
-        counts = np.array([p["prefills_per_prefill_iter"] for p in points])
-        spans = np.array([p["prefill_iter_ms"] for p in points]) / 1000.0
-        slope, fixed = np.polyfit(counts, spans, 1)
-        prefill = (fixed, slope)
-        max_prompts = 4096 // group["prefill"]
-        print(f"\n{group['verifier']} {group['gpu']} ({group['prefill']},{group['decode']}): "
-              f"prefill iteration {1000 * fixed:.2f} + {1000 * slope:.2f} m ms")
-        print("     N | mean (s) Vidur / replay | rps Vidur / replay | run/middle Vidur / "
-              "replay / fluid | first N/middle Vidur / replay / other seeds | "
-              "last N/middle Vidur / replay")
-        for point in points:
-            rate = point["rate"]
+    group = dict(verifier=args.verifier, gpu=args.gpu, prefill=args.prefill,
+                 decode=args.decode)
+    points = json.loads(Path(args.log).read_text())["points"]
+    sizes, times = profile(group["verifier"], group["gpu"], group["prefill"],
+                           group["decode"])
+    # the prefill iteration's cost, a + b m for m prompts, from the run's own log
+    counts = np.array([p["prefills_per_prefill_iter"] for p in points])
+    spans = np.array([p["prefill_iter_ms"] for p in points]) / 1000.0
+    slope, fixed = np.polyfit(counts, spans, 1)
+    prefill = (fixed, slope)
+    max_prompts = max(args.max_num_batched_tokens // group["prefill"], 1)
+    print(f"\n{group['verifier']} {group['gpu']} ({group['prefill']},{group['decode']}): "
+          f"prefill iteration {1000 * fixed:.2f} + {1000 * slope:.2f} m ms")
+    print("     N | mean (s) Vidur / replay | rps Vidur / replay | run/middle Vidur / "
+          "replay / fluid | first N/middle Vidur / replay / other seeds | "
+          "last N/middle Vidur / replay")
+    for point in points:
+        rate = point["rate"]
 
-            def replayed(seed):
-                arrivals = vidur_arrivals(rate, args.requests, seed)
-                latency = simulate_run(rate, args.requests, group["decode"], prefill, sizes,
-                                       times, args.cap, None, max_prompts, arrivals=arrivals)
-                return summary(latency, arrivals)
+        def replayed(seed):
+            arrivals = vidur_arrivals(rate, args.requests, seed)
+            latency = simulate_run(rate, args.requests, group["decode"], prefill, sizes,
+                                   times, args.cap, None, max_prompts, arrivals=arrivals)
+            return summary(latency, arrivals)
 
-            own = replayed(0)
-            others = np.array([replayed(seed) for seed in range(1, 1 + args.seeds)])
-            c1 = fixed + slope + (group["decode"] - 1) * times[0]
-            c2 = fixed + slope
-            pieces = laws.profile_segments(group["decode"], sizes, times, args.cap)
-            knots, values, slopes = pieces
-            n_star, _, _ = laws.profile_concurrency_expr(
-                np.array([[own[4]]]), np.array([[c1]]), np.array([[c2]]), knots[None],
-                values[None], slopes[None])
-            law_steady = float(np.ravel(n_star)[0]) / own[4]
-            fluid = laws.fluid_run_latency(own[4], args.requests, c1, c2, args.cap, pieces,
-                                           steady=law_steady) / law_steady
-            middle = point["steady_latency_s"]
-            print(f"{point['little_n']:6.1f} | {point['latency_mean_s']:7.3f} / {own[0]:7.3f} | "
-                  f"{point['rps']:6.3f} / {own[4]:6.3f} | {point['run_over_steady']:.4f} / "
-                  f"{own[1]:.4f} / {fluid:.4f} | {point['first_n_latency_s'] / middle:.3f} / "
-                  f"{own[2]:.3f} / {others[:, 2].mean():.3f} | "
-                  f"{point['last_n_latency_s'] / middle:.3f} / {own[3]:.3f}", flush=True)
+        own = replayed(0)
+        others = np.array([replayed(seed) for seed in range(1, 1 + args.seeds)])
+        c1 = fixed + slope + (group["decode"] - 1) * times[0]
+        c2 = fixed + slope
+        pieces = laws.profile_segments(group["decode"], sizes, times, args.cap)
+        knots, values, slopes = pieces
+        n_star, _, _ = laws.profile_concurrency_expr(
+            np.array([[own[4]]]), np.array([[c1]]), np.array([[c2]]), knots[None],
+            values[None], slopes[None])
+        law_steady = float(np.ravel(n_star)[0]) / own[4]
+        fluid = laws.fluid_run_latency(own[4], args.requests, c1, c2, args.cap, pieces,
+                                       steady=law_steady) / law_steady
+        middle = point["steady_latency_s"]
+        print(f"{point['little_n']:6.1f} | {point['latency_mean_s']:7.3f} / {own[0]:7.3f} | "
+              f"{point['rps']:6.3f} / {own[4]:6.3f} | {point['run_over_steady']:.4f} / "
+              f"{own[1]:.4f} / {fluid:.4f} | {point['first_n_latency_s'] / middle:.3f} / "
+              f"{own[2]:.3f} / {others[:, 2].mean():.3f} | "
+              f"{point['last_n_latency_s'] / middle:.3f} / {own[3]:.3f}", flush=True)
 
 
 if __name__ == "__main__":

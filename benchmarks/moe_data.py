@@ -1,5 +1,7 @@
 """Eq. (4) sweeps generated independently of bayesspec's own MoE code.
 
+A helper of ``moe_validation.py``; not run on its own.
+
 Nothing here calls ``bayesspec.laws`` or ``bayesspec.simulate.synthetic``: each load point's
 mean latency is the least root of eq. (4),
 
@@ -14,7 +16,9 @@ coefficient of variation that grows with utilisation (queueing), times a run-lev
 log-normal error (the 1-3% a repeated run moves by); the recorded ``latency_std_s`` is a
 sample standard deviation of those ``n`` requests.
 
-Used by ``benchmarks/moe_validation.py`` and ``benchmarks/moe_ridge.py``.
+``validation_design(seed)`` is the replicate design; ``steep_design(seed)`` is a design
+whose coverage rises steeply within a sweep (where an in-graph solve that stops short of
+the least root is wrong: docs/findings/moe-and-cap.md).
 """
 
 from __future__ import annotations
@@ -130,21 +134,21 @@ def measure(truth: pd.DataFrame, fractions, *, noise: float, n_requests: int,
     return pd.DataFrame(rows)
 
 
-# The design of issue 35: Qwen3-30B-A3B, 4 (prefill, decode) pairs, 9 rates from 1% to
-# 88% of saturation, 1.5% noise plus the standard errors of 600 requests. The issue gave
-# no costs; these put coverage rising from about 0 to 1 across the whole sweep, as it
-# describes (8 ms of overhead per decode step, decode at 0.55% of peak FLOP/s, half of C2
-# expert work): C1s/C1u = 2, beta*C1f/C2f = 1, the case where version 4 did not converge.
-ISSUE_PAIRS = ((256, 256), (512, 512), (1024, 256), (256, 1024))
-ISSUE_FRACTIONS = np.linspace(0.01, 0.88, 9)
-ISSUE_COSTS = {"decode_efficiency": 0.0055, "step_overhead_s": 8e-3, "c2_expert_share": 0.5}
+# A steep design: Qwen3-30B-A3B, 4 (prefill, decode) pairs, 9 rates from 1% to 88% of
+# saturation, 1.5% noise plus the standard errors of 600 requests. The costs put coverage
+# rising from about 0 to 1 across the whole sweep (8 ms of overhead per decode step,
+# decode at 0.55% of peak FLOP/s, half of C2 expert work): C1s/C1u = 2,
+# beta*C1f/C2f = 1, where an in-graph solve that stops short of the least root fails.
+STEEP_PAIRS = ((256, 256), (512, 512), (1024, 256), (256, 1024))
+STEEP_FRACTIONS = np.linspace(0.01, 0.88, 9)
+STEEP_COSTS = {"decode_efficiency": 0.0055, "step_overhead_s": 8e-3, "c2_expert_share": 0.5}
 LENGTHS = (256, 512, 768, 1024)
 
 
-def issue_design(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(truth, data) of the failing design of issue 35."""
-    truth = truth_table("Qwen3-30B-A3B", ISSUE_PAIRS, **ISSUE_COSTS)
-    data = measure(truth, ISSUE_FRACTIONS, noise=0.015, n_requests=600,
+def steep_design(seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(truth, data) of the steep design above."""
+    truth = truth_table("Qwen3-30B-A3B", STEEP_PAIRS, **STEEP_COSTS)
+    data = measure(truth, STEEP_FRACTIONS, noise=0.015, n_requests=600,
                    rng=np.random.default_rng(seed))
     return truth, data
 

@@ -1,7 +1,9 @@
-"""Issue 35's MoE "Done when": the moe model on replicate eq. (4) datasets, at the defaults.
+"""Validation: the moe model on replicate eq. (4) datasets, at the defaults.
 
-    nice python benchmarks/moe_validation.py [--replicates 10] [--first-seed 100]
-        [--chains N --draws N --tune N --init jitter|optimised] [--out results.csv]
+The data are generated independently of bayesspec's MoE code.
+
+    nice python -W ignore::UserWarning benchmarks/moe_validation.py --replicates 10 \
+        --first-seed 140 --out moe.csv       # 25-530 s per fit on 2 cores
 
 Data: ``moe_data.validation_design(seed)`` (independent of bayesspec's MoE code and of
 its tests: a brentq least root per point, Gamma request latencies, run-level log-normal
@@ -12,12 +14,13 @@ per replicate, so that coverage rises anywhere from the first few per cent of th
 to across its lower half.
 
 Each replicate is fitted by ``workflow.fit`` (what ``fit --model moe`` runs) with the
-model's defaults, and by the dense model on the same data. Per replicate it prints the
+model's defaults, and by the dense model on the same data. Prints per replicate the
 convergence verdict (R-hat, bulk ESS, divergences), the share of groups whose 90%
 intervals cover C1u, C1s, C2u, C2s, and the low-load R^2 against the true curve of both
 models (lower half of each sweep's rates, each group normalised by its true latency at
-the lowest rate). The last lines pool the coverage over groups and replicates.
-Sampler options left unset are the model's defaults (only for exploration, set fewer).
+the lowest rate); the last lines pool the coverage over groups and replicates.
+``--out`` writes every (replicate, group, part). Sampler options left unset are the
+model's defaults (``--chains/--draws/--tune/--init`` only for exploration).
 """
 
 from __future__ import annotations

@@ -1,4 +1,12 @@
-"""How many load-test minutes until a decision is right with P >= 0.95? (issue 36)
+"""Validation: load-test minutes until a decision is right with P >= 0.95.
+
+`plan` against a full sweep grid and random next points.
+
+    nice python benchmarks/plan_benchmark.py --replicates 20 --first-replicate 200 \
+        --decisions crossover,kstar --out mean.csv                  # about 70 minutes
+    nice python benchmarks/plan_benchmark.py --replicates 10 --first-replicate 200 \
+        --decisions slo --random-cap-factor 1 --out slo.csv
+    python benchmarks/plan_benchmark.py --summarise mean.csv slo.csv
 
 The serving simulator is the server; truth comes from its own long runs. Three
 decisions (``--decisions``):
@@ -15,7 +23,7 @@ decisions (``--decisions``):
   0.8, 512/512 tokens with log-normal lengths (cv 0.5) as in examples/slo.toml, but
   constant arrivals (as every point here: GuideLLM's sweep), fitted with the tails
   model. True goodputs: where each summary of
-  20,000-request runs crosses its target (benchmarks/slo_truth.py's rule), per
+  20,000-request runs crosses its target (``slo_truth.py``'s rule), per
   configuration the lower of the two.
 
 Truth for the mean-latency decisions: 20,000-request runs at 32 rates per configuration
@@ -52,13 +60,15 @@ method *reaches* the decision when it is settled (every answer right with poster
 configuration) for crossover and k*, the tails model for the SLO, each compiled once and
 refitted with new data, 2 chains x ``--draws`` draws after as many tuning steps.
 
-    nice python benchmarks/plan_benchmark.py --replicates 20 --out plan_benchmark.csv
-
 Decisions or replicates split across invocations (``--decisions``, ``--first-replicate``)
-are summarised together with ``--summarise A.csv B.csv``.
+are summarised together with ``--summarise A.csv B.csv``. ``--random-cap-factor 1`` stops
+random points at `plan`'s minutes in the same replicate (a censored comparison: whether
+random needs more minutes than `plan`, not how many).
 
-Prints progress on stderr, one line per finished (replicate, decision) and the summary
-table at the end (the records also in ``--out``).
+Prints progress on stderr, one line per finished (replicate, decision), and at the end
+the summary table per decision and method: replicates, share reached, wrong when
+settled, median and largest minutes and share of the grid's, seed minutes, points, and
+how often `plan` was faster than random (the records also in ``--out``).
 """
 
 from __future__ import annotations

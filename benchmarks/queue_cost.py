@@ -1,17 +1,24 @@
 #!/usr/bin/env python
-"""What the slot queue (the engine's concurrency cap, issue 34) costs: its partial sums from
-one regularised incomplete beta (as `bayesspec.laws` has them) against two (the form before
-2026-12-04, kept here as the baseline), timed in one run; plus the largest relative gap
-between the two forms over a wide random design.
+"""Speed harness: what the slot queue costs, one incomplete beta against two.
 
-    .venv/bin/python benchmarks/queue_cost.py [--elements 337000] [--data slo.csv]
-        [--evaluations 2000]
+The slot queue is the engine's concurrency cap (docs/laws.md, "The concurrency cap").
+Its partial sums from one regularised incomplete beta (as `bayesspec.laws` has them) are
+timed against two incomplete betas (the earlier form, kept here as the baseline) in one
+run, and the largest relative gap between the two forms is measured over a wide random
+design.
+
+    python benchmarks/queue_cost.py
+    bayesspec simulate --grid examples/slo.toml -o slo.csv
+    python benchmarks/queue_cost.py --data slo.csv --evaluations 2000
 
 NumPy: one evaluation over ``--elements`` (draws x rates x draft lengths: `kstar --vllm`
 on the README walkthrough's fit evaluates 337k such elements near the cap). With
 ``--data`` (a tidy file whose tails fit carries the cap, e.g. the walkthrough's
 ``slo.csv``): one log density + gradient of the ``tails`` model in numba, the backend
 nutpie samples with, ``--evaluations`` times at the initial point.
+
+Prints seconds for each form and their ratio (new / baseline), per part, and the largest
+relative difference between the two forms.
 """
 
 from __future__ import annotations

@@ -1,9 +1,12 @@
-"""Benchmarks: each case timed against its baseline in the same run (ratios, not seconds).
+"""Speed harness: each case timed against its baseline in the same run (ratios, not seconds).
 
-    python benchmarks/run.py [--quick] [--json] [--cases a,b]
+    python benchmarks/run.py --quick            # the fast subset, about 3-4 minutes
+    python benchmarks/run.py --cases hierarchical_fit,scaling --json
+    BAYESSPEC_SCALING_SIZES=1k,4k,16k python benchmarks/run.py --cases scaling
 
-Machines here are shared and noisy: compare the ratio column, not absolute seconds, and
-read the core count in the machine block. Cases:
+Machines are shared and noisy: compare the ratio column (``baseline_s / bayes_s``; above 1
+means bayesspec is faster), not absolute seconds, and read the core count in the machine
+block. Cases:
 
 - dense_fit_vs_bootstrap: time to 90% intervals of C1 and C2 for 16 groups x 9 rates,
   bayesspec (nutpie, incl. compilation) vs SciPy curve_fit + a case-resampling bootstrap
@@ -14,21 +17,26 @@ read the core count in the machine block. Cases:
 - decisions: k* over 11 alpha x 50 RPS x 10 k with 4000 draws, vectorised vs a Python
   loop over draws.
 - simulator: one 9-point sweep of 1000 requests per point (512/512, Qwen3-8B on H100),
-  against the 10 s budget of the simulator issue.
+  against a 10 s budget.
 - sampler_choice: effective samples per second, nutpie vs PyMC's NUTS, speculative and
   hierarchical models.
 - hierarchical_fit: the whole bundled dataset (dense + speculative, 1044 rows) in one
-  hierarchical fit with the CLI defaults, against the 5-minute budget.
+  hierarchical fit with the CLI defaults, against a 5-minute budget.
 - check_leave_out_2: ``check --leave-out 2`` on one verifier's 16 combinations (10 folds
-  of one compiled model, the CLI's sampler defaults), against the 5-minute budget.
+  of one compiled model, the CLI's sampler defaults), against a 5-minute budget.
+- parallel_refits: the same SBC refits with 2 worker processes against 1.
 - approximate: NUTS vs --method advi (mean-field ADVI + Pareto-smoothed importance
   resampling) on the bundled dense data and the hierarchical model: wall time, ratio to
   NUTS, Pareto k, coverage and overlap of NUTS's C1, C2 by the approximate 90% intervals.
 - gpu_sampling: the hierarchical fit with nutpie (CPU) vs numpyro / blackjax (JAX, chains
   vectorised on the GPU), ESS per second; skipped where JAX sees no GPU.
 - scaling: the hierarchical fit at the model's defaults at about 1k, 4k, 16k and 64k rows
-  (BAYESSPEC_SCALING_SIZES=1k,4k,16k for a subset): wall, ESS/s, R-hat, divergences, the
-  time per gradient, and the slope of log sampling time on log rows.
+  (BAYESSPEC_SCALING_SIZES picks a subset): wall, ESS/s, R-hat, divergences, the time
+  per gradient, and the slope of log sampling time on log rows.
+
+Prints the machine (usable cores, Python, date), then one line per case: bayesspec
+seconds, baseline seconds, their ratio and the case's notes (coverage, R-hat, ESS);
+``--json`` prints the same as one document.
 """
 
 from __future__ import annotations
@@ -259,7 +267,7 @@ def case_simulator(quick: bool) -> dict:
         timings.append(time.perf_counter() - started)
     bayes_s = float(np.median(timings))
     return {"name": "simulator", "bayes_s": bayes_s, "baseline_s": 10.0,
-            "ratio": 10.0 / bayes_s, "note": "baseline is the 10 s budget of the issue"}
+            "ratio": 10.0 / bayes_s, "note": "baseline is a 10 s budget"}
 
 
 def case_sampler_choice(quick: bool) -> dict:
@@ -334,7 +342,7 @@ def case_hierarchical_fit(quick: bool) -> dict:
             "ratio": 300.0 / bayes_s, "rows": len(data), "groups": len(result.groups),
             "bayes_diagnostics": {k: diag[k] for k in ("rhat_max", "ess_bulk_min",
                                                        "divergences")},
-            "note": "baseline is the 5-minute budget of the hierarchical issue"}
+            "note": "baseline is a 5-minute budget"}
 
 
 def case_check_leave_out_2(quick: bool) -> dict:
@@ -362,7 +370,7 @@ def case_check_leave_out_2(quick: bool) -> dict:
             "fold_ess_bulk_min": min(f["ess_bulk_min"] for f in document["per_fold"]),
             "fold_seconds_median": float(np.median([f["seconds"] for f in
                                                     document["per_fold"]])),
-            "note": "baseline is the 5-minute budget of the hierarchical issue"}
+            "note": "baseline is a 5-minute budget"}
 
 
 def _gradient_seconds(pm_model, repeats: int = 100) -> float:

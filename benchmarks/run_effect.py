@@ -1,23 +1,27 @@
-"""One run's requests are not independent (issue 34): how much a sweep's measured mean
-latency moves from one arrival seed to the next, and how much of that its rates share.
+"""Validation: how much a run's mean latency moves from one arrival seed to the next.
 
-Two replays of one Vidur set that differ only in the arrival seed (``replay_sets.py
---seeds shared:0`` and ``shared:1``: each sweep replays one seed at every rate, as Vidur
-and a fixed-seed GuideLLM sweep do) give at each point the difference of two runs' log
-means. Printed:
+One run's requests are not independent. This measures how much a sweep's measured mean
+moves between seeds, and how much of that its rates (and the file's other sweeps)
+share: the measurement behind ``fit --option run_effect=shared``
+(docs/findings/run-effects.md).
+
+    python benchmarks/replay_sets.py --set dense --seeds shared:0 -o dense_seed0.csv
+    python benchmarks/replay_sets.py --set dense --seeds shared:1 -o dense_seed1.csv
+    python benchmarks/run_effect.py dense_seed0.csv dense_seed1.csv
+
+Two replays of one Vidur set that differ only in the arrival seed (each sweep replays one
+seed at every rate, as Vidur and a fixed-seed GuideLLM sweep do) give at each point the
+difference of two runs' log means. More replay pairs (``A B C D ...``: A with B, C with
+D) pool their differences. Prints:
 
 1. Its mean square over the variance that two runs would have with independent requests
    (cv^2/n each) and with requests correlated over the N = RPS x L in flight
-   (:func:`bayesspec.laws.run_mean_log_sd`), by concurrency; 1 is calibrated.
+   (:func:`bayesspec.laws.run_mean_log_sd`), by quarter of concurrency; 1 is calibrated.
 2. The correlation of that difference (in units of the correlated sd) between two rates
    of one sweep, by their distance in log RPS: the share of the run effect a sweep's
    rates share (``laws.RUN_EFFECT_SHARE`` is the mean over distances 0.3-2).
-
-    .venv/bin/python benchmarks/run_effect.py /tmp/dense_seed0.csv /tmp/dense_seed1.csv
-
 3. The same correlation between points of two different sweeps: one seed serves every
-   sweep of a Vidur set, so their run effects may move together. More replay pairs
-   (``A B C D ...``: A with B, C with D) pool their differences.
+   sweep of a Vidur set, so their run effects move together.
 """
 
 from __future__ import annotations

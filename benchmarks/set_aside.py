@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Which points are set aside, and does detection without flag columns get it right?
+"""Validation: which points are set aside, and is detection without flag columns right?
 
-    .venv/bin/python benchmarks/set_aside.py [--seeds 12]
+    python benchmarks/set_aside.py --seeds 12       # about 40 s
 
 1. The README walkthrough's sweeps (examples/walkthrough.toml, 400 requests per point):
    points the simulator marks, by reason, and the law's residual on the kept points.
@@ -12,6 +12,9 @@
 3. The walkthrough's throughput runs found from the numbers alone (no saturated,
    strategy, rps_target or saturation_reason columns), with and without the engine's
    cap columns the simulator writes.
+
+Prints one block per part: counts by reason, the largest residual of the kept points,
+planted points caught of planted, law points set aside of all, throughput runs found.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Do SLO answers cover the simulator's truth? (issue 17)
+"""Validation: do SLO answers cover the simulator's truth?
+
+    python benchmarks/slo_truth.py --replicates 6 --saturation-spread 0.1   # about 10 min
+    python benchmarks/slo_truth.py --replicates 3 --loo-only --saturation-spread 0.1
 
 Truth: the simulator's own p99 TTFT and p99 ITL at 15 rates for the dense baseline and SD
 at k = 3, alpha 0.8 (Qwen3-8B on an H100, log-normal lengths as in ``examples/slo.toml``),
@@ -9,11 +12,13 @@ it (linear interpolation between rates).
 
 Replicates: ``--replicates`` GuideLLM-style sweeps of 1,000 requests per rate (the
 README's design, new seeds), each fitted with the tails model; a replicate covers when
-the 90% interval of the goodput contains the truth. Also reported: the held-out check of
-the summaries (fit on rates up to 60% of the highest unsaturated rate, predict the
-rest; free exponent gamma vs gamma = 1). Prints the tables; about 10 minutes on 2 cores.
+the 90% interval of the goodput contains the truth. ``--saturation-spread`` is the tails
+model's option (each summary's saturation cost spread about the mean's).
 
-    .venv/bin/python benchmarks/slo_truth.py [--replicates 6] [--truth-requests 20000]
+Prints, per (k, metric) and truth, the true goodput, the fitted median, interval width
+and coverage; then the held-out check of the summaries (fit on rates up to 60% of the
+highest unsaturated rate, predict the rest; free exponent gamma vs gamma = 1, unless
+``--no-holdout``); ``--loo-only`` prints PSIS-LOO of the two exponents instead.
 """
 
 from __future__ import annotations
@@ -160,14 +165,14 @@ def holdout(replicates: int, started: float, fraction: float = 0.6) -> None:
     ``fraction`` of each sweep's highest unsaturated rate, 90% predictive intervals of
     each summary at the rates above (free exponent gamma vs gamma = 1, the summary growing
     exactly like the mean)."""
-    from bayesspec.checks.misfit import split_by_rate
+    from bayesspec import checks
     from bayesspec.data.schema import METRIC_COLUMNS
 
     rng = np.random.default_rng(0)
     records = []
     for r in range(replicates):
         data = replicate(100 + r)
-        low, high = split_by_rate(data, fraction)
+        low, high = checks.split_by_rate(data, fraction)
         for name, config in (("free gamma", {}), ("gamma = 1", {"free_exponent": False})):
             fit = fit_model(low, "tails", config={**CONFIG, **config},
                             settings=SamplerSettings(seed=r, progress=False))

@@ -1,5 +1,7 @@
-"""What the engine cap's slot queue costs the README's `tails` fit (issue 34): the
-gradient with and without it, and (``--fits``) one first pass of each way to fit at 0.9.
+"""Speed harness: what the engine cap's slot queue costs the README's `tails` fit.
+
+The gradient with and without it, and (``--fits``) one first pass of each way to fit at
+0.9.
 
     bayesspec simulate --grid examples/slo.toml -o slo.csv
     python -W ignore benchmarks/slot_queue_cost.py slo.csv            # gradients, 1 min
@@ -7,17 +9,18 @@ gradient with and without it, and (``--fits``) one first pass of each way to fit
 
 Three ways to fit the same rows:
 - "in the likelihood": the slot queue wherever the cap could move the points at twice
-  their load (the rule when nothing checks the draws; `fit`'s before this benchmark);
-- "checked on the draws": `fit` today, the cap left out where the fitted points stay
+  their load (the rule when nothing checks the draws);
+- "checked on the draws": what `fit` does, the cap left out where the fitted points stay
   below where it moves the latency, and the draws checked afterwards
-  (``LatencyModel.cap_reach_share``);
+  (``LatencyModel.cap_reach_share``), reweighted or refitted when the cap reaches them;
 - "cap unknown": max_num_seqs and kv_cache_tokens dropped, eq. (1) alone.
 The gradient is timed on PyTensor's C backend (``compile_dlogp``) at the model's initial
 point; the fits run nutpie (numba) as `fit` does, one first pass at target_accept 0.9
-(no retry), seed 1, chains started as the model chooses. Printed: seconds per gradient
-and their ratio; per fit its seconds (compilation included), divergences, mean leapfrog
-steps per draw, and C2's and the p99's exponent's posterior medians and 90% intervals,
-so that the posteriors can be compared.
+(no retry), seed 1, chains started as the model chooses.
+
+Prints seconds per gradient and their ratio; per fit its seconds (compilation included),
+divergences, mean leapfrog steps per draw, and C2's and the p99's exponent's posterior
+medians and 90% intervals, so that the posteriors can be compared.
 """
 
 from __future__ import annotations

@@ -1,22 +1,28 @@
-"""Held-out tails: fit the tails model below a fraction of each group's top rate and
-predict the reported p99 (and any other fitted summary) at the higher rates (issue 34).
+"""Validation: the tails model's held-out p99 (and other fitted summaries).
+
+Fit the tails model below a fraction of each group's top rate and predict the reported
+p99 (and any other fitted summary) at the higher rates.
+
+    python -W ignore::UserWarning benchmarks/tails_holdout.py examples/vidur/vidur_capped.csv \
+        --config '{"decode_profile": "examples/vidur/decode_profiles.csv", "tail_law": "count"}'
+    python benchmarks/tails_holdout.py examples/vidur/vidur_dense.csv \
+        examples/vidur/vidur_fresh.csv --fraction 0.6 --csv points.csv
 
 For each data file: the tails model is fitted on each group's rates up to ``--fraction``
-(0.6) of its highest unsaturated rate (``misfit.split_by_rate``, the split of
+(0.6) of its highest unsaturated rate (``split_by_rate``, the split of
 ``check --ppc --hold-out-above``); each held-out point's summary is predicted as a new
-load test's report of that point's ``n_requests`` requests (``misfit.summary_points``,
-the check `check --ppc` makes of a tails fit: the law, the fitted noise and the
+load test's report of that point's ``n_requests`` requests (``summary_points``, the
+check `check --ppc` makes of a tails fit: the law, the fitted noise and the
 order-statistic error; where the file says the point is a whole run from an idle server,
 ``whole_run``, the load factor is that finite run's, unless ``--steady``), and its 90%
 interval is checked; ``--mean`` adds the mean law's own held-out predictions
-(``misfit.predictive_points``). Printed per file and metric: held-out points, coverage,
-what a model exactly right would give on the same points (``misfit.coverage_reference``:
-its mean and 90% range, the chance it lands in 0.80-0.95, the issue's band for the p99,
-and the chance it is as low as measured), intervals open upwards, median width/value, and
-the worst median/measured ratio.
+(``predictive_points``). A fit takes 3-12 minutes per Vidur set on 2 cores.
 
-    .venv/bin/python benchmarks/tails_holdout.py examples/vidur/vidur_dense.csv \\
-        examples/vidur/vidur_fresh.csv [--fraction 0.6] [--config '{"sampling_error": false}']
+Prints per file and metric: held-out points, coverage, what a model exactly right would
+give on the same points (``coverage_reference``: its mean and 90% range, the chance it
+lands in 0.80-0.95, the target band for the p99, and the chance it is as low as
+measured), intervals open upwards, median width/value, and the worst median/measured
+ratio; ``--csv`` writes the held-out points.
 """
 
 from __future__ import annotations
@@ -31,11 +37,10 @@ import pandas as pd
 
 from bayesspec.data import read_tidy
 from bayesspec.inference import SamplerSettings
-from bayesspec.checks.misfit import (coverage_reference, predictive_points, split_by_rate,
-                              summary_points)
+from bayesspec import checks
 from bayesspec.bayes.workflow import fit as fit_model
 
-#: The issue's band for the held-out p99 coverage of 90% intervals.
+#: The target band for the held-out p99 coverage of 90% intervals.
 BAND = (0.80, 0.95)
 
 
@@ -43,12 +48,14 @@ def held_out_points(fit, high: pd.DataFrame, *, prob: float = 0.9, seed: int = 0
                     finite_runs: bool = True, with_mean: bool = False):
     """The held-out rows of each summary (and with ``with_mean`` of the mean), one row
     per point (metric, group, rps, observed, lo, median, hi, inside, infinite), and per
-    metric a right model's coverage of them (``misfit.coverage_reference`` in ``BAND``)."""
+    metric a right model's coverage of them (``coverage_reference`` in ``BAND``)."""
     frames, reference = [], {}
     tables = {}
     if with_mean and fit.model().has_mean(fit):
-        tables["mean"] = predictive_points(fit, high, prob=prob, seed=seed, reference=True)
-    tables.update(summary_points(fit, high, prob=prob, seed=seed, whole_runs=finite_runs))
+        tables["mean"] = checks.predictive_points(fit, high, prob=prob, seed=seed,
+                                                  reference=True)
+    tables.update(checks.summary_points(fit, high, prob=prob, seed=seed,
+                                        whole_runs=finite_runs))
     for metric, (points, inside_by_draw) in tables.items():
         held = points.loc[points["held_out"]]
         frames.append(pd.DataFrame({
@@ -57,8 +64,8 @@ def held_out_points(fit, high: pd.DataFrame, *, prob: float = 0.9, seed: int = 0
             "hi": held["hi"], "inside": held["inside"],
             "infinite": ~np.isfinite(held["hi"].to_numpy(float))}))
         if inside_by_draw:
-            reference[metric] = coverage_reference(points, inside_by_draw, prob=prob,
-                                                   limits=BAND)
+            reference[metric] = checks.coverage_reference(points, inside_by_draw, prob=prob,
+                                                          limits=BAND)
     return (pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()), reference
 
 
@@ -83,7 +90,7 @@ def main(argv=None) -> int:
     for path in args.data:
         started = time.perf_counter()
         data = read_tidy(path)
-        low, high = split_by_rate(data, args.fraction)
+        low, high = checks.split_by_rate(data, args.fraction)
         fit = fit_model(low, "tails", config=config,
                         settings=SamplerSettings(seed=args.seed, chains=args.chains,
                                                  draws=args.draws, progress=False))

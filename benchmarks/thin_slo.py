@@ -1,28 +1,30 @@
-"""Does `slo` agree with a thin load test's own pass/fail? (issue 34, item 5)
+"""Validation: does `slo` agree with a thin load test's own pass/fail?
+
+    python -W ignore::UserWarning benchmarks/thin_slo.py --replicates 3 --first-seed 100 \
+        --variants default --rates 0.9,6,12,16.5 --json thin.json      # about 5 minutes
 
 A GuideLLM-style run with a time limit per rate measures few requests at low rates: four
-rates of ``DURATION_S`` seconds each, 14-305 requests per point (``--rates
-0.9,6,12,16.5``: 15-297, the issue's 15-300) (Qwen3-8B on an H100,
-prefill 1024 / decode 128 tokens, log-normal lengths of cv 0.5, constant arrivals as
-GuideLLM's sweep sends them). Each replicate is fitted with the tails model; then, for
-SLO targets on p99 of end-to-end latency, TTFT and ITL spread over the measured range,
-`slo` says at each measured rate whether the target is met (P >= 0.9). That verdict is
-compared with
+rates of ``DURATION_S`` seconds each (``--rates 0.9,6,12,16.5``: 15-297 requests per
+point; the default rates give 14-305) (Qwen3-8B on an H100, prefill 1024 / decode 128
+tokens, log-normal lengths of cv 0.5, constant arrivals as GuideLLM's sweep sends them).
+Each replicate is fitted with the tails model; then, for SLO targets on p99 of end-to-end
+latency, TTFT and ITL spread over the measured range, `slo` says at each measured rate
+whether the target is met (P >= 0.9). That verdict is compared with
 
 - the run's own measurement (measured p99 <= target), where the measured margin
-  |measured - target| / target exceeds 20% (the issue's criterion), also restricted to
-  where that margin exceeds twice the reported p99's own sampling sd (its order
-  statistic among the point's requests, with the long run's per-request spread: a p99
-  of 14 requests scatters by 20-30%, so a 20% margin there is no clear margin), and
+  |measured - target| / target exceeds 20%, also restricted to where that margin exceeds
+  twice the reported p99's own sampling sd (its order statistic among the point's
+  requests, with the long run's per-request spread: a p99 of 14 requests scatters by
+  20-30%, so a 20% margin there is no clear margin), and
 - the truth, the p99 of a long run (``TRUTH_DURATION_S`` seconds per rate), where the
   true margin exceeds 20%.
 
-Also printed: 90% intervals of each p99 curve against the long-run truth at the measured
-rates (population coverage). ``--variants``: ``default``, ``model-spread`` (the
-per-request spread read off the fitted curves) and ``no-sampling`` (version 1's
-likelihood: a reported percentile read as the population's).
-
-    .venv/bin/python benchmarks/thin_slo.py [--replicates 6] [--variants default,no-sampling]
+Prints per variant the fits' convergence, the share of agreeing verdicts in each of the
+three comparisons (with the count of disagreements), by metric, and the share of the
+p99 curves' 90% intervals that hold the long-run p99 at the measured rates.
+``--variants``: ``default``, ``model-spread`` (the per-request spread read off the fitted
+curves) and ``no-sampling`` (a reported percentile read as the population's).
+``--json`` writes every record.
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ def main(argv=None) -> int:
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--json", help="write every record to this JSON file")
     parser.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES),
-                        help="the load test's rates (0.9,6,12,16.5 gives the issue's 15-300 "
+                        help="the load test's rates (0.9,6,12,16.5 gives 15-300 "
                              "requests per point at seeds 0-2 and 100-102)")
     args = parser.parse_args(argv)
     RATES = tuple(float(r) for r in args.rates.split(","))

@@ -1,5 +1,6 @@
-"""The Vidur validation sets with their decode-iteration profiles, group by group (shared
-by the benchmark scripts that compare laws on them)."""
+"""The Vidur validation sets with their decode-iteration profiles, group by group.
+
+A helper of ``replay_sets.py`` and ``iteration_run.py``; not run on its own."""
 
 from __future__ import annotations
 

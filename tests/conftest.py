@@ -24,7 +24,7 @@ os.environ.setdefault("PYTENSOR_FLAGS", "")
 # first time it is asked. Ask now, under the real home: the fixture below empties HOME
 # for every test (catalog cards), and a compile cache under an empty home is a cold one,
 # i.e. every model compiled from scratch in every run (the sbc CLI test: 33 s of CPU cold,
-# 8 s warm; measured). Importing bayesspec no longer imports PyMC, so nothing else does.
+# 8 s warm; measured). Importing bayesspec does not import PyMC, so nothing else does.
 import pytensor  # noqa: E402
 
 pytensor.config.base_compiledir  # noqa: B018 - resolved here, kept for the session
@@ -63,7 +63,7 @@ def truth_16() -> pd.DataFrame:
 
 @pytest.fixture(scope="session")
 def real_fit(truth_16):
-    """One real fit of 16 groups x 9 rates (the issue's acceptance case, smaller draws)."""
+    """One real fit of 16 groups x 9 rates (the dense model's recovery case, smaller draws)."""
     data = prepare(generate_sweeps(truth_16, seed=11))
     settings = SamplerSettings(draws=500, tune=500, chains=4, seed=3, progress=False)
     return fit(data, "dense", settings=settings), data

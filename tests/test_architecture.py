@@ -92,15 +92,77 @@ def test_one_atomic_writer():
     assert writers == []
 
 
-def test_leaf_modules_stay_leaves():
-    """The modules everything may import import no other part of bayesspec beyond these."""
-    edges = graph()
-    leaves = {"bayesspec.errors": set(), "bayesspec.uncertainty": set(),
-              "bayesspec.data.schema": set(), "bayesspec.checks.ranks": set(),
-              "bayesspec.outputs": {"bayesspec.data.schema"},
-              "bayesspec.laws": set(),
-              "bayesspec.prediction": {"bayesspec.errors", "bayesspec.laws"},
-              "bayesspec.bayes.lazymodule": set(), "bayesspec.inference.compile_cache": set(),
-              "bayesspec.inference.netcdf_read": set()}
-    for leaf, allowed in leaves.items():
-        assert edges[leaf] <= allowed, (leaf, edges[leaf] - allowed)
+#: The layers, lowest first: a module may import its own layer and the layers below it.
+#: ARCHITECTURE.md tells what each owns.
+LAYERS = (
+    ("errors", "outputs", "uncertainty"),   # the root's helpers, importing nothing above
+    ("laws",),                             # formulas: numpy and PyTensor algebra
+    ("data", "datasets"),                  # the tidy table, catalog, schema, units
+    ("simulate", "ingest"),                # data made (simulator) and data read (reports)
+    ("prediction",),                       # numpy answers over posterior draws
+    ("inference",),                        # sampling, convergence, fit files
+    ("bayes",),                            # the PyMC models
+    ("decisions",),                        # CONTRACT documents from predictions
+    ("checks", "loadtest"),                # checks of fits; what to measure next
+    ("reporting", "serve"),                # pages, figures; the simulator as a server
+    ("cli", "__main__"),                   # the command line
+)
+
+#: Upward imports allowed, each inside a function and each for a stated reason.
+UPWARD = {
+    # Fit's notebook shortcuts (fit.plot_speedup(), fit.summary(), ...) draw and tabulate
+    # with the reporting layer, imported only when called.
+    ("bayesspec.inference.fitfile", "bayesspec.reporting.plots"),
+    ("bayesspec.inference.fitfile", "bayesspec.reporting.summary"),
+    ("bayesspec.inference.fitfile", "bayesspec.decisions"),
+    # a fit file names its model class; Fit.law()/group_curve() ask that model
+    ("bayesspec.inference.fitfile", "bayesspec.bayes"),
+}
+
+
+def layer_of(module: str) -> int | None:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return None  # the package's lazy public facade
+    for index, members in enumerate(LAYERS):
+        if parts[1] in members:
+            return index
+    raise AssertionError(f"{module}: in no layer of LAYERS (add it, and to ARCHITECTURE.md)")
+
+
+def test_every_import_goes_down_the_layers():
+    wrong = []
+    for module, targets in graph().items():
+        own = layer_of(module)
+        for target in targets:
+            other = layer_of(target)
+            if own is None or other is None or other <= own:
+                continue
+            if any(module == a and (target == b or target.startswith(b + "."))
+                   for a, b in UPWARD):
+                continue
+            wrong.append(f"{module} -> {target}")
+    assert wrong == [], "imports against the layer order:\n" + "\n".join(sorted(wrong))
+
+
+ROOT_MODULES = {"__init__", "__main__", "errors", "outputs", "uncertainty"}
+
+
+def test_no_flat_modules_beside_the_entry_points():
+    flat = {p.stem for p in PACKAGE.glob("*.py")}
+    assert flat <= ROOT_MODULES, sorted(flat - ROOT_MODULES)
+
+
+#: A module longer than this is one cohesive thing and its docstring says so ("kept whole").
+LONG_MODULE_LINES = 650
+
+
+def test_long_modules_say_why_they_are_whole():
+    unexplained = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        if text.count("\n") > LONG_MODULE_LINES:
+            docstring = ast.get_docstring(ast.parse(text)) or ""
+            if "kept whole" not in docstring.lower():
+                unexplained.append(f"{module_name(path)} ({text.count(chr(10))} lines)")
+    assert unexplained == [], unexplained

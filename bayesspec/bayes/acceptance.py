@@ -3,14 +3,14 @@
 Eq. (3) takes every drafted token as accepted with one probability alpha (i.i.d.). What
 is measured says otherwise: an n-gram proposer either has a match and rides it or has
 none, a draft head has easy and hard stretches, and the first position's acceptance
-falls as k grows. The mechanism (Item 1 of issue 35): whether the drafter can guess the
-next token persists from one token to the next, a Markov chain over token states. A
-cycle accepts the run of guessable tokens from its first drafted position, capped at k,
-and commits it plus one token, so where cycles start depends on k: a long draft uses up
-an easy stretch in fewer cycles, and more cycles then start in hard text. The law,
-P(A = a | k) for a = 0..k, is :func:`bayesspec.laws.token_cycle_acceptance_expr`; it
-gives the per-position counters of any k (drafts with at least i accepted, vLLM's
-counter) and E(k) = 1 + E[A].
+falls as k grows. The mechanism (docs/laws.md, "the acceptance process"): whether the
+drafter can guess the next token persists from one token to the next, a Markov chain
+over token states. A cycle accepts the run of guessable tokens from its first drafted
+position, capped at k, and commits it plus one token, so where cycles start depends on
+k: a long draft uses up an easy stretch in fewer cycles, and more cycles then start in
+hard text. The law, P(A = a | k) for a = 0..k, is
+:func:`bayesspec.laws.token_cycle_acceptance_expr`; it gives the per-position counters
+of any k (drafts with at least i accepted, vLLM's counter) and E(k) = 1 + E[A].
 
 Structures (per setup; the richer ones where the data ask for them):
 
@@ -36,6 +36,9 @@ With two or more distinct k in a setup the structure is chosen by held-out k (fi
 other k, predict the windows of one, summed over folds); with one k, by the drafter's
 kind (``spread`` for an n-gram proposer, ``spread+depth`` for a trained drafter: the
 choice measured on public traces, benchmarks/README.md).
+
+Kept whole: the token-process model, its per-position fallback and the report that
+chooses between them read one set of counters with one set of checks.
 """
 
 from __future__ import annotations

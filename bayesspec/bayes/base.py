@@ -1,9 +1,13 @@
-"""What every PyMC latency model of bayesspec provides.
+"""What every PyMC latency model of bayesspec provides: the contract :class:`LatencyModel`.
 
 A model turns a validated tidy table (``bayesspec.data``) into a ``pymc.Model`` whose
 posterior holds, for every fitted group, the per-request costs ``C1`` and ``C2`` (dims
 ``group``). Its name and version are written into every fit file so that a file is never
-read by a model that would interpret it differently.
+read by a model that would interpret it differently. The module is kept whole because
+the contract is one class (inputs, fitting with the cap check on the draws, saving and
+loading, and the prediction contract every fit answers); its free helpers live in
+:mod:`~bayesspec.bayes.caps`, :mod:`~bayesspec.bayes.measurement` and
+:mod:`~bayesspec.bayes.profile_inputs`.
 """
 
 from __future__ import annotations
@@ -15,14 +19,25 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from bayesspec.data import (ENGINE_LIMIT_COLUMNS, assign_groups, concurrency_caps, group_label,
-                    has_mean_latency, included)
-from bayesspec.errors import BadInput, FitFileError
-from bayesspec.laws import (capped_latency, latency, queue_wait_scale, run_mean_log_sd,
-                    run_process_layout)
 from bayesspec.bayes.cap_prior import LEARNED_CAP, LEARNED_CAP_DIM
+from bayesspec.bayes.caps import (CAP_IMPORTANCE_MAX_WEIGHT, CAP_IMPORTANCE_MIN_ESS_SHARE,
+                                  CAP_REACH_TOLERANCE, cap_departure, cap_reaches_the_data,
+                                  fitted_cap, group_caps, importance_summary,
+                                  log_density_at_draws)
+from bayesspec.bayes.measurement import measured_run_log_sd, measurement_log_se, run_spread
+from bayesspec.bayes.profile_inputs import decode_profile_inputs, profile_chain_arrays
+from bayesspec.data import (ENGINE_LIMIT_COLUMNS, assign_groups, group_label, has_mean_latency,
+                            included)
+from bayesspec.errors import BadInput, FitFileError
 from bayesspec.inference.fitfile import Fit, read_tree
+from bayesspec.laws import run_process_layout
 from bayesspec.prediction import ConfigurationLaw, Curve, Noise, ProfileCurve, RunProcess
+
+# Helpers that live in their own modules, still importable from here (deprecated: import
+# them from bayes.caps, bayes.measurement and bayes.profile_inputs).
+from bayesspec.bayes.caps import CAP_REACH_HEADROOM, CAP_REACH_SUMMARY_TOLERANCE  # noqa: F401
+from bayesspec.bayes.caps import engine_limits  # noqa: F401
+from bayesspec.bayes.measurement import whole_run_requests  # noqa: F401
 
 
 @dataclass
@@ -33,284 +48,6 @@ class ModelInputs:
     groups: pd.DataFrame          # one row per group, with a ``label`` column
     group_index: np.ndarray       # group of each likelihood row
     extras: dict = field(default_factory=dict)
-
-
-def measurement_log_se(rows: pd.DataFrame) -> np.ndarray:
-    """Standard error of log(mean latency) from the per-request spread, its requests
-    independent (cv/sqrt(n)), 0 when unknown."""
-    cv, count = run_spread(rows)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        se = cv / np.sqrt(count)
-    return np.where(np.isfinite(se), se, 0.0)
-
-
-def run_spread(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, what sets the sampling error of its measured mean as one run
-    (:func:`bayesspec.laws.run_mean_log_sd`): the per-request spread cv (sd/mean) and the
-    request count; NaN where the file does not say."""
-    if not {"latency_std_s", "n_requests"} <= set(rows.columns):
-        return np.full(len(rows), np.nan), np.full(len(rows), np.nan)
-    std = pd.to_numeric(rows["latency_std_s"], errors="coerce").to_numpy(float)
-    count = pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
-    return std / rows["latency_mean_s"].to_numpy(float), count
-
-
-def measured_run_log_sd(rows: pd.DataFrame) -> np.ndarray:
-    """Per row, the sampling sd of its log mean latency as one run whose requests share
-    the batch (:func:`bayesspec.laws.run_mean_log_sd` at the measured N = RPS x L), 0
-    where the file does not give the spread and the count."""
-    cv, count = run_spread(rows)
-    in_flight = rows["rps"].to_numpy(float) * rows["latency_mean_s"].to_numpy(float)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sd = run_mean_log_sd(cv, count, in_flight)
-    return np.where(np.isfinite(sd), sd, 0.0)
-
-
-def whole_run_requests(rows: pd.DataFrame) -> np.ndarray:
-    """Per row, the request count of a measurement that is a whole run from an idle
-    server (``whole_run`` true: GuideLLM, ``vllm bench serve``, Vidur), NaN for one from a
-    window in a run's steady middle (the simulator's) or where the file does not say.
-    A new such measurement is predicted as a finite run
-    (:meth:`bayesspec.prediction.Curve.run_latency`)."""
-    if not {"whole_run", "n_requests"} <= set(rows.columns):
-        return np.full(len(rows), np.nan)
-    count = pd.to_numeric(rows["n_requests"], errors="coerce").to_numpy(float)
-    whole = rows["whole_run"].fillna(False).astype(bool).to_numpy()
-    return np.where(whole, count, np.nan)
-
-
-def group_caps(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
-    """Per group, the engine's concurrency cap (``inf`` when unknown), which limit sets it
-    (:func:`bayesspec.data.concurrency_caps`; one value per group, checked on read), and
-    the slot queue's wait scale (:func:`bayesspec.laws.queue_wait_scale`) from the spread
-    of request times at the group's lightest load, where a request's latency is its time
-    in the batch (1 when the file has no spread)."""
-    caps, sources = concurrency_caps(rows)
-    rps = rows["rps"].to_numpy(float)
-    spread = (pd.to_numeric(rows["latency_std_s"], errors="coerce").to_numpy(float)
-              / rows["latency_mean_s"].to_numpy(float)
-              if "latency_std_s" in rows.columns else np.full(len(rows), np.nan))
-    cap = np.full(n_groups, np.inf)
-    source = [""] * n_groups
-    wait = np.ones(n_groups)
-    for g in range(n_groups):
-        members = np.flatnonzero(group_index == g)
-        if len(members):
-            cap[g], source[g] = caps[members[0]], sources[members[0]]
-            lightest = members[np.argmin(rps[members])]
-            wait[g] = queue_wait_scale(spread[lightest])
-    return cap, source, wait
-
-
-#: How far (relative) the slot queue may depart from eq. (1) at the loosest load the
-#: data could imply before the likelihood needs it: well below any measured mean's noise.
-CAP_REACH_TOLERANCE = 1e-3
-#: The same for a latency summary (``tails``), whose own noise is 3% or more (its prior
-#: median): the cap may move a fitted percentile by at most a third of that.
-CAP_REACH_SUMMARY_TOLERANCE = 1e-2
-#: A cap left out of the likelihood on the fitted points' evidence alone is checked on the
-#: posterior draws (``LatencyModel.fit``). Where it would move some fitted point beyond
-#: its tolerance in some draws, the draws are weighed by the density of the model with
-#: the cap over the one without, and resampled within each chain: the posterior with the
-#: cap, by importance sampling. It is trusted when the weights' effective sample size is
-#: at least this share of the draws and no draw weighs more than
-#: :data:`CAP_IMPORTANCE_MAX_WEIGHT` times an even share (a bounded ratio bounds the
-#: estimate's variance, whatever a Pareto tail fitted to ratios within a few percent of
-#: each other says); otherwise ``fit`` samples again with the cap in.
-CAP_IMPORTANCE_MIN_ESS_SHARE = 0.9
-CAP_IMPORTANCE_MAX_WEIGHT = 5.0
-#: Where :func:`cap_reaches_the_data` looks: the share of the top point's headroom (1 - x)
-#: added to its load. 0.5 (about twice the requests in flight) when nothing checks the
-#: draws afterwards; 0 (the top point itself) when ``fit`` checks them.
-CAP_REACH_HEADROOM = 0.5
-
-
-def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.ndarray,
-                         wait: np.ndarray, headroom: float = CAP_REACH_HEADROOM,
-                         slope: str = "steepest") -> np.ndarray:
-    """Per group, whether the engine's cap can move the latency of the measured points.
-
-    Far below the cap (hundreds of KV-cache slots against tens of requests in flight) the
-    slot queue is eq. (1) to within rounding, but its special functions (an incomplete
-    beta and its parameter gradients) make a fit several times slower and its geometry
-    worse. So the likelihood uses the queue only where it matters: with the group's
-    costs read off its points (C1 the lowest latency, C2 the steepest load term any point
-    implies: both lean towards a heavier queue tail), the queue must stay within
-    :data:`CAP_REACH_TOLERANCE` of eq. (1) at ``headroom`` times the highest point's
-    headroom added to its load (0.5: about twice the requests in flight; 0: at the point).
-    ``slope`` "top": C2 the load term the top point itself implies instead of the steepest
-    (one noisy light point can imply a steep one; ``fit``'s check of the draws backs this
-    reading). Decisions keep the cap either way (the ceiling is the cap's throughput when
-    that is lower than 1/C2)."""
-    reaches = np.isfinite(caps)
-    if "latency_mean_s" not in rows.columns:
-        return reaches
-    rps = rows["rps"].to_numpy(float)
-    measured = pd.to_numeric(rows["latency_mean_s"], errors="coerce").to_numpy(float)
-    for g in np.flatnonzero(reaches):
-        members = group_index == g
-        r, mean = rps[members], measured[members]
-        if len(r) == 0 or not np.all(np.isfinite(mean)) or np.max(r * mean) >= caps[g] / 2:
-            continue
-        c1 = float(np.min(mean))
-        implied = (1.0 - c1 / mean) / r
-        c2 = max(float(implied[np.argmax(r)] if slope == "top" else np.max(implied)), 1e-12)
-        utilisation = 1.0 - (1.0 - min(float(np.max(r)) * c2, 1.0)) * (1.0 - headroom)
-        if utilisation >= 1.0:
-            continue
-        at = utilisation / c2
-        with np.errstate(all="ignore"):
-            departure = (capped_latency(at, c1, c2, caps[g], wait_scale=wait[g])
-                         / latency(at, c1, c2) - 1.0)
-        reaches[g] = not (np.isfinite(departure) and abs(departure) < CAP_REACH_TOLERANCE)
-    return reaches
-
-
-def cap_departure(rps, c1, c2, cap: float, wait_scale: float, power=1.0) -> np.ndarray:
-    """Per draw (``c1``, ``c2``, ``power``: (draws,)), the largest |log| ratio of the slot
-    queue's latency to eq. (1)'s over the rates ``rps``, times ``power`` (a summary's
-    exponent; 1 for the mean); ``inf`` where a draw puts a rate at or past the cap's
-    ceiling."""
-    rps = np.asarray(rps, dtype=float)[None, :]
-    c1, c2 = np.asarray(c1, float)[:, None], np.asarray(c2, float)[:, None]
-    with np.errstate(all="ignore"):
-        ratio = (capped_latency(rps, c1, c2, cap, wait_scale=wait_scale)
-                 / latency(rps, c1, c2))
-        departure = np.asarray(power, float)[..., None] * np.abs(np.log(ratio))
-    departure = np.where(np.isfinite(departure), departure, np.inf)
-    return departure.max(axis=1) if departure.shape[1] else np.zeros(len(departure))
-
-
-def log_density_at_draws(pm_model, fit: Fit) -> np.ndarray:
-    """(S,) ``pm_model``'s log density (C backend) at each posterior draw of ``fit``, whose
-    free variables it shares, mapped to the unconstrained space it samples in."""
-    logp = pm_model.compile_logp()
-    columns = {}
-    for rv in pm_model.free_RVs:
-        values = fit.posterior[rv.name].stack(sample=("chain", "draw")).transpose(
-            "sample", ...).values.astype(float)
-        transform = pm_model.rvs_to_transforms.get(rv)
-        if transform is not None:
-            values = np.asarray(transform.forward(values, *rv.owner.inputs).eval(), float)
-        columns[pm_model.rvs_to_values[rv].name] = values
-    count = len(next(iter(columns.values())))
-    return np.array([logp({name: values[i] for name, values in columns.items()})
-                     for i in range(count)], dtype=float)
-
-
-def importance_summary(log_ratio) -> dict | None:
-    """The effective sample size of importance weights given as log ratios, as a share of
-    the draws, and the largest weight in units of an even share; None without a finite
-    one."""
-    if log_ratio is None or not np.isfinite(np.max(log_ratio)):
-        return None
-    weights = np.exp(np.where(np.isfinite(log_ratio), log_ratio, -np.inf) - np.max(log_ratio))
-    weights /= weights.sum()
-    return {"ess_share": float(1.0 / np.sum(weights**2) / len(weights)),
-            "max_weight": float(np.max(weights) * len(weights))}
-
-
-def engine_limits(groups: pd.DataFrame, group: int, prefill=np.nan, decode=np.nan) -> dict:
-    """The engine limits a fitted group ran under, as :func:`bayesspec.laws.concurrency_cap`
-    takes them ({} when the fit knew none)."""
-    row = groups.iloc[group]
-    limits = {c: float(row[c]) for c in ENGINE_LIMIT_COLUMNS
-              if c in groups.columns and np.isfinite(float(row[c]))}
-    if not limits:
-        return {}
-    def number(value):
-        value = pd.to_numeric(pd.Series([value]), errors="coerce").iloc[0]
-        return float(value) if pd.notna(value) else float("nan")
-
-    return {**limits, "prefill": number(prefill), "decode": number(decode)}
-
-
-def fitted_cap(groups: pd.DataFrame, group: int, fit=None) -> dict:
-    """A fitted group's concurrency cap as :class:`~bayesspec.prediction.Curve` takes it
-    (``cap``: a number, or (S,) draws where the fit learned it; ``wait_scale``); {} when
-    the fit knew none (eq. (1) alone)."""
-    wait = float(groups["wait_scale"].iloc[group]) if "wait_scale" in groups.columns else 1.0
-    if "cap_learned" in groups.columns and bool(groups["cap_learned"].iloc[group]):
-        if fit is None:
-            raise ValueError("a learned cap is read from the fit's posterior: pass fit")
-        position = int(np.count_nonzero(groups["cap_learned"].to_numpy(bool)[:group]))
-        return {"cap": fit.draws(LEARNED_CAP)[:, position], "wait_scale": wait}
-    if "cap" not in groups.columns or not np.isfinite(float(groups["cap"].iloc[group])):
-        return {}
-    return {"cap": float(groups["cap"].iloc[group]), "wait_scale": wait}
-
-
-def decode_profile_inputs(path, rows: pd.DataFrame, groups: pd.DataFrame,
-                          group_index: np.ndarray) -> dict:
-    """The decode-iteration profile of ``path`` (:mod:`bayesspec.data.decode_profile`) matched
-    to the groups (``groups["decode_profile"]`` set), as the likelihood takes it: each
-    group's profile in linear pieces (:func:`bayesspec.laws.profile_segments`), on which
-    the graph solves the law's own N, and each row's shift at its measured N = RPS x L,
-    used only where a draw has no root there. Returns the model inputs' extras
-    ``profile_sizes``, ``profile_times`` (G, K), the
-    pieces ``profile_knots``, ``profile_values``, ``profile_slopes`` (G, J) and
-    ``profile_shift`` (rows)."""
-    from bayesspec.data.decode_profile import group_profile, match_profiles, read_decode_profile
-    from bayesspec.laws import PROFILE_PAD_KNOT, decode_profile_shift, profile_segments
-
-    table = read_decode_profile(path)
-    sizes, times = match_profiles(rows, group_index, len(groups), table)
-    has = np.isfinite(sizes).any(axis=1)
-    groups["decode_profile"] = has
-    concurrency = (rows["rps"] * rows["latency_mean_s"]).to_numpy(float)
-    decode = pd.to_numeric(rows["decode_tokens"], errors="coerce").to_numpy(float)
-    caps = groups["cap"].to_numpy(float)
-    shift = np.zeros(len(rows))
-    pieces = {}
-    for g in np.flatnonzero(has):
-        member = group_index == g
-        batch_sizes, seconds = group_profile(sizes, times, g)
-        shift[member] = decode_profile_shift(concurrency[member], decode[member],
-                                             batch_sizes, seconds, caps[g])
-        pieces[g] = profile_segments(decode[member][0], batch_sizes, seconds, caps[g])
-    width = max(len(p[0]) for p in pieces.values()) if pieces else 1
-    knots = np.full((len(groups), width), PROFILE_PAD_KNOT)
-    values = np.zeros((len(groups), width))
-    slopes = np.zeros((len(groups), width))
-    for g, (k, v, sl) in pieces.items():
-        knots[g, :len(k)], values[g, :len(k)], slopes[g, :len(k)] = k, v, sl
-    return {"profile_sizes": sizes, "profile_times": times, "profile_shift": shift,
-            "profile_knots": knots, "profile_values": values, "profile_slopes": slopes}
-
-
-def profile_chain_arrays(inputs) -> dict[str, tuple[np.ndarray, str | None]]:
-    """The decode profile as the birth-death chain takes it
-    (:func:`bayesspec.laws.profile_chain_latency_expr`), per group: ``chain_extra`` (G, K),
-    the profile's added seconds at n = 1..cap in flight, ``chain_valid`` (G, K), 1 for
-    n <= cap, and ``has_chain`` (G,). K is the largest cap; a group without a profile or
-    a cap gets a one-slot stand-in that the graph does not select. For the batched
-    prefill's stall (``prefill_batching``): ``chain_decode_s`` (G, K), the profile's
-    seconds per decode iteration at n = 1..K in flight, and ``chain_decode_one`` (G,),
-    at one."""
-    from bayesspec.data.decode_profile import group_profile
-    from bayesspec.laws import _profile_time, profile_chain_extra
-
-    groups = inputs.groups
-    caps = groups["cap"].to_numpy(float) if "cap" in groups else np.full(len(groups), np.inf)
-    has = groups.get("decode_profile", pd.Series(False, index=groups.index)).to_numpy(bool)
-    has = has & np.isfinite(caps)
-    width = int(caps[has].max()) if has.any() else 1
-    extra = np.zeros((len(groups), width))
-    valid = np.zeros((len(groups), width))
-    valid[:, 0] = 1.0
-    decode_s = np.ones((len(groups), width))
-    for g in np.flatnonzero(has):
-        sizes, times = group_profile(inputs.extras["profile_sizes"],
-                                     inputs.extras["profile_times"], g)
-        cap = int(caps[g])
-        extra[g, :cap] = profile_chain_extra(float(groups["decode_tokens"].iloc[g]), sizes,
-                                             times, cap)
-        valid[g, :cap] = 1.0
-        decode_s[g] = _profile_time(np.arange(1.0, width + 1.0), sizes, times)
-    return {"chain_extra": (extra, None), "chain_valid": (valid, None),
-            "has_chain": (has.astype(float), "group"),
-            "chain_decode_s": (decode_s, None),
-            "chain_decode_one": (decode_s[:, 0].copy(), "group")}
 
 
 def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):

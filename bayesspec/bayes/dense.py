@@ -83,7 +83,7 @@ def chain_law_starts(inputs, prefill_batching: bool = False,
     from scipy.optimize import least_squares
 
     from bayesspec.laws import prefill_fixed_part, profile_chain_latency_expr
-    from bayesspec.bayes.base import profile_chain_arrays
+    from bayesspec.bayes.profile_inputs import profile_chain_arrays
     from bayesspec.bayes.priors import CAP_MARGIN
 
     starts = profile_starts(inputs)
@@ -143,19 +143,20 @@ class DenseLatencyModel(LatencyModel):
         # With a decode profile and a stated cap: "poisson", the law's single
         # self-consistent N with each batch spread like a Poisson count about it, or
         # "chain", the profile inside the slot queue's birth-death chain
-        # (laws.profile_chain_latency_expr; benchmarks/README.md, 2026-12-05 third session).
+        # (laws.profile_chain_latency_expr; benchmarks/README.md, 2026-12-05: the decode
+        # profile inside the birth-death chain).
         # "auto": the model's ``profile_law_with_profile`` where a profile is given.
         "profile_law": "auto",
         # "auto": "measured" where the profile's law is the chain, else "curve". The two
         # were chosen together: the chain's R^2 misses on the set it was chosen on were
-        # top points near the cap that the bound pins (benchmarks/README.md, 2026-12-05
-        # fourth session, and the defaults' check on 2026-12-05 fifth session).
+        # top points near the cap that the bound pins (benchmarks/README.md, 2026-12-05:
+        # the chain law's Bayesian check, and the chain with the bound made the default).
         "noise_load_at": "auto",
         # With the decode profile's chain: whether waiting prompts share one prefill
         # iteration (vLLM's scheduler without chunked prefill, Vidur's), so that the stall
         # per arrival falls with the rate (laws.batched_prefill_stall_expr). "auto": yes
-        # with the chain. Measured on the Vidur sets: benchmarks/README.md, 2026-12-05
-        # eighth session.
+        # with the chain. Measured on the Vidur sets: benchmarks/README.md, 2026-12-05: the
+        # batched prefill in the decode profile's chain.
         "prefill_batching": "auto",
         # The batched prefill's fixed part, a = C2 (t_d(1)/C2)^p
         # (laws.prefill_fixed_part): 1 is a = t_d(1); above 1 the weights read overlaps

@@ -1,13 +1,13 @@
 """One model over many configurations: the cycle coefficients follow scaling trends.
 
-BRIEF.md section 6: c1p, c1v, c2p, c2v grow roughly linearly with the verifier's
-parameter count, c1d and c2d with the drafter's; c2p grows with the prefill length and
-c2v with the time-averaged context ``prefill + 0.5*decode``. This model writes each
-coefficient as a sum of positive terms, each a known covariate times a population rate
-(``trend``, one value per term, shared by every configuration), then lets each verifier
-(a *system*: verifier plus engine columns) and each (system, drafter) pair deviate
-multiplicatively with learned spreads, and each measurement *cell* (system, prefill,
-decode) deviate on its C1 and C2 with a learned spread:
+The cycle coefficients of docs/laws.md, eq. (3): c1p, c1v, c2p, c2v grow roughly
+linearly with the verifier's parameter count, c1d and c2d with the drafter's; c2p grows
+with the prefill length and c2v with the time-averaged context ``prefill + 0.5*decode``.
+This model writes each coefficient as a sum of positive terms, each a known covariate
+times a population rate (``trend``, one value per term, shared by every configuration),
+then lets each verifier (a *system*: verifier plus engine columns) and each (system,
+drafter) pair deviate multiplicatively with learned spreads, and each measurement
+*cell* (system, prefill, decode) deviate on its C1 and C2 with a learned spread:
 
     c1p = (a0 + a1*Pv + a2*Pv*p) * exp(d_1p[system] + e_1[cell])
     c1v = (b0 + b1*Pv)           * exp(d_1v[system] + e_1[cell])
@@ -41,6 +41,8 @@ just below 1 (:func:`bayesspec.bayes.priors.soft_utilisation_cap`).
 Leave-n-out: with ``holdout_mask=True`` the model has a ``fit_mask`` data array; folds
 refit one compiled model with a new mask, and the held-out points are predicted from the
 posterior of their (unfitted) groups.
+
+Kept whole: one model class with the trend and deviation blocks only it uses.
 """
 
 from __future__ import annotations

@@ -46,6 +46,8 @@ counts).
 ``acceptance="auto"`` uses the per-position counts of a window when all k are there and
 the totals otherwise; ``"totals"`` ignores per-position counts; ``"per_position"`` needs
 them for every counted window of a latent group.
+
+Kept whole: one model class with the likelihood blocks only it uses.
 """
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ from bayesspec.laws import costs_for_acceptance_length, expected_accepted, expec
 from bayesspec.prediction import CoefficientLaw, Curve, MeasuredConfiguration, MoECurve, MoESplit
 from bayesspec.bayes import moe_split
 from bayesspec.bayes.acceptance import TOKEN_VARIABLES
-from bayesspec.bayes.base import (COMMON_CONFIG, LatencyModel, ModelInputs, dense_hint, engine_limits,
-                   fitted_cap)
+from bayesspec.bayes.base import COMMON_CONFIG, LatencyModel, ModelInputs, dense_hint
+from bayesspec.bayes.caps import engine_limits, fitted_cap
 from bayesspec.bayes.priors import latency_likelihood, pooled_normal
 
 SETUP_COLUMNS = ("verifier", "drafter", "prefill_tokens", "decode_tokens")

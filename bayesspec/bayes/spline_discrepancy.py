@@ -45,7 +45,8 @@ from bayesspec.bayes.lazymodule import lazy_module
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
 from bayesspec.laws import curved_latency, curved_latency_expr
-from bayesspec.prediction import Curve, Noise, _lift
+from bayesspec.prediction import Curve, Noise
+from bayesspec.prediction.curves import _lift
 from bayesspec.bayes.dense import DenseLatencyModel
 from bayesspec.bayes.priors import latency_likelihood
 

@@ -52,6 +52,8 @@ all its summaries (one run) and is marginalised in closed form
 Answers: ``metric_curve(fit, g, metric)`` (a :class:`~bayesspec.prediction.MetricCurve`)
 and ``law(fit, selection, metric=...)``, so that ``speedup``/``crossover --metric``,
 ``predict --metric`` and ``slo`` use the same decision code as the mean.
+
+Kept whole: one model class with the likelihood blocks only it uses.
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ from bayesspec.laws import (QUANTILE_RULES, RUN_EFFECT_SHARE, batch_count_loads,
 from bayesspec.prediction import MetricCurve, Noise, SummarySampling
 from bayesspec.data.schema import METRIC_COLUMNS, metric_description, metric_family, metric_quantile
 from bayesspec.bayes.dense import DenseLatencyModel, profile_starts
-from bayesspec.bayes.base import CAP_REACH_SUMMARY_TOLERANCE, cap_departure, fitted_cap
+from bayesspec.bayes.caps import CAP_REACH_SUMMARY_TOLERANCE, cap_departure, fitted_cap
 from bayesspec.bayes.priors import (CAP_MARGIN, latency_likelihood, profiled_point_c1,
                      soft_utilisation_cap)
 
@@ -562,7 +564,8 @@ class TailLatencyModel(DenseLatencyModel):
                 # for the whole run: the README's SLO sweeps, freshly compiled, ended one
                 # first pass at R-hat 1.53 (C2, bulk ESS 7) and one retry at 0.99 the same
                 # way; started at the mode the same fit converged (benchmarks/README.md,
-                # 2026-12-05 fifth session). As dense does with a learned cap.
+                # 2026-12-05: the walkthrough's `tails` fit). As dense does with a learned
+                # cap.
                 self.init = "optimised"
             # With the engine's decode profile the mean law's zero-load latency at a point
             # is C1 plus the profile's shift (as in the mean's likelihood). That stretch

@@ -1,21 +1,19 @@
-"""Posterior predictive checks that a fitted model predicts what it was not shown.
+"""Held-out checks by refits: the model, compiled once with a ``fit_mask`` data array, is
+refitted without each fold and asked about the points it was not shown (a fold changes
+the mask only, nutpie ``with_data``, so a fold costs one sampling run).
 
 ``leave_out_check`` (``bayesspec check DATA --leave-out N``): hold out N of the
 (prefill, decode) combinations (every single one for N = 1; seeded random subsets for
 N > 1), or whole verifiers (``--leave-out-model``), refit the hierarchical model on the
 rest and predict the held-out points (a point marked ``whole_run`` as a new run of its
 ``n_requests``, as the rate hold-out does; each point's prediction is the predictive
-median, its interval and elpd the predictive's). The model is compiled once with a
-``fit_mask`` data array; a fold changes the mask only (nutpie ``with_data``), so a fold
-costs one sampling run. Held-out groups keep their parameters in the model with no data,
-so their posterior is exactly the predictive distribution of an unmeasured
-configuration: trends plus the learned spreads.
+median, its interval and elpd the predictive's). Held-out groups keep their parameters
+in the model with no data, so their posterior is exactly the predictive distribution of
+an unmeasured configuration: trends plus the learned spreads.
 
-``prior_predictive_check``: the share of observed points inside the prior predictive
-intervals (do the physics-informed priors admit the data?).
-
-PSIS-LOO helpers (``loo_summary``, ``compare_models``) live here too: they are the
-in-sample counterpart of the leave-n-out check.
+``fold_check``: every group's rates dealt into interleaved folds, each refitted without
+its fold and asked about it: the exact, refit-based version of the left-out PIT of
+:mod:`bayesspec.checks.loo`.
 """
 
 from __future__ import annotations
@@ -28,14 +26,14 @@ import numpy as np
 import pandas as pd
 
 from bayesspec.bayes import MODEL_CLASSES, get_model_class
-from bayesspec.bayes.base import whole_run_requests
+from bayesspec.bayes.measurement import whole_run_requests
+from bayesspec.checks.calibration import group_calibration, r_squared
+from bayesspec.checks.posterior_predictive import predictive_points
 from bayesspec.errors import BadInput
 from bayesspec.inference import SamplerSettings, convergence_verdict, settings_for, stacked_draws
 from bayesspec.inference.fitfile import Fit
-from bayesspec.outputs import log
 from bayesspec.inference.parallel import Recipe, sample_many
-
-PARETO_K_LIMIT = 0.7
+from bayesspec.outputs import log
 
 
 def combination_folds(cells: pd.DataFrame, leave_out: int, folds: int | None,
@@ -61,16 +59,6 @@ def combination_folds(cells: pd.DataFrame, leave_out: int, folds: int | None,
         if subset not in chosen:
             chosen.append(subset)
     return [[combos[i] for i in subset] for subset in chosen]
-
-
-def r_squared(observed: np.ndarray, predicted: np.ndarray) -> float:
-    observed, predicted = np.asarray(observed, float), np.asarray(predicted, float)
-    ok = np.isfinite(observed) & np.isfinite(predicted)
-    if ok.sum() < 2:
-        return float("nan")
-    residual = np.sum((observed[ok] - predicted[ok]) ** 2)
-    total = np.sum((observed[ok] - observed[ok].mean()) ** 2)
-    return float(1.0 - residual / total) if total > 0 else float("nan")
 
 
 def _holdout_model(model: str, config: dict, data: pd.DataFrame, catalog):
@@ -248,144 +236,64 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
     return document
 
 
-def prior_predictive_check(data: pd.DataFrame, *, model: str = "hierarchical",
-                           config: dict | None = None, draws: int = 500,
-                           seed: int = 0, catalog=None) -> dict:
-    """Share of observed log latencies inside the 50/90/99% prior predictive intervals."""
-    import logging
+def interleaved_folds(rps, group_index, folds: int) -> np.ndarray:
+    """A fold number per point: each group's points in order of rate go to folds
+    g, g+1, ... (mod ``folds``), so a fold takes every ``folds``-th rate of every group
+    (never two neighbours, the top and bottom rates spread over folds)."""
+    frame = pd.DataFrame({"rps": np.asarray(rps, dtype=float),
+                          "group": np.asarray(group_index, dtype=int)})
+    rank = frame.groupby("group")["rps"].rank(method="first").to_numpy(int) - 1
+    return (rank + frame["group"].to_numpy(int)) % folds
 
-    import pymc as pm
 
+def fold_check(data: pd.DataFrame, *, model: str = "dense", folds: int = 5,
+               prob: float = 0.9, settings=None, config: dict | None = None, catalog=None,
+               seed: int = 0, workers: int = 1, scheduler=None, progress: bool = False) -> dict:
+    """Held-in coverage by refits: every group's rates dealt into ``folds`` interleaved
+    folds (:func:`interleaved_folds`); the model, compiled once with a ``fit_mask``, is
+    refitted without each fold and its 90% (``prob``) predictive intervals are asked about
+    the left-out points. Unlike the in-sample share this does not reward a curve for
+    following the points it was fitted to, and unlike PSIS it has no Pareto-k limit.
+    Returns pooled and per-group coverage, each fold's convergence, and ``_points``."""
+    if folds < 2:
+        raise BadInput(f"needs at least 2 folds, got {folds}", argument="folds")
+    config = {**(config or {}), "holdout_mask": True}
     latency_model = get_model_class(model)(config, catalog=catalog)
-    pm_model = latency_model.prior_model(data)
-    # PyMC logs its own "Sampling: [...]" line at INFO; the verdict below says what counts.
-    pymc_log = logging.getLogger("pymc")
-    level = pymc_log.level
-    pymc_log.setLevel(logging.WARNING)
-    try:
-        with pm_model:
-            prior = pm.sample_prior_predictive(draws=draws, random_seed=seed,
-                                               var_names=["log_latency"])
-    finally:
-        pymc_log.setLevel(level)
-    simulated = prior["prior_predictive"]["log_latency"].stack(
-        sample=("chain", "draw")).transpose("sample", ...).values
-    observed = np.log(latency_model.inputs.rows["latency_mean_s"].to_numpy(float))
-    shares = {}
-    for prob in (0.5, 0.9, 0.99):
-        tail = (1 - prob) / 2
-        lo, hi = np.quantile(simulated, [tail, 1 - tail], axis=0)
-        shares[str(prob)] = float(np.mean((lo <= observed) & (observed <= hi)))
-    return {"model": model, "draws": draws, "points": int(observed.size),
-            "physics_priors": bool(getattr(latency_model, "physics", False)),
-            "inside": shares, **prior_verdict(shares["0.99"], int(observed.size))}
-
-
-#: The priors admit the data when at least this share of the points lies inside their
-#: 99% prior predictive interval.
-PRIOR_ADMITS = 0.95
-
-
-def prior_verdict(inside_99: float, points: int) -> dict:
-    """``admits`` and a ``verdict`` line from the share of points inside the 99% prior
-    predictive interval."""
-    if inside_99 >= PRIOR_ADMITS:
-        return {"admits": True,
-                "verdict": f"the priors admit the data: {inside_99:.0%} of the {points} "
-                           "points lie inside the 99% prior predictive interval"}
-    return {"admits": False,
-            "verdict": f"PRIORS EXCLUDE THE DATA: only {inside_99:.0%} of the {points} points "
-                       "lie inside the 99% prior predictive interval (at least "
-                       f"{PRIOR_ADMITS:.0%} should): check the units (--units rpm|ms), the "
-                       "verifier and GPU names (the catalog centres the priors), or fit a "
-                       "model with wider priors (--model dense)"}
-
-
-def loo_summary(fit) -> dict:
-    """PSIS-LOO of a fit: ELPD, its SE, p_loo and the Pareto-k warnings."""
-    import warnings
-
-    import arviz as az
-
-    from bayesspec.inference import add_log_likelihood
-
-    add_log_likelihood(fit)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        loo = az.loo(fit.tree, var_name="log_latency")
-    k = np.asarray(loo.pareto_k).ravel()
-    bad = int(np.sum(k > PARETO_K_LIMIT))
-    out = {"elpd_loo": float(loo.elpd), "se": float(loo.se), "p_loo": float(loo.p),
-           "points": int(k.size),
-           # NaN when PSIS could not fit a tail (identical draws, e.g. mock sampling)
-           "pareto_k_max": float(np.nanmax(k)) if np.isfinite(k).any() else float("nan"),
-           "pareto_k_bad": bad}
-    if bad:
-        out["warning"] = (f"{bad} of {k.size} points have Pareto k > {PARETO_K_LIMIT}: "
-                          "PSIS-LOO is unreliable for them (influential points; use "
-                          "`bayesspec check` for a refit-based estimate)")
-    return out
-
-
-def _pareto_k(az, tree) -> np.ndarray:
-    """PSIS's Pareto k of every point of a fit (empty when PSIS cannot run on it)."""
-    try:
-        return np.asarray(az.loo(tree, var_name="log_latency").pareto_k, float).ravel()
-    except Exception:  # noqa: BLE001 - the comparison stands; only its warning is lost
-        return np.array([])
-
-
-def compare_models(fits: dict) -> dict:
-    """az.compare of fits of the same data by PSIS-LOO (names -> Fit)."""
-    import warnings
-
-    import arviz as az
-
-    from bayesspec.inference import add_log_likelihood
-
-    sizes = set()
-    trees = {}
-    for name, fit in fits.items():
-        add_log_likelihood(fit)
-        sizes.add(int(fit.tree["log_likelihood"]["log_latency"].sizes["point"]))
-        trees[name] = fit.tree
-    if len(sizes) > 1:
-        raise BadInput("compare-models needs fits of the same data points; got "
-                       f"{sorted(sizes)} points", argument="fits")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        table = az.compare(trees, var_name="log_latency")
-        # ArviZ 1's table has no warning column: each fit's Pareto k, counted here.
-        high_k = {name: _pareto_k(az, tree) for name, tree in trees.items()}
-    rows = []
-    for name, row in table.iterrows():
-        k = high_k[name]
-        bad = int(np.sum(k > PARETO_K_LIMIT))
-        rows.append({"name": str(name), "rank": int(row["rank"]),
-                     "elpd_loo": float(row["elpd"]), "se": float(row["se"]),
-                     "elpd_diff": float(row["elpd_diff"]), "dse": float(row["dse"]),
-                     "p_loo": float(row["p"]), "weight": float(row["weight"]),
-                     "warning": bad > 0, "pareto_k_bad": bad, "points": int(k.size),
-                     "pareto_k_max": (float(np.nanmax(k)) if np.isfinite(k).any()
-                                      else float("nan"))})
-    best, *rest = rows
-    verdict = f"{best['name']} is preferred"
-    if rest:
-        second = rest[0]
-        # ArviZ 1 reports the difference of a worse model as negative.
-        gap = abs(second["elpd_diff"])
-        if second["dse"] > 0:
-            ratio = gap / second["dse"]
-        else:
-            ratio = float("inf") if gap > 0 else 0.0
-        verdict += (f" over {second['name']} by {gap:.1f} +- "
-                    f"{second['dse']:.1f} elpd" +
-                    (" (clear: > 2 SE)" if ratio > 2 else " (within 2 SE: not decisive)"))
-    flagged = [row for row in rows if row["warning"]]
-    if flagged:
-        verdict += ("; but PSIS-LOO is unreliable for " + ", ".join(
-            f"{row['pareto_k_bad']} of {row['points']} points of {row['name']}"
-            for row in flagged) + f" (Pareto k > {PARETO_K_LIMIT}: influential points), so "
-            "the comparison is approximate: compare by refits (`bayesspec check DATA --ppc "
-            "--folds 5 --model M`)")
-    return {"models": rows, "verdict": verdict}
+    if "holdout_mask" not in latency_model.default_config:
+        raise BadInput(f"the {model} model cannot refit without some of its points "
+                       "(no fit mask)", argument="model")
+    latency_model.build(data)  # first: a build may choose the starts by the data
+    settings = settings_for(latency_model, settings)
+    inputs = latency_model.inputs
+    fold_of_point = interleaved_folds(inputs.rows["rps"], inputs.group_index, folds)
+    values = latency_model.data_values(data)
+    recipe = Recipe(f"folds-{uuid.uuid4().hex}", _holdout_model, (model, config, data, catalog))
+    started = time.perf_counter()
+    log(f"{folds} refits, each without every {folds}th rate of every group...", progress)
+    jobs = [({**values, "fit_mask": (fold_of_point != f).astype(float)},
+             replace(settings, seed=(settings.seed or 0) + f, progress=False))
+            for f in range(folds)]
+    parts, per_fold = [], []
+    for index, tree in sample_many(recipe, jobs, settings, workers=workers,
+                                   scheduler=scheduler):
+        if isinstance(tree, str):
+            raise RuntimeError(f"sampling fold {index} failed: {tree}")
+        fit = Fit.from_sampling(latency_model, data, tree)
+        points = predictive_points(fit, prob=prob, seed=seed + index)
+        points["fold"] = interleaved_folds(points["rps"], points["group"].map(
+            {label: g for g, label in enumerate(fit.groups["label"])}), folds)
+        left_out = points.loc[points["fold"] == index].drop(columns=["pit_loo", "pareto_k"])
+        parts.append(left_out.assign(held_out=True))
+        per_fold.append({"fold": index, "points": int(len(left_out)),
+                         "coverage": float(left_out["inside"].mean()),
+                         "convergence": fit.diagnostics["status"]})
+        log(f"fold {len(per_fold)}/{folds}: {left_out['inside'].mean():.0%} of "
+            f"{len(left_out)} inside, {time.perf_counter() - started:.0f} s", progress)
+    points = pd.concat(parts, ignore_index=True)
+    groups = [{"group": g["group"], **g["held_out"], "flagged": g["flagged"],
+               "misfit": g["misfit"]}
+              for g in group_calibration(points, prob=prob)]
+    return {"model": model, "prob": prob, "folds": folds, "points": int(len(points)),
+            "coverage": float(points["inside"].mean()),
+            "groups": groups, "per_fold": sorted(per_fold, key=lambda f: f["fold"]),
+            "seconds": round(time.perf_counter() - started, 1), "_points": points}

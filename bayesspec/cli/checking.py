@@ -123,7 +123,7 @@ def run(args) -> int:
 def run_predictive_check(args, settings) -> int:
     """``check --ppc``: on a fit file as it is, or fit DATA (its lower rates only with
     ``--hold-out-above``) and check."""
-    from bayesspec.checks import misfit
+    from bayesspec import checks
     from bayesspec.inference.fitfile import is_fit_file
     from bayesspec.cli.common import catalog_of, load_fit, strict_exit
 
@@ -145,7 +145,7 @@ def run_predictive_check(args, settings) -> int:
             raise BadInput("--hold-out-above refits: give the data file, not a fit file",
                            file=args.data)
         fit = load_fit(args.data)
-        document = misfit.predictive_check(fit, prob=args.prob, seed=args.seed or 0)
+        document = checks.predictive_check(fit, prob=args.prob, seed=args.seed or 0)
     else:
         data = read_data(args.data, args)
         model = args.model or "dense"
@@ -155,9 +155,9 @@ def run_predictive_check(args, settings) -> int:
 
             fit = fit_model(data, model, settings=settings, config=config,
                             catalog=catalog_of(args))
-            document = misfit.predictive_check(fit, prob=args.prob, seed=args.seed or 0)
+            document = checks.predictive_check(fit, prob=args.prob, seed=args.seed or 0)
         else:
-            fit, document = misfit.rate_holdout_check(
+            fit, document = checks.rate_holdout_check(
                 data, model=model, fraction=fraction, prob=args.prob, settings=settings,
                 config=config, catalog=catalog_of(args), seed=args.seed or 0)
     points = document.pop("_points")
@@ -209,7 +209,7 @@ def run_predictive_check(args, settings) -> int:
             for metric, entry in summaries.items():
                 flagged = [f"{g['group']} ({', '.join(g['misfit'])})"
                            for g in entry["groups"] if g["flagged"]]
-                print(f"  {misfit.summary_line(metric, entry['pooled'])}"
+                print(f"  {checks.summary_line(metric, entry['pooled'])}"
                       + (f"; MISFIT: {'; '.join(flagged)}" if flagged else ""))
         print(document["verdict"])
         print(f"convergence: {fit.diagnostics['text']}")
@@ -234,7 +234,7 @@ def profile_config(args, model: str) -> dict | None:
 
 def run_fold_check(args, settings) -> int:
     """``check --ppc --folds K``: K refits without interleaved rates, left-out coverage."""
-    from bayesspec.checks import misfit
+    from bayesspec import checks
     from bayesspec.inference.fitfile import is_fit_file
     from bayesspec.cli.common import catalog_of
 
@@ -246,7 +246,7 @@ def run_fold_check(args, settings) -> int:
         raise BadInput("--folds refits: give the data file, not a fit file", file=args.data)
     data = read_data(args.data, args)
     model = args.model or "dense"
-    document = misfit.fold_check(data, model=model, folds=args.folds,
+    document = checks.fold_check(data, model=model, folds=args.folds,
                                  prob=args.prob, settings=settings, catalog=catalog_of(args),
                                  config=profile_config(args, model),
                                  seed=args.seed or 0, progress=settings.progress,
@@ -257,7 +257,7 @@ def run_fold_check(args, settings) -> int:
 
         from bayesspec.reporting.plots import predictive_check_plot, save_figure
 
-        figures = predictive_check_plot(points, misfit.group_calibration(points, prob=args.prob),
+        figures = predictive_check_plot(points, checks.group_calibration(points, prob=args.prob),
                                         prob=args.prob)
         target = Path(args.plot)
         document["plots"] = [save_figure(figure, target if i == 0 else

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from bayesspec.errors import BadInput
-from bayesspec.outputs import write_table
+from bayesspec.data.write import write_table
 
 __all__ = ["register", "add_arguments", "run"]
 

@@ -129,7 +129,7 @@ def build_question(args, fit, other=None):
 
 
 def plan_document(args, fits) -> dict:
-    """The ``plan`` JSON document (CONTRACT round three) for loaded fits."""
+    """The ``plan`` JSON document (docs/CONTRACT.md) for loaded fits."""
     from bayesspec.loadtest.planning import (command_lines, guidellm_version, plan, planned_lengths,
                             required_columns)
 

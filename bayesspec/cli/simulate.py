@@ -15,7 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from bayesspec.errors import BadInput
-from bayesspec.outputs import ProgressLine, write_table
+from bayesspec.data.write import write_table
+from bayesspec.outputs import ProgressLine
 from bayesspec.cli.common import add_catalog, catalog_of
 from bayesspec.cli.common import rates as rate_list
 

@@ -1,4 +1,4 @@
-"""Data in: the tidy table (read, validated, grouped), its schema and units, the catalog of model and GPU cards, decode profiles.
+"""Data in: the tidy table (read, validated, grouped, saturated points set aside), acceptance counters, its schema and units, the catalog of model and GPU cards, decode profiles.
 
 The names below are imported on first use (``from bayesspec.data import X`` reads the
 submodule that defines X), so importing one light submodule never loads the others.
@@ -8,7 +8,8 @@ from importlib import import_module
 from importlib.util import find_spec
 
 #: the submodules whose public names this package re-exports, searched in order
-_SUBMODULES = ('tidy',)
+_SUBMODULES = ('columns', 'cells', 'groups', 'engine_limits', 'saturation', 'validate', 'read',
+               'counters')
 
 
 def __getattr__(name: str):

@@ -21,6 +21,8 @@ Lookups are case-insensitive over the card's name, its Hugging Face id and its a
 and treat ``_``, spaces and ``-`` alike.
 
 This module imports only the standard library, so that it works from a bare install.
+The module is kept whole because the card fields, their checks and the lookups are one
+file format and its one reader.
 """
 
 from __future__ import annotations

@@ -41,10 +41,10 @@ def read_decode_profile(path: str | os.PathLike) -> pd.DataFrame:
     A one-line :class:`BadInput` naming the file, row and column otherwise."""
     from pathlib import Path
 
-    from bayesspec.data import _read_raw
+    from bayesspec.data.read import read_raw
 
     source = str(path)
-    table = _read_raw(Path(path))
+    table = read_raw(Path(path))
     table.columns = [str(c).strip() for c in table.columns]
     missing = [c for c in PROFILE_COLUMNS if c not in table.columns]
     if missing:

@@ -1,4 +1,4 @@
-"""The tidy table's columns (CONTRACT.md, "Tidy data"): one list every writer orders by.
+"""The tidy table's columns (docs/CONTRACT.md, "Tidy data"): one list every writer orders by.
 
 A leaf module. The readers' checks live in :mod:`bayesspec.data`; the simulator, ingest
 and every file writer order their columns by :data:`TIDY_COLUMNS`, so a file written by

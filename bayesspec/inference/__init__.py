@@ -1,4 +1,4 @@
-"""Inference: sampling and convergence, the approximate path, the compile cache, parallel refits, and fit files on disk.
+"""Inference: sampling, the convergence verdict, the approximate path, the compile cache, parallel refits, fit files on disk and their tables, and the pointwise log-likelihood.
 
 The names below are imported on first use (``from bayesspec.inference import X`` reads the
 submodule that defines X), so importing one light submodule never loads the others.
@@ -8,7 +8,7 @@ from importlib import import_module
 from importlib.util import find_spec
 
 #: the submodules whose public names this package re-exports, searched in order
-_SUBMODULES = ('sampling',)
+_SUBMODULES = ('sampling', 'convergence', 'tables', 'log_likelihood')
 
 
 def __getattr__(name: str):

@@ -1,4 +1,4 @@
-"""The roofline trends of the cycle coefficients (BRIEF.md section 6), as plain algebra.
+"""The roofline trends of eq. (3)'s cycle coefficients (docs/laws.md, eq. (3)), as algebra.
 
 Each cycle coefficient is a sum of positive terms, a covariate (parameters in billions,
 tokens in thousands) times a rate; the roofline gives each rate's physical value from a

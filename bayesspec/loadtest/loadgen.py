@@ -283,7 +283,7 @@ def run_guidellm(endpoint: Endpoint, spec: PointSpec, folder, version: str) -> t
     from pathlib import Path
 
     from bayesspec.ingest import ingest_files
-    from bayesspec.loadtest.planning import command_lines
+    from bayesspec.loadtest.commands import command_lines
 
     out = Path(folder) / f"guidellm-k{endpoint.k}-r{spec.rate:g}-n{spec.requests}.json"
     entry = {"k": endpoint.k, "alpha": endpoint.alpha, "rps": spec.rate,

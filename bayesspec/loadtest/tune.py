@@ -31,7 +31,8 @@ import pandas as pd
 
 from bayesspec.errors import BadInput
 from bayesspec.loadtest.loadgen import Endpoint, PointSpec, Unreachable, check_reachable, run_builtin
-from bayesspec.outputs import log, write_table
+from bayesspec.data.write import write_table
+from bayesspec.outputs import log
 
 __all__ = ["TuneSettings", "Refitter", "tune", "Launcher", "read_points", "SEED_FRACTIONS"]
 

@@ -2,10 +2,11 @@
 HTML page or as GitHub-flavoured Markdown, and the Markdown of a version comparison.
 
 Nothing here computes science: the page is composed from the documents the rest of the
-package produces (``decisions``: k*, crossover, speedup, SLO; ``reports``: the fit
-summary; ``misfit``: the predictive check; ``data.describe_exclusions``: the rows set
-aside) and from its figures (``plots``), then rendered with the Jinja2 templates in
-``bayesspec/templates``. A page states, top to bottom: the decision in one paragraph,
+package produces (``decisions``: k*, crossover, speedup, SLO; ``reporting.summary``: the
+fit summary; ``checks``: the predictive check; ``data.describe_exclusions``: the rows set
+aside) and from its figures (``reporting.plots``), then rendered with the Jinja2 templates
+in ``bayesspec/reporting/templates``. Kept whole: the page's sections are composed in one
+place, in the order the page shows them. A page states, top to bottom: the decision in one paragraph,
 the key numbers with intervals, the figures, what is extrapolated and why, the
 convergence verdict and misfit flags, where the data came from, what to measure next
 (when the planner :mod:`bayesspec.loadtest.planning` is installed), and the commands that
@@ -460,10 +461,10 @@ def _groups_table(fit, prob: float) -> tuple[dict, list[str]]:
 
 
 def _misfit(section: _Section, fit, path: str, prob: float, draw: bool) -> dict:
-    from bayesspec.checks import misfit
+    from bayesspec import checks
 
     try:
-        check = misfit.predictive_check(fit, prob=prob)
+        check = checks.predictive_check(fit, prob=prob)
     except (BadInput, ValueError) as error:
         # e.g. PSIS on a posterior too degenerate to smooth (an unmixed fit): the page
         # still says everything else, and says the check could not be made
@@ -489,7 +490,7 @@ def _misfit(section: _Section, fit, path: str, prob: float, draw: bool) -> dict:
     inside = check["inside"]
     if check.get("summaries") and has_mean:
         inside = "; ".join([f"mean: {inside}"] + [
-            misfit.summary_line(metric, entry["pooled"])
+            checks.summary_line(metric, entry["pooled"])
             for metric, entry in check["summaries"].items()])
     return {"verdict": check["verdict"], "flagged": check["flagged"], "inside": inside}
 

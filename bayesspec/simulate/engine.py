@@ -17,6 +17,8 @@ A step's time depends only on aggregate counts, so the loop is one compiled func
 (numba; a plain-Python fallback works without it, slowly). Randomness (arrivals, lengths,
 acceptance, step jitter) is drawn beforehand from a numpy ``Generator``, so a seed fixes
 the result and acceptance draws belong to the request, not to the schedule.
+
+Kept whole: one engine step loop whose parts share the scheduler's state.
 """
 
 from __future__ import annotations

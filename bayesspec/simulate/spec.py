@@ -115,7 +115,8 @@ class SpecConfig:
         return float(self.position_rates().sum())
 
     def tokens_per_cycle(self) -> float:
-        """E = mean tokens committed per cycle, bonus token included (E(alpha, k) of BRIEF)."""
+        """E = mean tokens committed per cycle, bonus token included (E(alpha, k) of
+        docs/laws.md, eq. (3))."""
         return 1.0 + self.expected_accepted()
 
     def acceptance_rate(self) -> float:

@@ -9,7 +9,7 @@ speculative decoding, the drafter's k forward passes. Each pass costs
 where ``tokens`` are the tokens processed in the pass, ``kv_tokens`` the cached context
 its attention reads, ``weights(T)`` the time to stream the weights (for a mixture of
 experts only the experts that the pass's T routed tokens touch) and ``combine`` is a sum
-(default, the form of the public fit in BRIEF.md section 8) or a max (an overlapping
+(default, the form of SpecDecode-Bench's published fit) or a max (an overlapping
 roofline). The step adds a scheduler overhead and optional per-request host costs.
 
 A :class:`StepModel` is plain data, so it is easy to swap: build one by hand, take the
@@ -48,8 +48,8 @@ class ForwardCost:
 
     ``experts_s`` is the time to stream *all* routed-expert weights; a pass pays the share
     ``1 - (1 - m/M)^T`` of it, the expected fraction of experts touched by T routed tokens
-    each choosing m of M (BRIEF.md section 5). It is zero for a dense model, whose whole
-    weight stream is in ``weights_s``.
+    each choosing m of M (docs/laws.md, eq. (4) MoE expert coverage). It is zero for a
+    dense model, whose whole weight stream is in ``weights_s``.
     """
 
     fixed_s: float
@@ -154,7 +154,7 @@ class StepModel:
 
 
 # ---------------------------------------------------------------------------------------
-# The public Llama-3.1-8B / H100 fit (BRIEF.md section 8, SpecDecode-Bench simulator)
+# The public Llama-3.1-8B / H100 fit (the SpecDecode-Bench simulator's linear fit)
 # ---------------------------------------------------------------------------------------
 
 PUBLIC_FIT = {
@@ -184,7 +184,7 @@ def public_llama8b_h100(eagle: bool = True, *, draft_request_overhead_s: float =
         step_overhead_s=PUBLIC_FIT["scheduler_overhead_s"],
         draft_request_overhead_s=draft_request_overhead_s,
         name="public-fit:Llama-3.1-8B/H100",
-        notes="SpecDecode-Bench linear fit (BRIEF.md section 8)",
+        notes="SpecDecode-Bench linear fit",
     )
 
 
@@ -197,7 +197,7 @@ class RooflineParams:
     """Efficiencies and fixed costs that turn card sizes into seconds.
 
     The defaults are calibrated, not measured: they make the roofline of Llama-3.1-8B on
-    an H100 reproduce the public fit of BRIEF.md section 8 (weights 16.06 GB at 0.814 of
+    an H100 reproduce SpecDecode-Bench's published fit (weights 16.06 GB at 0.814 of
     3.35 TB/s = 5.89 ms; 131072 KV bytes per token at full bandwidth = 3.91e-8 s; 2 x 8.03
     GFLOP per token at 0.773 of 989 TFLOP/s = 2.10e-5 s; EAGLE head pass 2.135 ms), so
     other models and GPUs scale from the one pair that was measured.
@@ -206,8 +206,8 @@ class RooflineParams:
     an EAGLE head almost no per-request cost, and then SD at alpha = 0.8, k = 3 *lowers*
     the marginal cost of load of Qwen3-8B at 512/512 (fitted C2 ratio about 0.87):
     amortising each request's KV read over E tokens outweighs the extra verification
-    FLOPs. The paper's vLLM measurements (BRIEF.md section 4) show C2 ratios above 1 up to
-    alpha of about 0.9, so the serving stack pays per-request drafting work that no
+    FLOPs. The paper's vLLM measurements (docs/laws.md, eq. (3)) show C2 ratios above 1
+    up to alpha of about 0.9, so the serving stack pays per-request drafting work that no
     roofline sees (proposal sampling, rejection sampling over the vocabulary, CPU-side
     bookkeeping). 20 us per request per draft pass puts that configuration at a C2 ratio
     of about 1.1 and alpha = 0.9 near 1; it is a calibration to the paper's finding, not a

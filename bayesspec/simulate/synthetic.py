@@ -195,9 +195,10 @@ def placeholder_truth() -> pd.DataFrame:
 
 
 # Six cycle coefficients with magnitudes from the public Llama-3.1-8B / H100 step fit
-# (BRIEF.md section 8) at 512/512 tokens: c1v ~ one verifier step, c1d ~ one draft step,
-# c2v ~ the marginal cost of a request in one verification (KV reads and k+1 tokens),
-# c2d ~ a drafter step's marginal cost, c1p/c2p ~ prefill.
+# (SpecDecode-Bench's, simulate.stepmodel.PUBLIC_FIT) at 512/512 tokens: c1v ~ one
+# verifier step, c1d ~ one draft step, c2v ~ the marginal cost of a request in one
+# verification (KV reads and k+1 tokens), c2d ~ a drafter step's marginal cost, c1p/c2p
+# ~ prefill.
 SPECULATIVE_TRUTH_8B = {"c1p": 0.011, "c1v": 7.1e-3, "c1d": 2.1e-3,
                         "c2p": 0.011, "c2v": 1.5e-4, "c2d": 4.0e-6}
 DENSE_TRUTH_8B = {"C1": 3.65, "C2": 0.037}
@@ -341,7 +342,8 @@ def hierarchical_truth(verifiers=("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-8B", "Qwen3
     return truth
 
 
-#: Rates of the MoE low-load case (issue 16): fractions of the saturation rate.
+#: Rates of the MoE low-load case (eq. (4)'s bend below 10% of the ceiling): fractions
+#: of the saturation rate.
 MOE_LOW_LOAD_FRACTIONS = np.linspace(0.03, 0.90, 9)
 
 
@@ -524,7 +526,7 @@ def token_process_counters(stay_guessable: float, stay_unguessable: float, ks, *
                            requests: int = 40, seed: int | None = 0,
                            verifier: str = "Llama-3.1-8B", drafter: str = "EAGLE3",
                            **labels) -> pd.DataFrame:
-    """Counter windows (CONTRACT.md round three: k, num_drafts, accepted_tokens_pos1..k)
+    """Counter windows (docs/CONTRACT.md: k, num_drafts, accepted_tokens_pos1..k)
     from the simulator's token process itself (:class:`bayesspec.simulate.spec.TokenProcess`,
     a token-by-token walk, not the law the acceptance model fits): each window walks
     ``requests`` requests long enough for ``drafts_per_window`` cycles in all."""

@@ -7,10 +7,10 @@
 
 For each model: a fit to every point (held-in 90% predictive coverage in sample and left
 out one at a time by PSIS, R^2 per group, PSIS-LOO); ``--folds`` refits each without
-every K-th rate of every group (held-in coverage by refits, ``misfit.fold_check``); and
+every K-th rate of every group (held-in coverage by refits, ``checks.fold_check``); and
 a fit to each group's rates up to ``--fraction`` of its highest measured rate, predicting
 the rest (held-out coverage, set against the coverage the model itself would give if
-it were exactly right: ``misfit.coverage_reference``), repeated at
+it were exactly right: ``checks.coverage_reference``), repeated at
 ``--extra-fractions``. The sweeps run from 5% to 95% of each setup's ceiling, so the
 default 0.63 of the top rate is 60% of the ceiling (0.5 and 0.79: 47% and 75%). A model is a registered name or MODEL[:t][+OPTION=VALUE...]
 (``:t`` a Student-t error, options of the model's config, e.g.
@@ -32,7 +32,7 @@ import time
 import warnings
 from pathlib import Path
 
-from bayesspec.checks import misfit
+from bayesspec import checks
 from bayesspec.checks import loo_summary
 from bayesspec.data import read_tidy
 from bayesspec.inference import SamplerSettings
@@ -44,10 +44,10 @@ VARIANTS = {"dense": ("dense", {}), "dense-discrepancy": ("dense-discrepancy", {
             "dense-discrepancy:t": ("dense-discrepancy", {"likelihood": "student_t"}),
             "dense-roofline": ("dense-roofline", {}), "dense-spline": ("dense-spline", {}),
             # the engine's decode-iteration time by batch size (decode_profiles.csv), at
-            # the defaults: since 2026-12-05 (fifth session) the chain with the bound, and
-            # since the eighth session with the batched prefill in the chain
+            # the defaults: the decode profile inside the slot queue's chain, the noise's
+            # load term bounded, waiting prompts batched into one prefill
             "dense-profile": ("dense", {"decode_profile": str(HERE / "decode_profiles.csv")}),
-            # the default before: the Poisson law, the noise's load term on the curve
+            # the Poisson law (the profile's batch a Poisson count), the load term on the curve
             "dense-profile-poisson": ("dense", {
                 "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "poisson",
                 "noise_load_at": "curve"}),
@@ -59,8 +59,7 @@ VARIANTS = {"dense": ("dense", {}), "dense-discrepancy": ("dense-discrepancy", {
             "dense-profile-chain": ("dense", {
                 "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "chain",
                 "noise_load_at": "curve", "prefill_batching": False}),
-            # the chain with the noise's load term bounded: "dense-profile" from the fifth
-            # to the eighth session of 2026-12-05, before the batched prefill
+            # the chain with the noise's load term bounded, without the batched prefill
             "dense-profile-chain-bounded": ("dense", {
                 "decode_profile": str(HERE / "decode_profiles.csv"), "profile_law": "chain",
                 "noise_load_at": "measured", "prefill_batching": False})}
@@ -89,7 +88,7 @@ def variant(name: str) -> tuple[str, dict]:
 
 def reference_summary(check: dict) -> dict:
     """What a model exactly right would give on these held-out points
-    (``misfit.coverage_reference``), without the per-group tails."""
+    (``checks.coverage_reference``), without the per-group tails."""
     reference = check["pooled"]["held_out"].get("reference", {})
     return {k: v for k, v in reference.items() if k != "p_too_many_outside"}
 
@@ -130,14 +129,14 @@ warnings.filterwarnings("ignore")
 data = read_tidy(args.csv)
 settings = (SamplerSettings(draws=300, tune=400, chains=2, seed=1, progress=False)
             if args.quick else SamplerSettings(seed=1, progress=False))
-low, high = misfit.split_by_rate(data, args.fraction)
+low, high = checks.split_by_rate(data, args.fraction)
 report = {"csv": args.csv, "fraction": args.fraction, "points": int(len(data)),
           "models": {}}
 for name in args.models.split(","):
     model, config = variant(name)
     started = time.perf_counter()
     full = fit(data, model, settings=settings, config=config)
-    held_in = misfit.predictive_check(full)
+    held_in = checks.predictive_check(full)
     if args.held_in_only:
         points_in = held_in.pop("_points")
         r2 = [g["held_in"]["r2"] for g in held_in["groups"]]
@@ -152,13 +151,13 @@ for name in args.models.split(","):
               f"0.98 in {entry['groups_r2_ge_0.98']} of {len(r2)} groups; "
               f"{entry['convergence']}", flush=True)
         continue
-    folds = (misfit.fold_check(data, model=model, folds=args.folds, settings=settings,
+    folds = (checks.fold_check(data, model=model, folds=args.folds, settings=settings,
                                config=config) if args.folds else None)
     extra = {}
     for fraction in [float(f) for f in args.extra_fractions.split(",") if f]:
-        lower, higher = misfit.split_by_rate(data, fraction)
+        lower, higher = checks.split_by_rate(data, fraction)
         other = fit(lower, model, settings=settings, config=config)
-        check = misfit.predictive_check(other, higher)
+        check = checks.predictive_check(other, higher)
         outs = [g["held_out"]["coverage"] for g in check["groups"] if "held_out" in g]
         extra[str(fraction)] = {"held_out": check["pooled"]["held_out"]["coverage"],
                                 "points": check["pooled"]["held_out"]["points"],
@@ -166,7 +165,7 @@ for name in args.models.split(","):
                                 "reference": reference_summary(check),
                                 "convergence": other.diagnostics["status"]}
     part = fit(low, model, settings=settings, config=config)
-    held_out = misfit.predictive_check(part, high)
+    held_out = checks.predictive_check(part, high)
     loo = loo_summary(full)
     points = held_out.pop("_points")
     points_in = held_in.pop("_points")

@@ -37,7 +37,7 @@ def test_trend_coefficients_sum_their_terms():
     for i, (coefficient, _, covariate) in enumerate(TREND_TERMS):
         expected[coefficient] = expected.get(coefficient, 0.0) + rates[i] * values[covariate]
     assert out == pytest.approx(expected)
-    # c2v grows with the time-averaged context prefill + decode/2 (BRIEF.md section 6).
+    # c2v grows with the time-averaged context prefill + decode/2 (docs/laws.md, eq. (3)).
     assert values["context_k"] == pytest.approx((512 + 128) / 1000)
 
 
@@ -114,7 +114,7 @@ def test_summary_shows_psis_loo_and_compare_models_ranks(real_fit_path, tmp_path
 @pytest.mark.slow
 @pytest.mark.parametrize("leave_out", [1, 2, 4])
 def test_leave_n_out_on_the_bundled_dense_data(leave_out):
-    """Issue #5: held-out R^2 >= 0.97 and 90% coverage in [0.85, 0.95]."""
+    """Held-out configurations are predicted: R^2 >= 0.97 and 90% coverage in [0.85, 0.95]."""
     from bayesspec.checks import leave_out_check
     from bayesspec.inference import SamplerSettings
 

@@ -1,4 +1,6 @@
-"""MoE covered/saturated split: the in-graph solver is the numpy law, the model builds."""
+"""MoE (docs/laws.md, eq. (4)): the covered/saturated split (the in-graph solver is the
+numpy law), the MoE and hierarchical models on MoE data, their decisions and verbs, and
+the low-load bend that the dense law cannot follow."""
 
 from __future__ import annotations
 
@@ -41,8 +43,8 @@ def steep(args, exact, offset):
 def test_graph_solver_is_the_numpy_least_root(offset):
     """The in-graph solve the models compile (bisections, Newton, the implicit-gradient
     step) = the numpy least fixed point to 1e-9, in numpy and in PyTensor, also where
-    coverage rises steeply (the inputs on which the old fixed-point start missed by up to
-    61%) and where eq. (4) has three fixed points."""
+    coverage rises steeply (the inputs on which a plain fixed-point iteration misses by up
+    to 61%) and where eq. (4) has three fixed points."""
     args = broad_inputs(100_000, 11)
     exact = laws.moe_latency(*args, token_offset=offset)
     assert steep(args, exact, offset).sum() > 200
@@ -435,7 +437,7 @@ def _low_load_r2(result, truth) -> float:
 
 @pytest.mark.slow  # two real fits, 38 s of CPU (measured): a statistical comparison
 def test_moe_law_beats_the_dense_law_at_low_load_on_eq4_data():
-    """Issue 16: sweeps from eq. (4) itself (m = 8 of M = 128, T = RPS*L, 4 pairs, 9 rates
+    """Sweeps from eq. (4) itself (m = 8 of M = 128, T = RPS*L, 4 pairs, 9 rates
     from 3% to 90% of saturation, 2.5% log-normal noise plus recorded standard errors):
     the MoE fit must follow the low-load bend that the dense law cannot."""
     from bayesspec.data import prepare

@@ -68,7 +68,7 @@ def test_laws_without_the_run_effect_refuse_it(model):
 
 
 def _sweeps(seed=0, rows=slice(0, 48, 12), **options):
-    """Sweeps of ``benchmarks/run_effect_recovery.py``'s design."""
+    """Sweeps of the known-truth design in docs/findings/run-effects.md."""
     truth = placeholder_truth().iloc[rows].reset_index(drop=True)
     options = {"latency_cv": 0.1, "n_requests": 1000, "top_utilisation": 0.85,
                "n_rates": 10, "common_share": RUN_EFFECT_SHARE, **options}
@@ -207,10 +207,10 @@ def test_a_fit_with_the_run_effect_recovers_the_laws_of_shared_runs(shared_run_f
 
 
 def test_the_held_out_check_predicts_the_sweeps_next_rates(shared_run_fits):
-    from bayesspec.checks import misfit
+    from bayesspec import checks
 
     _, high, fits = shared_run_fits
-    check = misfit.predictive_check(fits["shared"], high)
+    check = checks.predictive_check(fits["shared"], high)
     held = check["pooled"]["held_out"]
     assert held["points"] == len(high)
     assert held["coverage"] >= 0.8, check["inside"]
@@ -223,7 +223,7 @@ def test_run_effect_intervals_are_calibrated_over_replicates():
     """10 replicate sets of 4 sweeps with shared runs, each fitted below half its pole:
     the 90% intervals of C1 and C2 cover the truth at about the nominal rate (40 each),
     and the held-out points' at least 80% of the time pooled."""
-    from bayesspec.checks import misfit
+    from bayesspec import checks
     from bayesspec.inference import SamplerSettings
     from bayesspec.checks.replicates import fit_same_design
 
@@ -244,7 +244,7 @@ def test_run_effect_intervals_are_calibrated_over_replicates():
         for name in inside:
             lo, hi = np.quantile(fitted.draws(name), [0.05, 0.95], axis=0)
             inside[name].extend((lo <= truth[name]) & (truth[name] <= hi))
-        points = misfit.predictive_check(fitted, high)["_points"]
+        points = checks.predictive_check(fitted, high)["_points"]
         held.extend(points.loc[points["held_out"], "inside"])
     rates = {name: float(np.mean(values)) for name, values in inside.items()}
     rates["held_out"] = float(np.mean(held))

@@ -223,10 +223,10 @@ def test_the_process_narrows_the_next_rates_and_still_covers_them(process_fits):
     """Held out above half the pole: the process fit's intervals at the rate next to the
     fitted ones are narrower than the sweep-effect fit's, and its pooled coverage of the
     held-out points stays at least 0.8."""
-    from bayesspec.checks import misfit
+    from bayesspec import checks
 
     _, high, fits = process_fits
-    points = {name: misfit.predictive_check(fitted, high)["_points"]
+    points = {name: checks.predictive_check(fitted, high)["_points"]
               for name, fitted in fits.items()}
     held = {name: p.loc[p["held_out"]].reset_index(drop=True) for name, p in points.items()}
     width = {name: np.log(h["hi"] / h["lo"]) for name, h in held.items()}

@@ -9,7 +9,7 @@ import pytensor.tensor as pt
 import pytest
 
 from bayesspec import laws
-from bayesspec.checks import misfit
+from bayesspec import checks
 from bayesspec.bayes.spline_discrepancy import (SplineDiscrepancyCurve,
                                                 SplineDiscrepancyLatencyModel, knots,
                                                 spline_basis, spline_discrepancy)
@@ -66,12 +66,12 @@ def test_curve_is_eq1_at_zero_weights_and_follows_the_contract_shapes():
 
 def test_draw_quantiles_keep_saturated_draws_as_an_open_upper_end():
     draws = np.array([[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [np.inf, 4.0], [np.inf, np.nan]])
-    lo, median, hi = misfit.draw_quantiles(draws, [0.05, 0.5, 0.95])
+    lo, median, hi = checks.draw_quantiles(draws, [0.05, 0.5, 0.95])
     assert lo[0] == pytest.approx(1.2) and median[0] == 3.0 and np.isinf(hi[0])
     # NaN draws count as saturated; finite columns keep numpy's linear interpolation
     assert np.isinf(hi[1]) and median[1] == 3.0
     finite = np.arange(11.0)[:, None]
-    assert np.allclose(misfit.draw_quantiles(finite, [0.05, 0.95]).ravel(),
+    assert np.allclose(checks.draw_quantiles(finite, [0.05, 0.95]).ravel(),
                        np.quantile(finite, [0.05, 0.95]))
 
 
@@ -89,14 +89,14 @@ def test_spline_model_plumbing_with_prior_draws(spline_sweeps, mock_sampling, tm
 
     assert get_model_class("dense-spline") is SplineDiscrepancyLatencyModel
     settings = SamplerSettings(draws=30, tune=10, chains=2, seed=1, progress=False)
-    low, high = misfit.split_by_rate(spline_sweeps, 0.6)
+    low, high = checks.split_by_rate(spline_sweeps, 0.6)
     result = fit(low, "dense-spline", settings=settings, config=config)
     assert result.posterior["spline_weight"].shape[-2:] == (3, 10)    # every 0.2 to 2.0
     curve = result.group_curve(1)
     assert isinstance(curve, SplineDiscrepancyCurve)
     assert curve.latency(np.array([0.1, 0.2])).shape == (60, 2)
     assert (curve.noise.nu is not None) == (config.get("likelihood") == "student_t")
-    document = misfit.predictive_check(result, high)
+    document = checks.predictive_check(result, high)
     assert set(document["pooled"]) == {"held_in", "held_out"}
     assert "spline_weight" in result.model().decision_variables()
     path = tmp_path / "spline.nc"
@@ -110,9 +110,9 @@ def test_spline_model_plumbing_with_prior_draws(spline_sweeps, mock_sampling, tm
 def test_real_profile_sweeps_spline_covers_the_rates_above_a_light_load_test():
     """The Vidur sweeps (examples/vidur), fitted on each group's rates up to 60% of the
     ceiling: dense-spline's 90% intervals cover most of the higher rates, the A100 70B
-    kinks included, where eq. (1) covers about half (issue 16; measured at these
+    kinks included, where eq. (1) covers about half (measured at these
     settings: 0.94 pooled, two groups at 0.5, with R-hat 1.06 in the hold-out fit; at the
-    defaults, 4 chains x 1000: 0.96 and none below 0.75, benchmarks/README.md)."""
+    defaults, 4 chains x 1000: 0.96 and none below 0.75, docs/findings/calibration.md)."""
     from pathlib import Path
 
     from bayesspec.data import read_tidy
@@ -120,7 +120,7 @@ def test_real_profile_sweeps_spline_covers_the_rates_above_a_light_load_test():
     path = Path(__file__).resolve().parents[2] / "examples" / "vidur" / "vidur_dense.csv"
     data = read_tidy(path)
     settings = SamplerSettings(draws=500, tune=700, chains=2, seed=1, progress=False)
-    _, document = misfit.rate_holdout_check(data, model="dense-spline", fraction=0.63,
+    _, document = checks.rate_holdout_check(data, model="dense-spline", fraction=0.63,
                                             settings=settings)
     outs = [g["held_out"]["coverage"] for g in document["groups"]]
     print(document["pooled"], sorted(outs)[:4])
@@ -140,17 +140,17 @@ def test_real_profile_sweeps_spline_covers_the_rates_above_a_light_load_test():
     ("vidur_dense.csv", "dense", False), ("vidur_fresh.csv", "dense-spline", True)])
 def test_real_profile_holdout_against_the_models_own_reference(csv, model, consistent):
     """Held-out coverage read against what the model would give if it were exactly right
-    (misfit.coverage_reference): eq. (1) is overconfident above 60% of the ceiling on the
+    (checks.coverage_reference): eq. (1) is overconfident above 60% of the ceiling on the
     first Vidur set (0.55 where it expects 0.90); dense-spline on the fresh set, which it
     was not chosen on, covers 0.98 where it expects 0.91 (0.80-1.00): consistent (4 x 1000
-    draws, evaluate.py, benchmarks/README.md)."""
+    draws, evaluate.py, docs/findings/calibration.md)."""
     from pathlib import Path
 
     from bayesspec.data import read_tidy
 
     path = Path(__file__).resolve().parents[2] / "examples" / "vidur" / csv
     settings = SamplerSettings(draws=500, tune=700, chains=2, seed=1, progress=False)
-    _, document = misfit.rate_holdout_check(read_tidy(path), model=model, fraction=0.63,
+    _, document = checks.rate_holdout_check(read_tidy(path), model=model, fraction=0.63,
                                             settings=settings)
     reference = document["pooled"]["held_out"]["reference"]
     print(document["pooled"]["held_out"]["coverage"], reference)
@@ -175,7 +175,7 @@ def test_real_profile_sweeps_spline_held_in_coverage_by_refits():
 
     path = Path(__file__).resolve().parents[2] / "examples" / "vidur" / "vidur_dense.csv"
     settings = SamplerSettings(draws=500, tune=500, chains=2, seed=1, progress=False)
-    document = misfit.fold_check(read_tidy(path), model="dense-spline", folds=5,
+    document = checks.fold_check(read_tidy(path), model="dense-spline", folds=5,
                                  settings=settings)
     coverages = [g["coverage"] for g in document["groups"]]
     print(document["coverage"], sorted(coverages)[:4])
@@ -206,7 +206,7 @@ def test_in_sample_coverage_of_a_right_flexible_model_is_near_one():
                     "dense-spline", settings=settings)
     frames, _ = calibration.replicate_frames(reference, [150, 450], seed=1)
     for result in fit_same_design(frames, model="dense-spline", settings=settings):
-        held_in = misfit.predictive_check(result)["pooled"]["held_in"]
+        held_in = checks.predictive_check(result)["pooled"]["held_in"]
         print(held_in)
         assert held_in["coverage"] >= 0.97, held_in
         assert 0.85 <= held_in["coverage_loo"] <= 0.95, held_in

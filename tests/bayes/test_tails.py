@@ -1,5 +1,5 @@
-"""Tail and per-phase latency (issue 17): the percentile law, its inverse, the
-shared-error likelihood, the tails model's contract, SLO decisions and the CLI verbs."""
+"""Tail and per-phase latency: the percentile law, its inverse, the shared-error
+likelihood, the tails model's contract, SLO decisions and the CLI verbs."""
 
 from __future__ import annotations
 
@@ -591,7 +591,7 @@ def test_tails_on_a_live_guidellm_run(tmp_path, capsys):
     """The tails model on percentiles a real GuideLLM 0.8 client measured against
     `bayesspec serve` (examples/guidellm_e2e.sh, 2026-12-02): it converges, its 90%
     predictive intervals hold the fitted points, and `slo` answers per configuration."""
-    from bayesspec.checks.misfit import predictive_check
+    from bayesspec.checks.posterior_predictive import predictive_check
 
     data = "examples/guidellm_e2e/live_sweeps.csv"
     fit = tmp_path / "tails.nc"
@@ -612,7 +612,7 @@ def test_tails_on_a_live_guidellm_run(tmp_path, capsys):
 
 
 def test_slo_figure_titles_fit_and_the_measured_line_ends_the_points(tails_fit_file):
-    """Issue 38's small points: one-line panel titles, and the "highest measured rate"
+    """The SLO figure reads cleanly: one-line panel titles, and the "highest measured rate"
     line where the drawn points end (the throughput run, set aside and not drawn, sits
     far beyond them)."""
     from bayesspec.bayes import load_fit
@@ -639,7 +639,7 @@ def test_slo_figure_titles_fit_and_the_measured_line_ends_the_points(tails_fit_f
 
 @pytest.mark.slow
 def test_slo_on_thin_guidellm_style_runs_agrees_with_clear_margins():
-    """Issue 34: a 4-point GuideLLM-style run, 14-300 requests per point (the simulator,
+    """A 4-point GuideLLM-style run, 14-300 requests per point (the simulator,
     a fixed duration per rate: benchmarks/thin_slo.py's design), 3 seeds, SLO targets on
     p99 of latency, TTFT and ITL across the measured range. At each measured rate `slo`
     (P >= 0.9) agrees with the run's own pass/fail where the measured margin exceeds 20%

@@ -11,8 +11,8 @@ import pytensor.tensor as pt
 import pytest
 from scipy import stats
 
-from bayesspec import laws
-from bayesspec.checks import misfit
+from bayesspec import checks, laws
+from bayesspec.checks.calibration import _binomial_tail
 from bayesspec.cli import main
 from bayesspec.data import prepare
 from bayesspec.errors import BadInput
@@ -58,13 +58,13 @@ def test_student_t_noise_density_and_draws():
 # ------------------------------------------------------------------------- checks
 
 def test_binomial_tail():
-    assert misfit._binomial_tail(0, 10, 0.1) == pytest.approx(1.0)
-    assert misfit._binomial_tail(4, 11, 0.1) == pytest.approx(stats.binom.sf(3, 11, 0.1))
+    assert _binomial_tail(0, 10, 0.1) == pytest.approx(1.0)
+    assert _binomial_tail(4, 11, 0.1) == pytest.approx(stats.binom.sf(3, 11, 0.1))
 
 
 def test_split_by_rate_keeps_each_groups_lower_rates(dense_fit_factory):
     data = dense_fit_factory(n_groups=3).data
-    low, high = misfit.split_by_rate(data, 0.6)
+    low, high = checks.split_by_rate(data, 0.6)
     assert not low["excluded"].any() and not high["excluded"].any()
     for label, part in data.loc[~data["excluded"]].groupby("group"):
         top = part["rps"].max()
@@ -72,12 +72,12 @@ def test_split_by_rate_keeps_each_groups_lower_rates(dense_fit_factory):
         assert (high.loc[high["group"] == label, "rps"] > 0.6 * top).all()
     assert len(low) + len(high) == int((~data["excluded"]).sum())
     with pytest.raises(BadInput):
-        misfit.split_by_rate(data, 1.5)
+        checks.split_by_rate(data, 1.5)
 
 
 def test_predictive_check_passes_a_right_law_and_flags_a_misfit_group(dense_fit_factory):
     fit_ = dense_fit_factory(n_groups=4, seed=2)
-    document = misfit.predictive_check(fit_, prob=0.9)
+    document = checks.predictive_check(fit_, prob=0.9)
     assert document["pooled"]["held_in"]["coverage"] >= 0.8
     assert document["flagged"] == []
     # the same sweeps, one group 25% slower at every point above light load: flagged
@@ -85,7 +85,7 @@ def test_predictive_check_passes_a_right_law_and_flags_a_misfit_group(dense_fit_
     first = data["group"].iloc[0]
     bent = data.loc[data["group"] == first].copy()
     bent["latency_mean_s"] *= 1.0 + 0.25 * bent["rps"] / bent["rps"].max()
-    document = misfit.predictive_check(fit_, bent.drop(columns=["group"]), prob=0.9)
+    document = checks.predictive_check(fit_, bent.drop(columns=["group"]), prob=0.9)
     assert document["flagged"] == [first]
     entry = next(g for g in document["groups"] if g["group"] == first)
     assert entry["held_out"]["coverage"] < 0.5
@@ -109,7 +109,7 @@ def bent_sweeps():
 def bent_fits(bent_sweeps):
     _, data = bent_sweeps
     settings = SamplerSettings(draws=400, tune=600, chains=2, seed=4, progress=False)
-    low, high = misfit.split_by_rate(data, 0.6)
+    low, high = checks.split_by_rate(data, 0.6)
     return {name: (fit(low, name, settings=settings), high)
             for name in ("dense", "dense-discrepancy")}
 
@@ -122,7 +122,7 @@ def test_discrepancy_model_recovers_the_bend_and_covers_held_out_rates(bent_swee
     lo, hi = np.quantile(bend, [0.02, 0.98], axis=0)
     inside = (lo <= truth["bend"].to_numpy()) & (truth["bend"].to_numpy() <= hi)
     assert inside.mean() >= 5 / 6, (lo, hi)
-    held_out = {name: misfit.predictive_check(f, h)["pooled"]["held_out"]["coverage"]
+    held_out = {name: checks.predictive_check(f, h)["pooled"]["held_out"]["coverage"]
                 for name, (f, h) in bent_fits.items()}
     # The law that cannot bend misses most of the steep high-load points it was not
     # shown (seed 5: 50%); the model that can bend covers more of them, though not all
@@ -218,7 +218,7 @@ def test_two_regime_model_follows_a_kinked_sweep(tmp_path):
     settings = SamplerSettings(draws=300, tune=500, chains=2, seed=1, progress=False)
     fits = {name: fit(data, name, settings=settings)
             for name in ("dense", "dense-roofline")}
-    r2 = {name: min(g["held_in"]["r2"] for g in misfit.predictive_check(f)["groups"])
+    r2 = {name: min(g["held_in"]["r2"] for g in checks.predictive_check(f)["groups"])
           for name, f in fits.items()}
     assert r2["dense-roofline"] > 0.995, r2
     assert r2["dense-roofline"] > r2["dense"], r2
@@ -242,9 +242,9 @@ def test_real_profile_sweeps_dense_law_calibrated_held_in_and_flagged_beyond():
     path = Path(__file__).resolve().parents[2] / "examples" / "vidur" / "vidur_dense.csv"
     data = read_tidy(path)
     settings = SamplerSettings(draws=500, tune=700, chains=2, seed=1, progress=False)
-    held_in = misfit.predictive_check(fit(data, "dense", settings=settings))
+    held_in = checks.predictive_check(fit(data, "dense", settings=settings))
     assert 0.85 <= held_in["pooled"]["held_in"]["coverage"] <= 0.97
-    _, document = misfit.rate_holdout_check(data, model="dense", fraction=0.63,
+    _, document = checks.rate_holdout_check(data, model="dense", fraction=0.63,
                                             settings=settings)
     kinked = {g["group"] for g in document["groups"]
               if "gpu=A100" in g["group"] and "70B" in g["group"]}
@@ -258,7 +258,7 @@ def test_rate_holdout_names_groups_it_could_not_fit(tmp_path, mock_sampling):
     lonely = data.iloc[[3]].assign(prefill_tokens=4096)   # a one-point sweep
     frame = prepare(pd.concat([data, lonely], ignore_index=True), source="<x>")
     settings = SamplerSettings(draws=20, tune=20, chains=2, seed=1, progress=False)
-    _, document = misfit.rate_holdout_check(frame, fraction=0.6, settings=settings)
+    _, document = checks.rate_holdout_check(frame, fraction=0.6, settings=settings)
     assert document["unfitted_groups"] == ["Qwen3-8B p4096 g256"]
     assert "not checked" in document["verdict"]
 
@@ -275,7 +275,7 @@ def test_loo_pit_matches_the_exact_leave_one_out_predictive():
     mu = rng.normal(y.mean(), 1 / np.sqrt(n), draws)
     log_likelihood = stats.norm.logpdf(y[None, :], loc=mu[:, None])
     predictive = mu[:, None] + rng.standard_normal((draws, n))
-    pit, k = misfit.loo_pit(log_likelihood, predictive, y)
+    pit, k = checks.loo_pit(log_likelihood, predictive, y)
     others = (y.sum() - y) / (n - 1)
     exact = stats.norm.cdf((y - others) / np.sqrt(1 + 1 / (n - 1)))
     assert np.allclose(pit, exact, atol=0.02), (pit, exact)
@@ -288,13 +288,13 @@ def test_loo_pit_matches_the_exact_leave_one_out_predictive():
 def test_interleaved_folds_spread_every_groups_rates():
     rps = np.array([5.0, 1.0, 3.0, 2.0, 4.0, 10.0, 30.0, 20.0])
     group = np.array([0, 0, 0, 0, 0, 1, 1, 1])
-    folds = misfit.interleaved_folds(rps, group, 3)
+    folds = checks.interleaved_folds(rps, group, 3)
     assert folds.tolist() == [1, 0, 2, 1, 0, 1, 0, 2]   # ranks 4,0,2,1,3 / 0,2,1 (+1)
     assert set(folds) == {0, 1, 2}
 
 
 def test_predictive_check_reports_left_out_coverage(dense_fit_factory):
-    document = misfit.predictive_check(dense_fit_factory(n_groups=4, seed=2), prob=0.9)
+    document = checks.predictive_check(dense_fit_factory(n_groups=4, seed=2), prob=0.9)
     held_in = document["pooled"]["held_in"]
     assert 0.0 <= held_in["coverage_loo"] <= 1.0 and held_in["pareto_k_high"] >= 0
     assert "left out one at a time" in document["inside"]
@@ -345,8 +345,8 @@ def _reference_case(shared: bool, groups: int = 25, points: int = 4, draws: int 
         size = (draws + 1, 1) if shared else (draws + 1, points)
         values = np.broadcast_to(rng.normal(size=size), (draws + 1, points))
         predictive, observed = values[:-1], values[-1]
-        lo, hi = misfit.draw_quantiles(predictive, [0.05, 0.95])
-        inside_by_draw[f"g{g}"] = misfit.inside_if_truth(predictive, lo, hi)
+        lo, hi = checks.draw_quantiles(predictive, [0.05, 0.95])
+        inside_by_draw[f"g{g}"] = checks.inside_if_truth(predictive, lo, hi)
         rows.append(pd.DataFrame({"group": f"g{g}", "held_out": True,
                                   "inside": (lo <= observed) & (observed <= hi)}))
     return pd.concat(rows, ignore_index=True), inside_by_draw
@@ -354,7 +354,7 @@ def _reference_case(shared: bool, groups: int = 25, points: int = 4, draws: int 
 
 def test_coverage_reference_is_binomial_for_independent_points():
     points, inside = _reference_case(shared=False)
-    reference = misfit.coverage_reference(points, inside)
+    reference = checks.coverage_reference(points, inside)
     assert reference["coverage_mean"] == pytest.approx(0.9, abs=0.003)
     assert reference["coverage_sd"] == pytest.approx(np.sqrt(0.09 / 100), rel=0.1)
     # a group of 4 has 2 or more outside with the binomial probability 0.0523
@@ -367,7 +367,7 @@ def test_coverage_reference_is_binomial_for_independent_points():
 
 def test_coverage_reference_keeps_one_curves_points_together():
     points, inside = _reference_case(shared=True)
-    reference = misfit.coverage_reference(points, inside)
+    reference = checks.coverage_reference(points, inside)
     assert reference["coverage_mean"] == pytest.approx(0.9, abs=0.003)
     # 25 groups, not 100 points: the sd of the pooled coverage is twice the binomial's
     assert reference["coverage_sd"] == pytest.approx(np.sqrt(0.09 / 25), rel=0.1)
@@ -376,18 +376,18 @@ def test_coverage_reference_keeps_one_curves_points_together():
     tails = [reference["p_too_many_outside"][g] for g, part in points.groupby("group")
              if not part["inside"].any()]
     assert tails and all(t == pytest.approx(0.1, abs=0.01) for t in tails)
-    assert misfit._binomial_tail(4, 4, 0.1) == pytest.approx(1e-4)
+    assert _binomial_tail(4, 4, 0.1) == pytest.approx(1e-4)
 
 
 def test_predictive_check_compares_held_out_coverage_with_the_models_own(dense_fit_factory):
     fit_ = dense_fit_factory(n_groups=4, seed=2)
     data = fit_.data.loc[~fit_.data["excluded"]].drop(columns=["group"])
     # held-out rows from the true law: what a right model expects
-    document = misfit.predictive_check(fit_, data, prob=0.9)
+    document = checks.predictive_check(fit_, data, prob=0.9)
     reference = document["pooled"]["held_out"]["reference"]
     assert reference["coverage_mean"] == pytest.approx(0.9, abs=0.02)
     assert reference["coverage_range"][0] < 0.9 < reference["coverage_range"][1]
-    assert reference["p_as_low"] > misfit.FLAG_LEVEL
+    assert reference["p_as_low"] > checks.FLAG_LEVEL
     assert "too narrow" not in document["verdict"]
     assert all(g["held_out"]["tail_from"] == "model" for g in document["groups"])
     assert all(g["held_in"]["tail_from"] == "binomial" for g in document["groups"])
@@ -395,8 +395,8 @@ def test_predictive_check_compares_held_out_coverage_with_the_models_own(dense_f
     # every group 25% slower above light load: too narrow, said in the verdict
     slower = data.copy()
     slower["latency_mean_s"] *= 1.0 + 0.25 * slower["rps"] / slower["rps"].max()
-    document = misfit.predictive_check(fit_, slower, prob=0.9)
-    assert document["pooled"]["held_out"]["reference"]["p_as_low"] < misfit.FLAG_LEVEL
+    document = checks.predictive_check(fit_, slower, prob=0.9)
+    assert document["pooled"]["held_out"]["reference"]["p_as_low"] < checks.FLAG_LEVEL
     assert "too narrow above the fitted rates" in document["verdict"]
 
 
@@ -405,7 +405,7 @@ def test_predictive_check_takes_every_draw_of_a_long_posterior(dense_fit_factory
     left the curve's parameters and its thinned predictions of different lengths."""
     fit_ = dense_fit_factory(n_groups=2, draws=2500, seed=3)
     data = fit_.data.loc[~fit_.data["excluded"]].drop(columns=["group"])
-    document = misfit.predictive_check(fit_, data)
+    document = checks.predictive_check(fit_, data)
     assert document["pooled"]["held_out"]["points"] == len(data)
     assert document["pooled"]["held_in"]["coverage"] >= 0.8
 
@@ -430,7 +430,7 @@ def test_held_out_reference_is_right_when_the_model_is():
     assert result["mean_reference"] == pytest.approx(0.9, abs=0.02)
 
 
-# ------------------------------------------------- verdicts that agree (issue 38 item 2)
+# --------------------------------------------------------------- verdicts that agree
 
 def _points(group: str, observed, predicted, *, held_out=False, inside=True, utilisation=None):
     observed = np.asarray(observed, float)
@@ -449,13 +449,13 @@ def test_a_group_with_negative_r2_or_a_large_high_load_residual_is_misfit():
     case (R^2 -4.9, high-load residual -61%) must still be MISFIT, with its reasons."""
     fine = _points("fine", [1.0, 1.2, 1.5, 2.0, 3.0], [1.0, 1.2, 1.5, 2.0, 3.0])
     bad = _points("bad", [1.0, 1.2, 1.5, 2.0, 9.0], [1.0, 1.2, 1.6, 4.0, 16.5])
-    groups = misfit.group_calibration(pd.concat([fine, bad], ignore_index=True))
+    groups = checks.group_calibration(pd.concat([fine, bad], ignore_index=True))
     flags = {g["group"]: g for g in groups}
     assert not flags["fine"]["flagged"] and flags["fine"]["misfit"] == []
     assert flags["bad"]["flagged"]
     assert any(reason.startswith("held-in R^2 -") for reason in flags["bad"]["misfit"])
     assert any(reason.startswith("high-load residual -") for reason in flags["bad"]["misfit"])
-    verdict = misfit.check_verdict(groups, None, 0.9)
+    verdict = checks.check_verdict(groups, None, 0.9)
     assert verdict.startswith("MISFIT in 1 of 2 groups: bad (")
     assert "no group" not in verdict.lower()
 
@@ -473,25 +473,25 @@ def test_held_out_verdicts_never_contradict_and_flag_groups_with_few_inside():
     reference = {"observed": 0.5, "coverage_mean": 0.9, "coverage_range": [0.8, 0.97],
                  "p_as_low": 0.001, "p_as_high": 0.999,
                  "p_too_many_outside": {"g1": 0.03, "g2": 1.0}}
-    groups = misfit.group_calibration(points, reference=reference)
+    groups = checks.group_calibration(points, reference=reference)
     flags = {g["group"]: g for g in groups}
     assert flags["g1"]["flagged"] and "20% of 5 held-out points inside" in flags["g1"]["misfit"]
     assert not flags["g2"]["flagged"]
-    verdict = misfit.check_verdict(groups, reference, 0.9)
+    verdict = checks.check_verdict(groups, reference, 0.9)
     assert "MISFIT in 1 of 2 groups: g1" in verdict and "too narrow" in verdict
     assert "no group" not in verdict.lower()
     # no group below the floor: the pooled sentence stands alone, without "no group misfits"
-    fair = misfit.group_calibration(pd.concat([held_in, other], ignore_index=True),
+    fair = checks.group_calibration(pd.concat([held_in, other], ignore_index=True),
                                     reference={**reference, "p_too_many_outside": {"g2": 1.0}})
-    verdict = misfit.check_verdict(fair, reference, 0.9)
+    verdict = checks.check_verdict(fair, reference, 0.9)
     assert verdict.startswith("No group misfits on its own points, but pooled: Held out:")
-    assert misfit.check_verdict(fair, None, 0.9).startswith("no group misfits")
+    assert checks.check_verdict(fair, None, 0.9).startswith("no group misfits")
 
 
 def test_loo_pit_survives_draws_that_give_a_point_zero_likelihood():
     """A draw past its ceiling at a point (latency inf, log-likelihood -inf) must not
     break PSIS: its weight is large but finite, and the point's Pareto k says so."""
-    from bayesspec.checks.misfit import loo_pit
+    from bayesspec.checks.loo import loo_pit
 
     rng = np.random.default_rng(0)
     draws = rng.normal(0.0, 1.0, (4000, 3))
@@ -504,7 +504,7 @@ def test_loo_pit_survives_draws_that_give_a_point_zero_likelihood():
 
 
 def test_loo_pit_names_a_point_psis_cannot_weight():
-    from bayesspec.checks.misfit import loo_pit
+    from bayesspec.checks.loo import loo_pit
 
     rng = np.random.default_rng(1)
     draws = rng.normal(0.0, 1.0, (1000, 2))

@@ -270,7 +270,7 @@ def test_demo_quick_really_runs(tmp_path):
     assert "warning" not in document["dense"], document["dense"]["warning"]
 
 
-# ------------------------------------------------------- the small points (issue 38 item 7)
+# ---------------------------------- what a user reads: errors, help, warnings, the demo
 
 def test_a_truncated_fit_file_is_said_to_be_truncated_in_whole_words(real_fit_path, tmp_path,
                                                                     capsys):

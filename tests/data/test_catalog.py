@@ -169,39 +169,6 @@ def test_every_verifier_in_the_paper_grid_with_an_eagle_head_has_one(cat):
     assert cat.model("EAGLE3-Llama-3.1-8B").hf_id == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 
 
-def test_moe_facts_from_the_brief(cat):
-    oss = cat.model("gpt-oss-20b")
-    assert oss.is_moe and (oss.experts_active, oss.experts_total) == (4, 32)
-    assert oss.expert_fraction == pytest.approx(4 / 32)
-    assert oss.params_total_b == pytest.approx(21, abs=0.5)
-    assert oss.params_active_b == pytest.approx(3.6, abs=0.05)
-    for name in ("Qwen3-30B-A3B", "Qwen3-235B-A22B"):
-        m = cat.model(name)
-        assert m.is_moe and (m.experts_active, m.experts_total) == (8, 128), name
-    for name in ("Qwen3-8B", "Llama-3.1-70B", "EAGLE3-Qwen3-30B-A3B"):
-        m = cat.model(name)
-        assert not m.is_moe and m.experts_total == 0 and m.expert_fraction == 0.0
-
-
-def test_published_shapes(cat):
-    shapes = {  # name: (layers, hidden, heads, kv heads, head_dim)
-        "Qwen3-0.6B": (28, 1024, 16, 8, 128),
-        "Qwen3-1.7B": (28, 2048, 16, 8, 128),
-        "Qwen3-8B": (36, 4096, 32, 8, 128),
-        "Qwen3-14B": (40, 5120, 40, 8, 128),
-        "Qwen3-32B": (64, 5120, 64, 8, 128),
-        "Qwen3-30B-A3B": (48, 2048, 32, 4, 128),
-        "Qwen3-235B-A22B": (94, 4096, 64, 4, 128),
-        "Llama-3.1-8B": (32, 4096, 32, 8, 128),
-        "Llama-3.1-70B": (80, 8192, 64, 8, 128),
-        "gpt-oss-20b": (24, 2880, 64, 8, 64),
-    }
-    for name, shape in shapes.items():
-        m = cat.model(name)
-        assert (m.layers, m.hidden_size, m.num_attention_heads, m.num_kv_heads,
-                m.head_dim) == shape, name
-
-
 def test_gpu_cards(cat):
     h100 = cat.gpu("H100")
     assert isinstance(h100, GpuCard)

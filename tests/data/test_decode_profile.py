@@ -175,7 +175,7 @@ def profile_fit(tmp_path_factory):
 
 @pytest.mark.long
 def test_a_profile_fit_recovers_the_costs_and_predicts_past_the_kink(profile_fit):
-    from bayesspec.checks.misfit import predictive_check
+    from bayesspec.checks.posterior_predictive import predictive_check
 
     result, truth = profile_fit
     assert result.diagnostics["converged"], result.diagnostics

@@ -485,7 +485,7 @@ def test_near_miss(name, known):
     assert near_miss(name) == known
 
 
-# ------------------------------------------------- saturation the numbers show (issue 15)
+# ------------------------------------------------------------ saturation the numbers show
 
 def _law_rows(rates, c1=1.0, c2=0.1):
     return [(r, c1 / (1 - r * c2)) for r in rates]
@@ -573,7 +573,7 @@ def test_detection_flags_nothing_the_generators_keep(catalog):
         assert not (detected & ~marked["excluded"]).any()
 
 
-# ------------------------------------- set-aside points with known truth (issue 38 item 2)
+# ------------------------------------------------------ set-aside points with known truth
 
 def _law_sweeps_with_planted(seed: int, factor: float):
     """Law-generated sweeps (known C1, C2; no flag columns, no throughput run) with one
@@ -660,7 +660,7 @@ def test_set_aside_reasons_are_words_a_user_can_act_on(catalog):
                                                   "`saturated`)")
 
 
-# ------------------------------------------------------------------ units (issue 38 item 3)
+# -------------------------------------------------------------------------------- units
 
 @pytest.fixture(scope="module")
 def simulated_sweep():

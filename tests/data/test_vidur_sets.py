@@ -72,7 +72,7 @@ def test_capped_set_points_past_the_cap_are_set_aside():
     """With the caps in the file, every point whose measured concurrency exceeds its cap is
     left out of the fit (the 95% points of 7 sweeps, besides the 18 saturated ones)."""
     if "max_num_seqs" not in data_mod.KNOWN_COLUMNS:
-        pytest.skip("bayesspec.data does not know max_num_seqs yet (the lead's cap columns)")
+        pytest.skip("the tidy format does not know the cap column max_num_seqs")
     frame = read_tidy(VIDUR / "vidur_capped.csv")
     past = pd.to_numeric(frame["mean_concurrency"]) > caps(frame)["max_num_seqs"]
     assert frame.loc[past, "excluded"].all()
@@ -82,7 +82,7 @@ def test_capped_set_points_past_the_cap_are_set_aside():
 
 def test_caps_parse_as_integers_once_the_tidy_format_knows_them(vidur_set):
     if "max_num_seqs" not in data_mod.KNOWN_COLUMNS:
-        pytest.skip("bayesspec.data does not know max_num_seqs yet (the lead's cap columns)")
+        pytest.skip("the tidy format does not know the cap column max_num_seqs")
     _, frame = vidur_set
     for column in ("max_num_seqs", "kv_cache_tokens"):
         assert pd.api.types.is_integer_dtype(frame[column]), (column, frame[column].dtype)

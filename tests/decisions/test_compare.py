@@ -1,4 +1,7 @@
-"""compare: a 10% increase of C2 between engine versions is flagged, C1 is not."""
+"""Engine versions compared (``compare``): a 10% increase of C2 is flagged and C1 is not,
+for two fits and for one joint fit (dense and the six speculative coefficients), two runs
+of one engine show no difference, the whole-curve outcome a CI gate exits on, run drift
+kept out of the version effect, and the CI example."""
 
 from __future__ import annotations
 
@@ -239,7 +242,7 @@ def _flagged(entry):
 
 @pytest.mark.slow
 def test_sd_same_engine_replicates_show_no_difference(sd_same_engine_replicates):
-    """Issue 7: two runs of the same engine show no difference in at least 80% of cases.
+    """Two runs of the same engine show no difference in at least 80% of cases.
 
     Measured (16 pairs): 14 flag nothing; 63 and 81 flag c2p and c2v together (traded
     off, C2_sd equivalent; seed 63: c2p 0.88 [0.80, 0.97], c2v 1.056 [1.025, 1.089],
@@ -271,7 +274,7 @@ def test_sd_same_engine_replicates_show_no_difference(sd_same_engine_replicates)
 
 
 # --------------------------------------------------------------------------------------
-# The whole-curve outcome (issue 37): regressed / improved / no change / inconclusive
+# The whole-curve outcome: regressed / improved / no change / inconclusive
 # --------------------------------------------------------------------------------------
 
 def _scaled(fit, factors: dict, *, sd: float | None = None, seed: int = 0):

@@ -90,7 +90,7 @@ def test_answers_beyond_the_highest_fitted_rate_are_marked_extrapolated():
 
 
 def test_the_ceiling_is_the_lower_fitted_rate_of_the_two_curves_compared():
-    """Issue 38: a set-aside point of another configuration (k = 2 up to 22 RPS) must not
+    """A set-aside point of another configuration (k = 2 up to 22 RPS) must not
     lift the ceiling of an answer about dense vs k = 3 (fitted to 7.2 and 10.5 RPS)."""
     law = coefficient_law(dense_fitted_max=7.2, measured=[
         MeasuredConfiguration(0.8, 3, 10.5), MeasuredConfiguration(0.8, 2, 21.98),

@@ -161,7 +161,7 @@ def test_compare_models_verdict_reads_arviz_negative_differences(monkeypatch):
     assert verdict.endswith("by 2.0 +- 1.5 elpd (within 2 SE: not decisive)")
 
 
-# ------------------------------------------------- advice that helps (issue 38 item 4)
+# ---------------------------------------------------------------------- advice that helps
 
 def test_too_few_rates_get_measure_more_not_run_longer(dense_fit_factory):
     """Two load points per group: a longer run fails the same way, so the verdict says

@@ -1,4 +1,5 @@
-"""`bayesspec ingest` (issue 7, ingest half): GuideLLM v1/v2, vllm bench, /metrics scrapes."""
+"""`bayesspec ingest`: GuideLLM v1/v2 reports, vllm bench results and /metrics scrapes
+to tidy rows, and the design flags that label them."""
 
 from __future__ import annotations
 
@@ -178,7 +179,7 @@ def three_formats(sim, tmp_path_factory):
 
 
 # ---------------------------------------------------------------------------------------
-# Done-when: the same sweep in three formats ingests to identical tidy rows
+# The same sweep in three formats ingests to identical tidy rows
 # ---------------------------------------------------------------------------------------
 
 KEY_COLUMNS = ["verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens", "rps",
@@ -818,7 +819,7 @@ def test_real_guidellm_081_report_with_real_scrapes_ingests():
 
 
 # ---------------------------------------------------------------------------------------
-# Design flags never stamp a file that says otherwise (issue 15)
+# Design flags never stamp a file that says otherwise
 # ---------------------------------------------------------------------------------------
 
 def test_speculative_flags_refused_when_files_disagree(tmp_path, capsys):
@@ -868,7 +869,7 @@ def test_one_file_takes_the_flags(tmp_path):
 
 
 def test_percentiles_of_latency_ttft_and_itl_are_kept():
-    """Issue 17: tail decisions need the percentiles the reports already carry."""
+    """Tail decisions need the percentiles the reports already carry."""
     report = json.loads((FIXTURES / "guidellm_v1.json").read_text())
     first = report["benchmarks"][0]["metrics"]
     rows = ingest_files([FIXTURES / "guidellm_v1.json"]).rows

@@ -1,5 +1,5 @@
 """The engine's concurrency cap: the slot-queue law, where the cap comes from, points past
-it, and bad caps (issue 34)."""
+it, and bad caps."""
 
 from __future__ import annotations
 
@@ -163,8 +163,9 @@ def test_bad_caps_name_the_column_and_row(values, words):
 
 @pytest.fixture(scope="module")
 def uneven_sweeps(tmp_path_factory):
-    """Dense fitted only up to low rates, k = 3 higher, and k = 2 far higher (the issue's
-    walkthrough: a set-aside k = 2 point at 22 RPS set every verb's ceiling)."""
+    """Dense fitted only up to low rates, k = 3 higher, and k = 2 far higher (the README
+    walkthrough's shape, where a set-aside k = 2 point at 22 RPS must not set every verb's
+    ceiling)."""
     from bayesspec.simulate.synthetic import generate_sweeps, speculative_truth
 
     truth = speculative_truth(alphas=(0.8,), ks=(2, 3))

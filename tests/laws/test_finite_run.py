@@ -1,6 +1,6 @@
 """A new load test is a finite run from an empty server: its fill, its drain, and the
-queue it has time to build near and past the ceiling (issue 34: held-out points and a new
-load test's interval, finite at every rate)."""
+queue it has time to build near and past the ceiling, so that held-out points and a new
+load test's interval are finite at every rate."""
 
 from __future__ import annotations
 
@@ -239,11 +239,11 @@ def test_predict_answers_for_a_new_whole_run(tmp_path, capsys, mock_sampling):
 
 @pytest.mark.parametrize("whole", [True, False])
 def test_held_out_whole_runs_are_predicted_as_runs(whole):
-    """``misfit.predictive_points``: a held-out point the file marks ``whole_run`` is a new
+    """``checks.predictive_points``: a held-out point the file marks ``whole_run`` is a new
     run of its own request count, finite near the ceiling where the steady law's upper
     bound is not; a point without the mark keeps the steady law's interval."""
     from bayesspec.data import assign_groups, prepare, row_group_labels
-    from bayesspec.checks.misfit import predictive_points
+    from bayesspec.checks.posterior_predictive import predictive_points
 
     rng = np.random.default_rng(4)
     draws = 400

@@ -1,7 +1,8 @@
-"""The closed-form latency laws (CONTRACT.md, ``bayesspec.laws``; BRIEF.md sections 2-5).
+"""The closed-form latency laws (docs/CONTRACT.md, ``bayesspec.laws``; docs/laws.md,
+eqs. (1) to (4)).
 
 Every expected value here is written independently of :mod:`bayesspec.laws` (plain
-``math`` on Python floats, exact sums with ``math.fsum``, the equations as BRIEF.md
+``math`` on Python floats, exact sums with ``math.fsum``, the equations as docs/laws.md
 prints them), so a slip in the library cannot be mirrored by the test.
 """
 
@@ -566,8 +567,8 @@ def test_moe_agrees_with_iteration_on_random_batch():
 def test_graph_solver_stays_between_no_coverage_and_full_coverage():
     """The in-graph solve (bracketed search for the least root, then the implicit Newton
     step) never leaves [no coverage, full coverage] and finds the least fixed point, also
-    where C1s >> C1u (the old fixed-point start missed it at 0.14% of these inputs and,
-    before its bracket, could give negative latencies)."""
+    where C1s >> C1u (a plain fixed-point iteration misses it at 0.14% of these inputs
+    and, without a bracket, can give negative latencies)."""
     from bayesspec.laws import latency, moe_latency_expr
 
     rng = np.random.default_rng(0)

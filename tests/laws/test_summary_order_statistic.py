@@ -1,4 +1,4 @@
-"""One run's correlated requests in a reported percentile (issue 34, the tails model's
+"""One run's correlated requests in a reported percentile (the tails model's
 ``summary_run``): an order statistic of n requests that share their batches scatters
 like one of n/(1 + 2N), and one arrival seed replayed at every rate shares that luck."""
 

@@ -114,18 +114,18 @@ def test_a_fit_recovers_a_known_batch_count_law():
 
 @pytest.mark.long
 def test_the_held_out_check_of_a_summary_passes_a_right_law_and_flags_a_wrong_truth():
-    """``check --ppc --hold-out-above`` on a tails fit (``misfit.rate_holdout_check``):
+    """``check --ppc --hold-out-above`` on a tails fit (``checks.rate_holdout_check``):
     three groups from a known count law, fitted below 0.6 of each top rate. The held-out
     p99s, each a new report of its own requests, fall where a model exactly right puts
     them (neither tail of ``coverage_reference`` below 1%). The same fit asked about
     p99s 0.6 or 2 times the truth flags them: its coverage is one a right model gives
     less than 1% of the time."""
-    from bayesspec.checks import misfit
+    from bayesspec import checks
     from bayesspec.inference import SamplerSettings
 
     _, raw = _count_sweeps([0, 5, 10], seed=4)
     data = prepare(raw)
-    fit, document = misfit.rate_holdout_check(
+    fit, document = checks.rate_holdout_check(
         data, model="tails", fraction=0.6, config={"tail_law": "count"},
         settings=SamplerSettings(draws=500, chains=4, seed=1, progress=False))
     assert fit.diagnostics["converged"], fit.diagnostics["text"]
@@ -133,14 +133,14 @@ def test_the_held_out_check_of_a_summary_passes_a_right_law_and_flags_a_wrong_tr
     assert held_out["points"] == 9
     reference = held_out["reference"]
     assert reference["p_as_low"] >= 0.01 and reference["p_as_high"] >= 0.01, held_out
-    _, high = misfit.split_by_rate(data, 0.6)
+    _, high = checks.split_by_rate(data, 0.6)
     for factor in (0.6, 2.0):
         wrong = high.assign(latency_p99_s=high["latency_p99_s"] * factor)
-        checked = misfit.summary_check(fit, wrong)["p99"]["pooled"]["held_out"]
+        checked = checks.summary_check(fit, wrong)["p99"]["pooled"]["held_out"]
         assert checked["coverage"] < held_out["coverage"], (factor, checked)
         assert checked["reference"]["p_as_low"] < 0.01, (factor, checked)
     # ... and the check's one verdict says so, naming the summary
-    verdict = misfit.predictive_check(fit, wrong)["verdict"]
+    verdict = checks.predictive_check(fit, wrong)["verdict"]
     assert "Summaries: p99:" in verdict and "too narrow" in verdict, verdict
 
 

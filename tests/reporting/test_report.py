@@ -63,7 +63,7 @@ def test_speculative_report_is_self_contained_and_in_order(speculative_fit_path,
     images = re.findall(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"', text)
     assert len(images) >= 4
     assert all(base64.b64decode(image)[:8] == b"\x89PNG\r\n\x1a\n" for image in images)
-    # the sections come in the order the issue asks for
+    # the sections come in reading order: the decision first, how to reproduce it last
     order = [text.index(f'id="{name}"') for name in
              ("decision", "numbers", "figures", "extrapolated", "convergence", "provenance",
               "reproduce")]

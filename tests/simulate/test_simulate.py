@@ -1,4 +1,4 @@
-"""The serving simulator (issue 3): queueing sanity, the latency law, SD, MoE, outputs."""
+"""The serving simulator: queueing sanity, the latency law, SD, MoE, outputs."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from bayesspec.cli import simulate as sim_cli
 from bayesspec.simulate.grid import expand_grid, load_grid
 
 DATASETS = Path(__file__).resolve().parents[2] / "bayesspec" / "datasets"
-REQUESTS = 1000     # per load point: as the issue's speed benchmark, well under a second
+REQUESTS = 1000     # per load point: well under a second of simulation each
 
 
 def law(rps, c1, c2):
@@ -49,7 +49,7 @@ def sd_sweep():
 
 
 # ---------------------------------------------------------------------------------------
-# The issue's done-when checks
+# Queueing sanity and the latency law on a dense and a speculative sweep
 # ---------------------------------------------------------------------------------------
 
 def test_littles_law_on_every_unsaturated_point(dense_sweep, sd_sweep):
@@ -273,11 +273,11 @@ def test_set_aside_points_carry_their_reason_and_the_caps():
 
 @pytest.mark.parametrize("k, alpha", [(0, None), (3, 0.8)])
 def test_a_400_request_sweep_sets_aside_only_what_the_law_does_not_describe(k, alpha):
-    """Issue 34 item 6: the walkthrough's 400 requests per point used to leave the top
-    Poisson rates' windows under 5 request lifetimes, and 22 of its 56 rate points were
-    set aside as "saturated" (some at 40% of the ceiling). The simulator now runs such
-    points long enough; only the throughput run is set aside, and every kept point lies
-    on eq. (1) within 3% up to 85% of the throughput run's rate."""
+    """The walkthrough's 400 requests per point: a window shorter than 5 request
+    lifetimes at the top Poisson rates would not reach a steady state and would be set
+    aside as "saturated" (some at 40% of the ceiling), so the simulator runs such points
+    long enough. Only the throughput run is set aside, and every kept point lies on
+    eq. (1) within 3% up to 85% of the throughput run's rate."""
     s = setup("Qwen3-8B", "H100", k=k, alpha=alpha, prefill=512, decode=512)
     result = sweep(s, 9, n_requests=400, seed=0)
     rows = result.rows
@@ -496,7 +496,7 @@ def test_cli_output_is_atomic(tmp_path, monkeypatch):
 
 
 def test_sweeps_carry_latency_and_ttft_percentiles():
-    """Issue 17: per-request percentiles of end-to-end latency and TTFT, ordered."""
+    """Per-request percentiles of end-to-end latency and TTFT, ordered."""
     from bayesspec.simulate import setup, sweep
 
     rows = sweep(setup("Qwen3-8B", prefill=256, decode=128), n_points=4, n_requests=300,

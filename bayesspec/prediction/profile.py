@@ -1,0 +1,195 @@
+"""The mean-latency curve with the engine's decode-iteration profile
+(:class:`ProfileCurve`): eq. (1) or the slot queue at C1 plus the profile's shift at the
+self-consistent number in flight, or the profile inside the slot queue's birth-death chain,
+with batched prefill where the fit has it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bayesspec.laws import (_profile_time, batched_prefill_stall_expr, capped_latency,
+                            capped_load_elasticity, latency, load_amplification_expr,
+                            load_elasticity_expr, prefill_fixed_part, profile_chain_extra,
+                            profile_chain_latency_expr, profile_concurrency_expr,
+                            profile_segments)
+from bayesspec.prediction.curves import BISECTION_RTOL, Curve, _lift
+from bayesspec.prediction.noise import Noise
+
+__all__ = ["ProfileCurve"]
+
+
+class ProfileCurve(Curve):
+    """Eq. (1) (or the slot queue, with a cap) whose decode iterations follow the
+    engine's measured profile t_d(B) (:mod:`bayesspec.data.decode_profile`):
+    L = C1 + C2 N + shift(N), N = RPS x L, the shift of
+    :func:`bayesspec.laws.decode_profile_shift`; C2 is then the stall by later arrivals'
+    prefills alone. N at a rate is the smallest self-consistent one (the system filling
+    from empty), solved piece by piece of the profile
+    (:func:`bayesspec.laws.profile_concurrency_expr`, the fit's own law); with a cap the
+    latency is the slot queue's at C1 + shift(N). The ceiling is the highest rate with a
+    finite latency."""
+
+    law_name = "eq. (1) with the decode profile"
+
+    def __init__(self, c1, c2, *, batch_sizes, iteration_s, decode_tokens: float,
+                 label: str = "", noise: Noise | None = None, cap=None,
+                 wait_scale: float = 1.0, law: str = "poisson",
+                 prefill_batching: bool = False, prefill_fixed_power: float = 1.0):
+        super().__init__(c1, c2, label=label, noise=noise, cap=cap, wait_scale=wait_scale)
+        #: Whether the chain's stall per arrival is the batched prefill's
+        #: (:func:`bayesspec.laws.batched_prefill_stall_expr`), as the fit's, and the
+        #: power of its fixed part (:func:`bayesspec.laws.prefill_fixed_part`).
+        self.prefill_batching = bool(prefill_batching) and law == "chain"
+        self.prefill_fixed_power = float(prefill_fixed_power)
+        #: "poisson" (one self-consistent N) or "chain" (the profile inside the slot
+        #: queue's birth-death chain, :func:`bayesspec.laws.profile_chain_latency_expr`;
+        #: needs the cap).
+        self.law = law
+        self.batch_sizes = np.asarray(batch_sizes, dtype=float)
+        self.iteration_s = np.asarray(iteration_s, dtype=float)
+        self.decode_tokens = float(decode_tokens)
+        if self.cap is not None and np.unique(self.cap).size > 1:
+            raise ValueError("a decode profile takes a stated cap, not draws of one")
+        cap_value = np.inf if self.cap is None else float(np.ravel(self.cap)[0])
+        self.pieces = profile_segments(self.decode_tokens, self.batch_sizes,
+                                       self.iteration_s, cap_value)
+        self._cap_value = cap_value
+        self._ceiling = None
+        if law == "chain":
+            if not np.isfinite(cap_value):
+                raise ValueError("the decode profile's chain law needs the engine's cap")
+            self._chain_extra = profile_chain_extra(self.decode_tokens, self.batch_sizes,
+                                                    self.iteration_s, int(cap_value))
+            self._chain_decode_s = _profile_time(np.arange(1.0, int(cap_value) + 1.0),
+                                                 self.batch_sizes, self.iteration_s)
+
+    def shift(self, concurrency) -> np.ndarray:
+        """Seconds the profile adds to a request at ``concurrency`` requests in flight, as
+        the law has it: :func:`bayesspec.laws.decode_profile_shift` linear between whole
+        requests (:func:`bayesspec.laws.profile_segments`)."""
+        knots, values, slopes = self.pieces
+        n = np.asarray(concurrency, dtype=float)
+        return np.where(n > knots[-1], values[-1] + slopes[-1] * (n - knots[-1]),
+                        np.interp(n, knots, values))
+
+    def _base(self, rps, c1, c2):
+        """The law without the profile at ``rps`` with zero-load latency ``c1``."""
+        if self.cap is None:
+            return latency(rps, c1, c2)
+        return capped_latency(rps, c1, c2, self._cap_value, wait_scale=self.wait_scale)
+
+    def _prefill_fixed(self, c2):
+        """The batched prefill's fixed part at prompt prefill ``c2``."""
+        return prefill_fixed_part(c2, self._chain_decode_s[0],
+                                  power=self.prefill_fixed_power)
+
+    def _batched_stall(self, rps, c2) -> np.ndarray:
+        """The stall per arrival at ``rps`` with the batched prefill
+        (:func:`bayesspec.laws.batched_prefill_stall_expr`), its decode iteration the
+        profile's at the chain's mean number in flight (the cap past the ceiling): the
+        C2 of the laws that take one stall per rate (the fluid run of a whole load test,
+        the Poisson N)."""
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            steady = self._chain_latency(rps)
+            n = np.where(np.isfinite(steady), rps * steady, self._cap_value)
+        decode_s = _profile_time(np.clip(n, 1.0, self._cap_value), self.batch_sizes,
+                                 self.iteration_s)
+        fixed = self._prefill_fixed(c2)
+        return batched_prefill_stall_expr(rps, c2, fixed, decode_s)[0]
+
+    def _solution(self, rps):
+        """(rates, C2, C1 + shift at N*, N*, whether N* exists), broadcast to latency's
+        shape; C2 the batched prefill's stall at each rate where the chain has it."""
+        rps = np.asarray(rps, dtype=float)
+        c1, c2 = _lift(self.c1, rps), _lift(self.c2, rps)
+        shape = np.broadcast_shapes(np.shape(c1), rps.shape)
+        rps, c1, c2 = (np.broadcast_to(v, shape) for v in (rps, c1, c2))
+        if self.prefill_batching:
+            c2 = self._batched_stall(rps, c2)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            n, shift, found = profile_concurrency_expr(rps[..., None], c1[..., None],
+                                                       c2[..., None], *self.pieces)
+        return rps, c2, c1 + shift, n, found
+
+    has_fluid_run = True
+
+    def _fluid_parts(self, rps):
+        rps = np.asarray(rps, dtype=float)
+        _, c2, loaded_c1, _, found = self._solution(rps)
+        c1 = _lift(self.c1, rps)
+        return c1, c2, self._cap_value, self.pieces, np.where(found, loaded_c1, np.inf)
+
+    def concurrency(self, rps) -> np.ndarray:
+        """Per draw, the smallest self-consistent N at ``rps`` (``inf`` where none)."""
+        *_, n, found = self._solution(rps)
+        return np.where(found, n, np.inf)
+
+    def latency(self, rps) -> np.ndarray:
+        if self.law == "chain":
+            return self._chain_latency(rps)
+        rps, c2, c1, _, found = self._solution(rps)
+        value = self._base(rps, np.where(found, c1, 1.0), c2)
+        return np.where(found, value, np.inf)
+
+    def _chain_latency(self, rps) -> np.ndarray:
+        rps = np.asarray(rps, dtype=float)
+        c1, c2 = _lift(self.c1, rps), _lift(self.c2, rps)
+        shape = np.broadcast_shapes(np.shape(c1), rps.shape)
+        rps, c1, c2 = (np.broadcast_to(v, shape) for v in (rps, c1, c2))
+        extra = self._chain_extra
+        batched = {}
+        if self.prefill_batching:
+            batched = {"prefill_fixed": self._prefill_fixed(c2),
+                       "decode_s": self._chain_decode_s}
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return profile_chain_latency_expr(
+                rps, c1, c2, np.full(shape, self._cap_value), extra,
+                np.ones_like(extra), wait_scale=self.wait_scale, **batched)
+
+    @property
+    def ceiling(self) -> np.ndarray:
+        """Per draw, the highest rate with a finite latency, by bisection below 1/C2
+        (cached)."""
+        if self._ceiling is None:
+            with np.errstate(divide="ignore"):
+                # a batched prefill's stall per arrival falls towards C2 - a, never below
+                hi = 1.0 / (self.c2 - self._prefill_fixed(self.c2)
+                            if self.prefill_batching else self.c2)
+            lo = np.zeros_like(hi)
+            for _ in range(64):
+                if np.all(hi - lo <= BISECTION_RTOL * hi):
+                    break
+                mid = 0.5 * (lo + hi)
+                finite = np.isfinite(self.latency(mid[:, None])[:, 0])
+                lo, hi = np.where(finite, mid, lo), np.where(finite, hi, mid)
+            self._ceiling = lo
+        return self._ceiling
+
+    @property
+    def ceiling_binding(self) -> str:
+        return "decode profile" if self.cap is None else "cap"
+
+    def zero_load_at(self, rps) -> np.ndarray:
+        _, _, loaded_c1, _, found = self._solution(rps)
+        return np.where(found, loaded_c1, np.inf)
+
+    def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
+        """The noise's load term as the fit has it: the law's elasticity at C1 + shift
+        (the chain's own elasticity with the chain law)."""
+        if self.law == "chain":
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                return np.broadcast_to(load_elasticity_expr(
+                    self._chain_latency, np.asarray(rps, dtype=float)), np.shape(curve))
+        rps, c2, c1, _, found = self._solution(rps)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            if self.cap is None:
+                value = np.where(rps * c2 < 1, load_amplification_expr(rps, c2), np.inf)
+            else:
+                value = capped_load_elasticity(rps, np.where(found, c1, 1.0), c2,
+                                               self._cap_value, wait_scale=self.wait_scale)
+        return np.broadcast_to(np.where(found, value, np.inf), np.shape(curve))
+
+    def utilisation(self, rps, curve: np.ndarray) -> np.ndarray:
+        rps = np.asarray(rps, dtype=float)
+        return rps / np.median(self.ceiling)
