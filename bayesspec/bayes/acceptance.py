@@ -35,7 +35,7 @@ the window as measured. Setups (verifier, drafter, method and the labels rows ca
 With two or more distinct k in a setup the structure is chosen by held-out k (fit the
 other k, predict the windows of one, summed over folds); with one k, by the drafter's
 kind (``spread`` for an n-gram proposer, ``spread+depth`` for a trained drafter: the
-choice measured on public traces, benchmarks/README.md).
+choice measured on public traces, benchmarks/acceptance_traces.py).
 
 Kept whole: the token-process model, its per-position fallback and the report that
 chooses between them read one set of counters with one set of checks.

@@ -77,9 +77,11 @@ COMMON_CONFIG = {
     # its ceiling just above it, which inflates that point's noise. "measured" fits the
     # top of a sweep near the cap far better (R^2); it is the dense model's default with a
     # decode profile ("auto", with the chain law: DenseLatencyModel), chosen there on the
-    # Vidur sets, and measured nowhere else (benchmarks/README.md, 2026-12-05). A fitted
-    # point's interval is then the bounded likelihood's; predictions at new rates keep
-    # the law's elasticity. Laws with a mean of their own (MoE, discrepancies) ignore it.
+    # Vidur sets, and measured nowhere else (docs/findings/decode-profile-law.md, "The
+    # Bayesian fit lost R^2 to its noise term, not to the law", measured 2026-12-05). A
+    # fitted point's interval is then the bounded likelihood's; predictions at new rates
+    # keep the law's elasticity. Laws with a mean of their own (MoE, discrepancies) ignore
+    # it.
     "noise_load_at": "curve",
     "log_c1_scale": 2.0,          # prior scale of log C1 across groups
     "utilisation_logit_mean": 1.0,

@@ -44,7 +44,8 @@ def profile_starts(inputs) -> dict[str, np.ndarray]:
     nothing (every chain starts near the same climbed point). Seen on the Vidur sets: a
     vidur_fresh hold-out fit predicted 30.7 s against 11.2 s measured at one group's top
     fitted rate, and 2 of 4 vidur_dense fits with a trial slot wait did the same
-    (benchmarks/README.md)."""
+    (docs/findings/decode-profile-law.md, "The kink far below the cap is the decode
+    iteration's profile", measured 2026-12-04)."""
     rows, groups = inputs.rows, inputs.groups
     rps = rows["rps"].to_numpy(float)
     latency = rows["latency_mean_s"].to_numpy(float)
@@ -143,24 +144,25 @@ class DenseLatencyModel(LatencyModel):
         # With a decode profile and a stated cap: "poisson", the law's single
         # self-consistent N with each batch spread like a Poisson count about it, or
         # "chain", the profile inside the slot queue's birth-death chain
-        # (laws.profile_chain_latency_expr; benchmarks/README.md, 2026-12-05: the decode
-        # profile inside the birth-death chain).
+        # (laws.profile_chain_latency_expr; docs/findings/decode-profile-law.md, "The
+        # profile inside the birth-death chain", measured 2026-12-05).
         # "auto": the model's ``profile_law_with_profile`` where a profile is given.
         "profile_law": "auto",
         # "auto": "measured" where the profile's law is the chain, else "curve". The two
         # were chosen together: the chain's R^2 misses on the set it was chosen on were
-        # top points near the cap that the bound pins (benchmarks/README.md, 2026-12-05:
-        # the chain law's Bayesian check, and the chain with the bound made the default).
+        # top points near the cap that the bound pins (docs/findings/decode-profile-law.md,
+        # "The profile inside the birth-death chain", measured 2026-12-05).
         "noise_load_at": "auto",
         # With the decode profile's chain: whether waiting prompts share one prefill
         # iteration (vLLM's scheduler without chunked prefill, Vidur's), so that the stall
         # per arrival falls with the rate (laws.batched_prefill_stall_expr). "auto": yes
-        # with the chain. Measured on the Vidur sets: benchmarks/README.md, 2026-12-05: the
-        # batched prefill in the decode profile's chain.
+        # with the chain. Measured on the Vidur sets: docs/findings/decode-profile-law.md,
+        # "Batched prefill" (measured 2026-12-05).
         "prefill_batching": "auto",
         # The batched prefill's fixed part, a = C2 (t_d(1)/C2)^p
         # (laws.prefill_fixed_part): 1 is a = t_d(1); above 1 the weights read overlaps
-        # the prompts' compute (a soft roofline). benchmarks/prefill_fixed_share.py.
+        # the prompts' compute (a soft roofline). docs/findings/decode-profile-law.md,
+        # "Batched prefill" (measured 2026-12-06).
         "prefill_fixed_power": 1.0,
         # "shared": the sweep replays one arrival pattern at every rate (Vidur; GuideLLM
         # and `vllm bench serve` with a fixed seed), so each point's sampling error as one
@@ -241,7 +243,8 @@ class DenseLatencyModel(LatencyModel):
         if length == "learned" or length > 0:
             # a latent per point that a smooth run error shares with the law's C2: at
             # 4 x 1000 draws C2's bulk ESS was 301-320 on replays of vidur_capped, and
-            # R-hat 1.011-1.014 at 1000 tuning steps (benchmarks/README.md)
+            # R-hat 1.011-1.014 at 1000 tuning steps (docs/findings/run-effects.md, "A
+            # run's mean varies like that of n/(1 + 2N) requests", measured 2026-12-06)
             self.default_tune = max(self.default_tune, 2000)
             self.default_draws = max(self.default_draws, 2000)
         power = self.config["prefill_fixed_power"]
@@ -275,7 +278,8 @@ class DenseLatencyModel(LatencyModel):
             self.init = "optimised"
             # and tune longer: on slot-queue sweeps of a cap of 24, 2 of 4 fits at 1000
             # tuning steps ended at R-hat 1.012-1.048; 3 of 3 at 2000 converged
-            # (R-hat <= 1.004; benchmarks/README.md)
+            # (R-hat <= 1.004; docs/findings/moe-and-cap.md, "The cap learned from the
+            # curve", measured 2026-12-04)
             self.default_tune = 2000
 
     def resolve_profile_defaults(self) -> None:
@@ -330,7 +334,7 @@ class DenseLatencyModel(LatencyModel):
             np.asarray(float(np.log(np.median(inputs.groups["latency_low"])))), None)
         if self.config["holdout_mask"]:
             # 1 = in the likelihood: one compiled model refits without any points
-            # (misfit.fold_check) by changing the mask only.
+            # (checks.leave_out.fold_check) by changing the mask only.
             arrays["fit_mask"] = (np.ones(len(inputs.rows)), "point")
         return arrays
 

@@ -136,7 +136,9 @@ def _conditional_deviation(spread, mu, sigma, observed, weight, cell_of_point, n
     z ~ N(0, 1), the joint density is p(rest) p(y | rest, d integrated out) N(z): z is
     independent of the rest, and the spread's funnel with the cells is gone (the
     non-centred form coupled them; its C1 spread was the stiffest direction of the
-    posterior, 10 times any other, and the slowest to mix: benchmarks/geometry.py).
+    posterior, 10 times any other, and the slowest to mix: benchmarks/geometry.py;
+    docs/findings/sampler-geometry.md, "The hierarchical model, from funnels to
+    conditional coordinates").
     The potential turns the N(0, 1) prior of z into the model's own density (the prior
     of d and the Jacobian 1/sqrt(P)), so the model is unchanged, only its coordinates:
     exact under any likelihood (with a Student-t one z is merely not quite independent).
@@ -173,7 +175,8 @@ def _conditional_c2_deviation(spread, c1_spread, mu, sigma, amplification, obser
     the prior and the Jacobian): the approximation decides only how independent z is of
     the rest. The non-centred form's cell spread for C2 was the slowest variable of the
     bundled fit and, with many rates per sweep (a cell pinned far below its spread), a
-    funnel (benchmarks/README.md, scaling).
+    funnel (docs/findings/sampler-geometry.md, "The hierarchical model, from funnels to
+    conditional coordinates", measured 2026-12-03).
     """
     def per_cell(values):
         return pt.inc_subtensor(pt.zeros(n_cells)[cell_of_point], values)
@@ -203,7 +206,8 @@ def shift_subsample(cell_of_point: np.ndarray, n_cells: int, per_cell: int | Non
     only its independence from the rest gets worse. With many rates per sweep a cell's
     sums over a subsample are as good as over all of it, and they are most of the cost
     of a gradient (at 16k rows 2.73 ms with every point, 0.70 ms with 16 per cell:
-    benchmarks/README.md, version 6).
+    docs/findings/sampler-geometry.md, "The hierarchical model, from funnels to
+    conditional coordinates", measured 2026-12-03).
     """
     if per_cell is None:
         return None
@@ -244,7 +248,8 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
     # Version 3 needed 0.98 (0.95 with 1000 tuning steps: R-hat 1.012, 2 divergences on
     # the bundled data). Version 4's conditional cell deviations took the funnel away:
     # at 0.9, 0 divergences and R-hat 1.003-1.004 over three seeds with half the
-    # gradients per draw (benchmarks/README.md, 2026-12-02 geometry). Version 5 (C2's
+    # gradients per draw (docs/findings/sampler-geometry.md, "The hierarchical model,
+    # from funnels to conditional coordinates", measured 2026-12-02). Version 5 (C2's
     # too): ESS per gradient 2.3e-2 against version 3's 2.6e-3 at 0.9, R-hat <= 1.005,
     # 0 divergences over three seeds (2026-12-03); version 6 (sums over a subsample)
     # 2.0e-2, R-hat <= 1.0041, 0 divergences, at a quarter of the gradient cost at 16k rows.
@@ -270,9 +275,10 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
     # data, 2 chains x 500; the level/share/deviation directions were correlated). The
     # reparameterisations since took those correlations out, and nutpie's low-rank
     # adaptation costs about 8 ms per draw at 272 parameters, 3.4x the diagonal's cost
-    # per gradient at 1k rows (benchmarks/adaptation_cost.py). Version 7 with
-    # diagonal adaptation (benchmarks/README.md, 2026-12-03): bundled data 29-35 s of
-    # sampling against 64 s, 0 divergences; 16k rows 172 s against 292 s.
+    # per gradient at 1k rows. Version 7 with diagonal adaptation: bundled data 29-35 s
+    # of sampling against 64 s, 0 divergences; 16k rows 172 s against 292 s (both:
+    # docs/findings/sampler-geometry.md, "The hierarchical model, from funnels to
+    # conditional coordinates", measured 2026-12-03).
     adaptation = "diag"
     # Chains start near the mode (inference.optimised_starts): measured on the SBC
     # design, nutpie's jittered starts left one chain in a misfitting local mode in 4 of
@@ -307,7 +313,9 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         # ms; 4k: 0.40 against 0.59); at 1k rows all points cost 8% more per gradient,
         # and 16 points of a cell with 26 speculative sweeps misrepresent it: on the
         # bundled data (1044 rows) ESS per gradient 1.22e-2 with the subsample and
-        # 1.8e-2 to 2.1e-2 without, at target 0.9 (benchmarks/README.md, 2026-12-03).
+        # 1.8e-2 to 2.1e-2 without, at target 0.9 (docs/findings/sampler-geometry.md,
+        # "The hierarchical model, from funnels to conditional coordinates", measured
+        # 2026-12-03).
         "conditional_subsample_rows": 2048,
     }
 

@@ -77,7 +77,8 @@ class MoELatencyModel(LatencyModel):
     # validation fits (seed 112, coverage at mid-sweep 0.25: a weakly identified saturated
     # share) ended at R-hat 1.014; 2000 tuning steps fixed it (R-hat 1.006) but on 10 more
     # seeds one ended at bulk ESS 317 < 400 (seed 122, mid-sweep coverage 0.27): a split
-    # this weakly identified mixes slowly, so more draws (benchmarks/README.md)
+    # this weakly identified mixes slowly, so more draws (docs/findings/moe-and-cap.md,
+    # "Validation at the defaults, on seeds no choice saw", measured 2026-12-04)
     default_tune = 2000
     default_draws = 2000
     # Chains start at the best of optimised starts (inference.optimised_starts): seed 136
@@ -88,7 +89,9 @@ class MoELatencyModel(LatencyModel):
     default_config = {
         **COMMON_CONFIG,
         "share_logit_scale": 1.5,
-        # Variants compared by PSIS-LOO (README): T = offset + RPS*L*tokens.
+        # Variants compared by PSIS-LOO (docs/findings/moe-and-cap.md, "The
+        # covered/saturated split fits sparse verifiers at low load"):
+        # T = offset + RPS*L*tokens.
         # 0 (the paper's T = RPS*L) by default: on the bundled simulator data offset 1
         # fits no better, elpd difference -0.3 +- 1.3 (examples/moe_low_load.py --quick,
         # 2026-12-01; low-load R^2 0.998/1.000 for both), so the simpler law stays.

@@ -296,8 +296,8 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
         # inflates that point's noise and so escapes it (the top of a sweep near the cap
         # stopped constraining the fit); at the measurement alone, a C1 near zero
         # inflates every point's (a far mode). The lesser of the two allows neither.
-        # benchmarks/README.md, 2026-12-05: the noise's load term bounded by the
-        # measurement.
+        # docs/findings/decode-profile-law.md, "The Bayesian fit lost R^2 to its noise
+        # term, not to the law" (measured 2026-12-05).
         sigma = noise_sd(pt.minimum(amplification, measured_load_amplification(
             pt.exp(data["observed_log_latency"]), point_c1, xp=pt)))
     student_t = cfg.get("likelihood", "normal") == "student_t"

@@ -267,8 +267,10 @@ class SpeculativeLatencyModel(LatencyModel):
     name = "speculative"
     # 2: latent alpha from a Beta-Binomial on the counters (1: a normal approximation)
     version = "3"
-    # Measured: at 0.9 about one fit in three had one or two divergences near the top
-    # utilisation; at 0.95 none in the replicate runs (benchmarks/README.md).
+    # Measured when the model was written (2026-11-30): at 0.9 about one fit in three had
+    # one or two divergences near the top utilisation; at 0.95 none in the replicate runs,
+    # nor in the 20 speculative fits of docs/findings/sampler-geometry.md, "Noise priors
+    # that keep a fit off the noise-free neck".
     target_accept = 0.95
     default_config = {
         **COMMON_CONFIG,

@@ -5,10 +5,11 @@ parameterises c2p's verifier deviations.
 Centring a member's deviation pays when its data pin it down more tightly than the
 spread between members (then the centred form has no funnel and the non-centred form a
 ridge); where the spread is smaller than what the data can resolve, the non-centred form
-does. Measured (benchmarks/README.md, 2026-12-03): on the bundled simulator data the
-verifiers' c2p do stray from the roofline trend and centred c2p deviations mixed 1.5x
-better; on sweeps generated from the trends themselves (spread zero) centred c2p
-deviations gave 31 divergences at 1k rows and the non-centred ones none.
+does. Measured (docs/findings/sampler-geometry.md, "The hierarchical model, from funnels
+to conditional coordinates", 2026-12-03): on the bundled simulator data the verifiers'
+c2p do stray from the roofline trend and centred c2p deviations mixed 1.5x better; on
+sweeps generated from the trends themselves (spread zero) centred c2p deviations gave 31
+divergences at 1k rows and the non-centred ones none.
 
 The estimate needs no model: the law is linear in the reciprocal, 1/L = 1/C1 - RPS C2/C1,
 so a weighted line through each dense sweep gives its C2; within a verifier the cells'

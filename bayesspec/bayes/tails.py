@@ -563,16 +563,17 @@ class TailLatencyModel(DenseLatencyModel):
                 # With the slot queue in the law, a jittered chain can stay in a far mode
                 # for the whole run: the README's SLO sweeps, freshly compiled, ended one
                 # first pass at R-hat 1.53 (C2, bulk ESS 7) and one retry at 0.99 the same
-                # way; started at the mode the same fit converged (benchmarks/README.md,
-                # 2026-12-05: the walkthrough's `tails` fit). As dense does with a learned
-                # cap.
+                # way; started at the mode the same fit converged
+                # (docs/findings/sampler-geometry.md, "Other sampler findings", measured
+                # 2026-12-05). As dense does with a learned cap.
                 self.init = "optimised"
             # With the engine's decode profile the mean law's zero-load latency at a point
             # is C1 plus the profile's shift (as in the mean's likelihood). That stretch
             # slows every request alike, so it scales each summary as it scales the mean;
             # the exponent is the queue's alone (MetricCurve.stretch_and_queue). Carried
             # by the exponent too, it over-predicted the held-out p99s of the A100 70B
-            # sweeps, where the profile steps, by 20% (benchmarks/README.md).
+            # sweeps, where the profile steps, by 20% (docs/findings/tail-laws.md, "Held-out
+            # p99 on Vidur's sets", measured 2026-12-05).
             profiled = has_mean and "profile_knots" in data
             point_c1 = (profiled_point_c1(c1[every_group], c2[every_group], data)
                         if has_mean else None)
@@ -594,7 +595,8 @@ class TailLatencyModel(DenseLatencyModel):
                 # The end-to-end percentiles off the mean law itself (at the summary's
                 # C2), spread by all the load adds to a request's own work C1: the
                 # stalls, the slot wait and the profile's stretch too, which varies with
-                # the batch each request meets (benchmarks/count_law_form.py).
+                # the batch each request meets (docs/findings/tail-laws.md, "Held-out p99
+                # on Vidur's sets": the count law, measured 2026-12-06).
                 own_work = c1[every_group][None, :]
                 magnitude = cfg["count_stretch"] == "magnitude"
                 if cfg["count_dispersion"] == "batch":

@@ -218,11 +218,11 @@ def detect_saturation(data: pd.DataFrame, reason: pd.Series) -> pd.Series:
     against the line through them, from the top down, and set aside when its latency is
     over 2.5x the line's, its rate lies beyond the line's ceiling, or (from 60% of that
     ceiling on) its rate is 12% below the one at which the line reaches its latency. On
-    law-generated sweeps (``synthetic.generate_sweeps``, 20 seeds, 4,800 judgements) none
-    of these fires on a point of the law; the largest latency excess seen was 2.25x and
-    the largest rate shortfall above 60% of the ceiling 9%. A group whose lower
-    points do not fall with the rate (noise at light load only) is left alone: there is
-    no law to judge by. Returns the updated reasons.
+    law-generated sweeps (``simulate.synthetic.generate_sweeps``, 20 seeds, 4,800
+    judgements) none of these fires on a point of the law; the largest latency excess
+    seen was 2.25x and the largest rate shortfall above 60% of the ceiling 9%. A group
+    whose lower points do not fall with the rate (noise at light load only) is left
+    alone: there is no law to judge by. Returns the updated reasons.
     """
     reason = reason.copy()
     rps = data["rps"].to_numpy(float)

@@ -83,7 +83,8 @@ def slo_decision(laws: dict, mean_law, targets: dict[str, float], rps, *,
             "binding": {m: float(share) for m, share in zip(metrics, binding)},
             # Beyond the highest unsaturated rate the configuration was fitted on, the
             # answer is the law's extrapolation: its interval is too narrow there
-            # (benchmarks/README.md, simulator truth).
+            # (docs/findings/tail-laws.md, "SLO goodput against the simulator's truth",
+            # measured 2026-12-02).
             "extrapolated": bool(np.isfinite(fitted) and provisioned > fitted),
             "rps_fitted_max": None if np.isnan(fitted) else float(fitted),
             "beyond_fitted": bool(np.isfinite(fitted) and provisioned > fitted),

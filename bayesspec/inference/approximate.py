@@ -20,7 +20,7 @@ is not offered either: PyMC's optimiser moves every entry of the Cholesky factor
 its learning rate per step, and these posteriors' scales span 0.002 to 0.1 on the
 unconstrained space: from the same start, at PyMC's default rate the loss diverged, at
 0.1-10 x the median scale k was 5 after one step and 10-40 after 2000 (bundled dense
-data, benchmarks/README.md, 2026-12-02).
+data; docs/findings/sampler-geometry.md, "Other sampler findings", measured 2026-12-02).
 
 This module takes the compiled model's log density and start as arguments and imports
 nothing of bayesspec, so ``inference`` can call it without an import cycle.

@@ -1,9 +1,11 @@
 """Sampling a posterior.
 
 The sampler settings and their defaults (:func:`settings_for`), compiling with nutpie
-(the default sampler: measured fastest on these models, see benchmarks/), NUTS through
-nutpie, PyMC or JAX, the approximate path with its NUTS fallback, optimised chain starts,
-and the draws reweighted within chains. ``sample_model`` returns an ``xarray.DataTree``;
+(the default sampler: as many effective draws per second as PyMC's NUTS on these models,
+and a compiled model refits new data without recompiling;
+docs/findings/sampler-geometry.md, "Other sampler findings"), NUTS through nutpie, PyMC
+or JAX, the approximate path with its NUTS fallback, optimised chain starts, and the
+draws reweighted within chains. ``sample_model`` returns an ``xarray.DataTree``;
 ``LatencyModel.fit`` wraps it with the data and the model's identity into a
 :class:`bayesspec.inference.fitfile.Fit`, and :mod:`bayesspec.inference.convergence`
 judges its draws.
@@ -221,8 +223,8 @@ def approximate(model: WithPyMCModel, settings: SamplerSettings) -> xr.DataTree:
 
 def _sync_data(model: WithPyMCModel) -> None:
     """Give the PyMC model's shared variables (``pm.Data``, and the lifted observations
-    of ``sbc.swappable_observations``) the values the compiled model holds now, so the
-    approximation is fitted to the data the density checks it against."""
+    of ``checks.sbc.swappable_observations``) the values the compiled model holds now, so
+    the approximation is fitted to the data the density checks it against."""
     from pytensor.compile.sharedvalue import SharedVariable
     from pytensor.graph.traversal import ancestors
 

@@ -136,10 +136,9 @@ def prompts_per_prefill_expr(rps, decode_s, prefill_s, xp: ModuleType = np):
     q = 1 - exp(-mu_p), a prefill of about ``prefill_s`` (one prompt's). With
     f(mu) = mu/(1 - exp(-mu)), the mean of a Poisson count given that it is positive,
     m = (1 - q) f(mu_d) + q f(mu_p), mu_d = RPS t_d, mu_p = RPS t_p(1). Against the
-    iteration chain that matched Vidur's logs (``benchmarks/prefill_batching.py``) the
-    stall per arrival it gives, (a + b m)/m, is within 3.4% over 320 grid points (median
-    0.09%; ``benchmarks/prefill_batching_law.py --check-closed-form``). Returns
-    (m, dm/d log RPS)."""
+    iteration chain that matched Vidur's logs the stall per arrival it gives, (a + b m)/m,
+    is within 3.4% over 320 grid points (median 0.09%; docs/findings/decode-profile-law.md,
+    "Batched prefill", measured 2026-12-05). Returns (m, dm/d log RPS)."""
     mu_d, mu_p = rps * decode_s, rps * prefill_s
 
     def positive_mean(mu):
@@ -173,12 +172,14 @@ def prefill_fixed_part(c2, decode_at_one, xp: ModuleType = np, power=1.0):
     ``power`` 1: one decode iteration at batch 1, t_d(1) (the weights read, the
     all-reduces and launches a prefill shares with a decode). Least squares that fitted a
     as well (a Normal(log t_d(1), 0.5) penalty) put it at 0.86-1.06 t_d(1) in every group
-    of the five Vidur sets and replays (``benchmarks/prefill_chain_law.py``).
+    of the five Vidur sets and replays (docs/findings/decode-profile-law.md, "Batched
+    prefill", measured 2026-12-05).
     ``power`` p > 1: the weights read overlaps the prompts' compute, a soft roofline
     t_p(m) = (t_d(1)^p + (b m)^p)^(1/p), whose fixed share at m = 1 is
     a / C2 = (t_d(1) / C2)^p: batching saves little where one prompt's compute already
     outlasts the read (long prompts). Vidur's iteration logs put the share at 8-56%,
-    below t_d(1)/C2 for long prompts (``benchmarks/prefill_fixed_share.py``)."""
+    below t_d(1)/C2 for long prompts (docs/findings/decode-profile-law.md, "Batched
+    prefill", measured 2026-12-06)."""
     if power == 1.0:
         return xp.minimum(decode_at_one, PREFILL_FIXED_SHARE_MAX * c2)
     ratio = xp.minimum(decode_at_one / c2, 1.0)
@@ -195,8 +196,9 @@ def batched_prefill_stall_expr(rps, c2, prefill_fixed, decode_s, xp: ModuleType 
     iteration's seconds) each arrival stalls the batch (a + b m)/m = C2 - a (1 - 1/m):
     C2 at light load, falling towards b as prompts queue at iteration boundaries. This is
     why eq. (1) fitted at low load over-predicts the top of a sweep (the top's residual
-    was negative in 24 of 25 vidur_dense groups; benchmarks/README.md, "Vidur's runs
-    replayed with the law's own parts"). Returns (stall, d stall / d log RPS)."""
+    was negative in 24 of 25 vidur_dense groups replayed with a seed per rate;
+    docs/findings/decode-profile-law.md, "Batched prefill", measured 2026-12-05). Returns
+    (stall, d stall / d log RPS)."""
     m, m_slope = prompts_per_prefill_expr(rps, decode_s, c2, xp=xp)
     stall = c2 - prefill_fixed * (1.0 - 1.0 / m)
     return stall, -prefill_fixed * m_slope / (m * m)

@@ -46,9 +46,9 @@ def _run_process_correlation(distance, length, xp: ModuleType = np):
 
 #: The prior median of a learned correlation length of the point's own run error
 #: (``run_own_length`` "learned"), in log RPS: 0.38-0.55 from the correlations of
-#: seed-to-seed differences on replays of vidur_capped (benchmarks/README.md, "the point's
-#: own run error as a process along the sweep"); fitted lengths came out longer (0.8-3.3),
-#: the prior is wide.
+#: seed-to-seed differences on replays of vidur_capped (docs/findings/run-effects.md, "A
+#: run's mean varies like that of n/(1 + 2N) requests", measured 2026-12-06); fitted
+#: lengths came out longer (0.8-3.3), the prior is wide.
 RUN_OWN_LENGTH = 0.35
 
 

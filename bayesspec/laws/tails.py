@@ -65,8 +65,8 @@ def count_spread_quantile_expr(latency, own_work, c2, spread, dispersion, z,
     sqrt(N) while the stalls dominate: q/L rises with load and then flattens (towards
     exp(z s - s^2/2) with s^2 = log(1 + d^2 C2/C1) at the pole), where the power law
     q = A F^gamma (:func:`percentile_latency_expr`) carries the early rise on (measured
-    on the Vidur sets' prefill-heavy sweeps: benchmarks/README.md, "`tails` with the count
-    law").
+    on the Vidur sets' prefill-heavy sweeps: docs/findings/tail-laws.md, "Held-out p99 on
+    Vidur's sets", measured 2026-12-06).
 
     ``load``: the part that spreads, where it is not the net ``latency - own_work``
     (the decode profile's stretch can be negative where the engine's iteration time dips
@@ -104,8 +104,8 @@ def batch_count_quantile_expr(latency, own_work, c2, spread, dispersion, z, stal
     L/C1 made the count law over-predict the held-out p99 of prefill-heavy sweeps whose
     p99/mean stays flat as they fill (Vidur's Qwen-72B at (1280, 96): 1.4-1.5 from 4 to
     38 requests in flight, over-predicted by 17-20%). Other sweeps spread as the chain
-    does or more (benchmarks/count_dispersion_exponent.py; benchmarks/README.md, "the count
-    law's variance")."""
+    does or more (docs/findings/tail-laws.md, "How over-dispersed is the load a request
+    meets", measured 2026-12-06)."""
     variance = (spread * own_work) ** 2 + dispersion ** 2 * c2 * stall_load + slot_wait ** 2
     return log_normal_quantile_expr(latency, variance, z, xp=xp)
 
@@ -132,7 +132,8 @@ def spreading_load_expr(own_work, stretch, queue_factor, xp: ModuleType = np):
     L - C1), a profile whose iteration time dips with the batch (Vidur's InternLM-20B on
     the H100: 0.0147 s at 9 against 0.0168 s at 1) cancels the stalls, and the spread
     vanishes where the measured p99/mean rises from 1.03 to 1.12-1.27
-    (benchmarks/README.md, "a reported p99 is one run's")."""
+    (docs/findings/tail-laws.md, "Tried on the p99 and not adopted", measured
+    2026-12-06)."""
     return own_work * (stretch * (queue_factor - 1.0) + xp.abs(stretch - 1.0))
 
 

@@ -647,7 +647,8 @@ def test_slo_on_thin_guidellm_style_runs_agrees_with_clear_margins():
     own sampling sd: a p99 of 14 requests scatters by 20-30%), and with the long-run
     truth where the true margin exceeds 20%; the p99 curves' 90% intervals hold the
     long-run p99 more often than version 1's likelihood did (0.54 over 6 seeds).
-    Measured over 6 seeds (benchmarks/README.md): 0.988, 0.984 and 0.725."""
+    Measured over 6 seeds with benchmarks/thin_slo.py (2026-12-04): 0.988, 0.984 and
+    0.725."""
     from scipy.special import ndtri
 
     from bayesspec.inference import SamplerSettings

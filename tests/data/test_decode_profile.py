@@ -377,7 +377,7 @@ def test_tails_takes_the_profile_and_answers_with_it(tmp_path, capsys, mock_samp
 def test_tails_recovers_a_tails_exponent_under_the_profiles_stretch(tmp_path):
     """p99s drawn from q = A P F_q^gamma (a waiting-time tail, gamma 1.6) along a sweep
     whose profile first speeds the batch up and then slows it: the fit at the defaults
-    converges and its 90% interval of gamma holds the truth (the graph and
+    converges (2000 draws) and its 90% interval of gamma holds the truth (the graph and
     ``MetricCurve`` read the stretch alike: raised to gamma, it would bend gamma away)."""
     from bayesspec.inference import SamplerSettings
     from bayesspec.prediction import MetricCurve
@@ -397,7 +397,7 @@ def test_tails_recovers_a_tails_exponent_under_the_profiles_stretch(tmp_path):
     assert np.ptp(stretch) > 0.1        # the profile moves the sweep both ways
     path = tmp_path / "profile.csv"
     profile_frame().to_csv(path, index=False)
-    result = fit(prepare(frame), "tails", settings=SamplerSettings(seed=2, progress=False),
+    result = fit(prepare(frame), "tails", settings=SamplerSettings(seed=2, draws=2000, progress=False),
                  config={"decode_profile": str(path)})
     assert result.diagnostics["status"] == "converged"
     exponent = result.model().metric_curve(result, 0, "p99").exponent

@@ -127,7 +127,7 @@ def test_the_held_out_check_of_a_summary_passes_a_right_law_and_flags_a_wrong_tr
     data = prepare(raw)
     fit, document = checks.rate_holdout_check(
         data, model="tails", fraction=0.6, config={"tail_law": "count"},
-        settings=SamplerSettings(draws=500, chains=4, seed=1, progress=False))
+        settings=SamplerSettings(draws=1000, chains=4, seed=1, progress=False))
     assert fit.diagnostics["converged"], fit.diagnostics["text"]
     held_out = document["summaries"]["p99"]["pooled"]["held_out"]
     assert held_out["points"] == 9
@@ -154,7 +154,7 @@ def test_a_fit_recovers_a_known_count_law_and_its_curve_is_the_law():
 
     truth, raw = _count_sweeps([0, 5, 10], seed=4)
     fit = workflow.fit(prepare(raw), "tails", config={"tail_law": "count"},
-                       settings=SamplerSettings(draws=500, chains=4, seed=1, progress=False))
+                       settings=SamplerSettings(draws=1000, chains=4, seed=1, progress=False))
     assert fit.diagnostics["converged"], fit.diagnostics["text"]
     model = fit.model()
     assert list(fit.posterior["tail_spread"].coords["count_metric"].values) == ["p99"]
