@@ -126,7 +126,7 @@ def test_tails_learns_the_cap_for_its_summaries_too(mock_sampling):
             config={"cap_prior": "wide"}, settings=SamplerSettings(draws=20, tune=20))
 
 
-@pytest.mark.long
+@pytest.mark.slow
 def test_the_cap_and_its_ceiling_are_recovered_from_the_bend():
     """Data from the slot queue with a cap of 24 and no limit in the file: the learned
     cap's 90% interval covers 24 and the ceiling's covers the cap's throughput, which

@@ -205,6 +205,7 @@ def test_cli_json_shape_and_outputs(prior_as_posterior, tmp_path, capsys):
     assert min(c["p_value"] for c in document["coefficients"]) > 1e-4
 
 
+@pytest.mark.slow
 def test_implausible_prior_draws_are_replaced_and_reported(prior_as_posterior, capsys):
     """The hierarchical design at its fixed rates: many prior draws saturate it."""
     code = main(["sbc", "--model", "hierarchical", "--simulations", "12", "--draws", "20",

@@ -374,6 +374,7 @@ def test_tails_takes_the_profile_and_answers_with_it(tmp_path, capsys, mock_samp
     assert "percentiles only" in err and "--decode-profile" in err
 
 
+@pytest.mark.slow
 def test_tails_recovers_a_tails_exponent_under_the_profiles_stretch(tmp_path):
     """p99s drawn from q = A P F_q^gamma (a waiting-time tail, gamma 1.6) along a sweep
     whose profile first speeds the batch up and then slows it: the fit at the defaults

@@ -86,6 +86,7 @@ def two_version_data(truth_16, tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_joint_version_model_flags_c2_not_c1(capsys, two_version_data, tmp_path):
     fit_path = tmp_path / "versions.nc"
     assert main(["compare", str(two_version_data), "--by", "engine_version", "--json",
@@ -435,6 +436,7 @@ def run_drift_fits(truth_16):
     return fit_same_design([drift, effect], model="versions", settings=settings)
 
 
+@pytest.mark.slow
 def test_run_drift_is_not_read_as_a_version_effect(run_drift_fits):
     drift, effect = run_drift_fits
     assert "run" in drift.posterior.dims and drift.posterior.sizes["run"] == 4

@@ -31,7 +31,7 @@ def same_result(a, b) -> None:
     assert a.per_simulation[columns].equals(b.per_simulation[columns])
 
 
-@pytest.mark.long
+@pytest.mark.slow
 def test_worker_processes_reproduce_the_sequential_run(design, here):
     spread = run_sbc(design, "dense", simulations=4, settings=SETTINGS, seed=1,
                      progress=False, workers=2)

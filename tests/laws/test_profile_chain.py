@@ -183,7 +183,7 @@ def test_the_chain_and_the_bound_are_the_dense_profiles_defaults_and_old_fits_ke
     assert restored.group_curve(0).law == "poisson"
 
 
-@pytest.mark.long
+@pytest.mark.slow
 def test_a_chain_fit_recovers_the_costs_of_a_chain_sweep(tmp_path):
     """One group's sweep drawn from the chain law with the batched prefill (cap 48, the
     profile's fast band and tile step inside the swept range): the fit with the chain law

@@ -112,7 +112,7 @@ def test_a_fit_recovers_a_known_batch_count_law():
     assert np.max(np.abs(np.concatenate(errors))) < 0.05, errors
 
 
-@pytest.mark.long
+@pytest.mark.slow
 def test_the_held_out_check_of_a_summary_passes_a_right_law_and_flags_a_wrong_truth():
     """``check --ppc --hold-out-above`` on a tails fit (``checks.rate_holdout_check``):
     three groups from a known count law, fitted below 0.6 of each top rate. The held-out

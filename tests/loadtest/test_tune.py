@@ -132,7 +132,7 @@ def test_unreachable_endpoint_exits_2_after_saving(servers, tmp_path):
     assert len(rows) == 4 and set(rows["k"]) == {0}       # the burst and three seed rates
 
 
-@pytest.mark.long
+@pytest.mark.slow
 def test_tune_settles_k_star_and_resumes_after_a_kill(servers, tmp_path):
     dense, sd = servers
     points = tmp_path / "points.csv"
