@@ -119,6 +119,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            "between (default 9)")
     mode.add_argument("--rps", default=None, metavar="LIST",
                       help="request rates: '1,2,5' or 'start:stop:step'")
+    mode.add_argument("--concurrency", default=None, metavar="LIST",
+                      help="closed-loop levels: that many clients, each sending when its "
+                           "last request finishes (vllm bench serve --max-concurrency); "
+                           "'1,2,4,8' or 'start:stop:step'")
     mode.add_argument("--grid", default=None, metavar="CONFIG",
                       help="a grid TOML file or a built-in grid name: a whole dataset")
     load.add_argument("--arrivals", choices=["poisson", "constant"], default=None,
@@ -159,7 +163,7 @@ def write_tidy(path, rows: pd.DataFrame) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``bayesspec simulate``; returns the exit status (0)."""
-    from bayesspec.simulate import (at_rates, expand_grid, load_grid, run_grid, setup, sweep,
+    from bayesspec.simulate import (at_concurrency, at_rates, expand_grid, load_grid, run_grid, setup, sweep,
                             write_guidellm_json)
 
     _check_outputs(args)
@@ -167,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
     progress = ProgressLine("simulate", enabled=not args.quiet)
     if args.grid:
         single = [o for o in ("verifier", "drafter", "prefill", "decode", "k", "alpha",
-                              "acceptance_rates", "token_persistence", "sweep", "rps", "gpu")
+                              "acceptance_rates", "token_persistence", "sweep", "rps", "concurrency",
+                              "gpu")
                   if getattr(args, o, None) is not None]
         if single:
             raise BadInput(f"--grid describes every configuration itself; drop "
@@ -218,7 +223,12 @@ def run(args: argparse.Namespace) -> int:
     label = f"{s.verifier} p{s.workload.prefill} g{s.workload.decode}" + \
         (f" k{s.spec.k}" if s.spec.k else "")
     progress(0, 1, label)
-    if args.rps is not None:
+    if args.concurrency is not None:
+        levels = rate_list(args.concurrency, positive=True)
+        if not all(float(c).is_integer() for c in levels):
+            raise BadInput("must be whole numbers of clients", option="--concurrency")
+        result = at_concurrency(s, [int(c) for c in levels], n_requests=n, seed=seed)
+    elif args.rps is not None:
         result = at_rates(s, rate_list(args.rps, positive=True).tolist(), n_requests=n, seed=seed,
                           arrivals=arrivals)
     else:

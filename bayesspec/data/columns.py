@@ -38,9 +38,12 @@ STRING_COLUMNS = ("verifier", "drafter", "gpu", "engine", "engine_version", "met
 # The engine's limits on what shares a batch (vLLM's names): the concurrency cap comes
 # from them (``concurrency_caps``).
 ENGINE_LIMIT_COLUMNS = ("max_num_seqs", "kv_cache_tokens", "max_num_batched_tokens")
+# The load client's limit on requests in flight (``vllm bench serve --max-concurrency``,
+# GuideLLM's concurrent and throughput profiles): a point with it is a closed-loop point.
+CLOSED_LOOP_COLUMN = "max_concurrency"
 INTEGER_COLUMNS = ("k", "prefill_tokens", "decode_tokens", "n_requests", "num_drafts",
                    "draft_tokens", "accepted_tokens", "experts_active", "experts_total",
-                   *ENGINE_LIMIT_COLUMNS)
+                   CLOSED_LOOP_COLUMN, *ENGINE_LIMIT_COLUMNS)
 POSITIVE_FLOAT_COLUMNS = ("rps", "latency_mean_s")
 NONNEGATIVE_FLOAT_COLUMNS = tuple(dict.fromkeys(
     ("rps_target", "latency_std_s") + SUMMARY_COLUMNS

@@ -1,7 +1,9 @@
 """Saturated load points: the rows the likelihood must ignore, and why.
 
 A point is set aside when the file says so (``saturated``, a throughput run, an achieved
-rate short of its target), when the user's ``--max-rps`` says so, when more requests are
+rate short of its target, except in a closed loop where the client capped it), when the
+user's ``--max-rps`` says so, when a closed-loop sweep's throughput stops rising with its
+concurrency, when more requests are
 in the system than the engine can batch, or when the numbers themselves show it
 (:func:`detect_saturation`). Each set-aside row carries its reason in words.
 """
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from bayesspec.data.columns import reference_latency
+from bayesspec.data.columns import CLOSED_LOOP_COLUMN, reference_latency
 from bayesspec.data.engine_limits import concurrency_caps
 from bayesspec.data.groups import assign_groups, group_columns, group_label
 
@@ -159,7 +161,10 @@ def mark_saturated(out: pd.DataFrame, rule: SaturationRule) -> None:
         throughput = out["strategy"].str.lower().eq("throughput") & reason.eq("")
         reason = reason.where(~throughput, SATURATION_REASONS["throughput"])
     if "rps_target" in out.columns:
-        short = (out["rps"] < rule.shortfall * out["rps_target"]).fillna(False) & reason.eq("")
+        # A closed-loop point's achieved rate is below its target by design: the client
+        # never has more than max_concurrency requests in flight.
+        short = ((out["rps"] < rule.shortfall * out["rps_target"]).fillna(False)
+                 & reason.eq("") & ~closed_loop_rows(out))
         for i in np.flatnonzero(short.to_numpy()):
             reason.iloc[i] = (f"achieved rate {out['rps'].iloc[i]:.4g} RPS fell short of the "
                               f"target {out['rps_target'].iloc[i]:.4g} (< {rule.shortfall:.0%}):"
@@ -169,9 +174,62 @@ def mark_saturated(out: pd.DataFrame, rule: SaturationRule) -> None:
         reason = reason.where(~above, f"rate above --max-rps {rule.max_rps:g}")
     reason = _past_the_cap(out, reason)
     if rule.detect:
+        reason = closed_loop_plateau(out, reason)
         reason = detect_saturation(out, reason)
     out["exclusion_reason"] = reason.astype(str)
     out["excluded"] = reason.ne("")
+
+
+def closed_loop_rows(data: pd.DataFrame) -> pd.Series:
+    """Rows measured in a closed loop: the client kept at most ``max_concurrency``
+    requests in flight (its rate follows from the server's latency, L = C1 + C2 N)."""
+    if CLOSED_LOOP_COLUMN not in data.columns:
+        return pd.Series(False, index=data.index)
+    return pd.to_numeric(data[CLOSED_LOOP_COLUMN], errors="coerce").notna()
+
+
+# A closed-loop sweep past the server's ceiling: more concurrency no longer buys throughput.
+CLOSED_LOOP_FALL = 0.97     # a throughput below 97% of one at lower concurrency: it fell;
+CLOSED_LOOP_FLAT = 1.02     # within 2% of it while the latency rose over PLATEAU_JUMP: flat.
+
+
+def closed_loop_plateau(data: pd.DataFrame, reason: pd.Series) -> pd.Series:
+    """Reasons for the closed-loop points of each group past the server's ceiling.
+
+    In a closed loop the law reads L = C1 + C2 N with N the client's concurrency, so the
+    throughput N/L rises with N towards 1/C2 and never falls. A point whose throughput fell
+    below that of a point at lower concurrency, or stayed flat while its latency jumped,
+    is past the ceiling (a queue at the engine's cap, preemption): set aside. Only kept
+    points are judged; returns the updated reasons."""
+    reason = reason.copy()
+    closed = closed_loop_rows(data).to_numpy()
+    if not closed.any():
+        return reason
+    rps = data["rps"].to_numpy(float)
+    latency = reference_latency(data)
+    concurrency = pd.to_numeric(data[CLOSED_LOOP_COLUMN], errors="coerce").to_numpy(float)
+    _, index = assign_groups(data)
+    for group in np.unique(index[closed]):
+        members = np.flatnonzero((index == group) & closed & reason.eq("").to_numpy())
+        members = members[np.argsort(concurrency[members], kind="stable")]
+        best = -1
+        for m in members:
+            if best >= 0 and concurrency[m] > concurrency[best]:
+                fell = rps[m] < CLOSED_LOOP_FALL * rps[best]
+                flat = (rps[m] < CLOSED_LOOP_FLAT * rps[best]
+                        and latency[m] > PLATEAU_JUMP * latency[best])
+                if fell or flat:
+                    how = "fell" if fell else "stopped rising"
+                    reason.iloc[m] = (
+                        f"closed loop: throughput {how} with concurrency (max_concurrency "
+                        f"{concurrency[best]:g} -> {concurrency[m]:g}: {rps[best]:.4g} -> "
+                        f"{rps[m]:.4g} RPS) while latency rose "
+                        f"{latency[m] / latency[best]:.1f}x: past the server's ceiling, "
+                        "measure below this concurrency")
+                    continue
+            if best < 0 or rps[m] > rps[best]:
+                best = m
+    return reason
 
 
 # Saturation read off the numbers of one group, sorted by achieved rate:

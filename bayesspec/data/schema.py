@@ -19,6 +19,7 @@ TIDY_COLUMNS = [
     "latency_p90_s", "latency_p95_s", "latency_p99_s", "ttft_mean_s", "itl_mean_s",
     "ttft_p50_s", "ttft_p90_s", "ttft_p95_s", "ttft_p99_s",
     "itl_p50_s", "itl_p90_s", "itl_p95_s", "itl_p99_s", "mean_concurrency",
+    "max_concurrency",
     "max_num_seqs", "kv_cache_tokens", "max_num_batched_tokens", "saturated",
     "saturation_reason", "strategy", "latency_reconstructed", "gpu", "engine", "engine_version",
     "method", "num_drafts", "draft_tokens", "accepted_tokens", "acceptance_rate",

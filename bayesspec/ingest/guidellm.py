@@ -160,6 +160,9 @@ def _benchmark(bench: Field, name: str) -> Point:
         raise kind_field.error("empty strategy type")
     rate = strategy["rate"].number(positive=True) if kind in OPEN_LOOP else None
     streams = strategy["streams"].number(integer=True, minimum=1)
+    limit = strategy["max_concurrency"].number(integer=True, minimum=1)
+    in_flight_limit = {"synchronous": 1, "concurrent": streams,
+                       "throughput": limit}.get(kind)
     duration = bench["duration"].number(required=True, positive=True)
     metrics = bench["metrics"].mapping()
     totals = metrics["request_totals"].mapping()
@@ -197,6 +200,8 @@ def _benchmark(bench: Field, name: str) -> Point:
                               ("itl", "inter_token_latency_ms"))
            for q in (50, 90, 95, 99)},
         "mean_concurrency": mean_of("request_concurrency"),
+        # a closed loop: at most this many requests in flight (synchronous: one)
+        "max_concurrency": in_flight_limit,
         "saturated": kind == "throughput",
         "strategy": kind,
         "latency_reconstructed": False,

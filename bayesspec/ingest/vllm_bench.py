@@ -130,6 +130,8 @@ def _run(obj: Field, name: str) -> Point:
     else:
         strategy = "throughput"   # every request sent at once: the server's ceiling
     row.update(rps_target=rate, strategy=strategy, saturated=strategy == "throughput")
+    if concurrency is not None:
+        row["max_concurrency"] = concurrency   # a closed loop: the rate follows from it
 
     point = Point(row=row, where=obj.path, line=obj.row)
     counts = {}

@@ -23,7 +23,8 @@ from bayesspec.simulate.spec import SpecConfig, expected_cycles, zero_load_laten
 from bayesspec.simulate.stepmodel import (ForwardCost, RooflineParams, StepModel, default_step_model,
                         kv_capacity_tokens, public_llama8b_h100, roofline, roofline_forward,
                         synthetic_eagle_head)
-from bayesspec.simulate.sweep import ENGINE, Setup, SweepResult, at_rates, setup, sweep, timed_rates
+from bayesspec.simulate.sweep import (ENGINE, Setup, SweepResult, at_concurrency, at_rates,
+                                      setup, sweep, timed_rates)
 
 __all__ = [
     "Arrivals", "PointResult", "ServerConfig", "Workload", "simulate_point",
@@ -32,5 +33,5 @@ __all__ = [
     "SpecConfig", "expected_cycles", "zero_load_latency",
     "ForwardCost", "RooflineParams", "StepModel", "default_step_model", "kv_capacity_tokens",
     "public_llama8b_h100", "roofline", "roofline_forward", "synthetic_eagle_head",
-    "ENGINE", "Setup", "SweepResult", "at_rates", "setup", "sweep", "timed_rates",
+    "ENGINE", "Setup", "SweepResult", "at_concurrency", "at_rates", "setup", "sweep", "timed_rates",
 ]

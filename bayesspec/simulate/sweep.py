@@ -28,7 +28,8 @@ from bayesspec.simulate.spec import SpecConfig
 from bayesspec.simulate.stepmodel import (RooflineParams, StepModel, default_step_model, kv_capacity_tokens,
                         synthetic_eagle_head)
 
-__all__ = ["Setup", "SweepResult", "setup", "sweep", "at_rates", "timed_rates", "ENGINE"]
+__all__ = ["Setup", "SweepResult", "setup", "sweep", "at_rates", "at_concurrency",
+           "timed_rates", "ENGINE"]
 
 ENGINE = "bayesspec-sim"
 
@@ -163,6 +164,7 @@ def _row(s: Setup, res: PointResult, seed: int) -> dict:
         **{f"ttft_p{q}_s": summary[f"ttft_p{q}_s"] for q in (50, 90, 95, 99)},
         **{f"itl_p{q}_s": summary[f"itl_p{q}_s"] for q in (50, 90, 95, 99)},
         "mean_concurrency": summary["mean_concurrency"],
+        "max_concurrency": _in_flight_limit(res.arrivals),
         "max_num_seqs": s.server.max_num_seqs,
         "kv_cache_tokens": s.server.kv_capacity_tokens,
         "saturated": summary["saturated"],
@@ -176,6 +178,15 @@ def _row(s: Setup, res: PointResult, seed: int) -> dict:
         "source": f"{ENGINE} seed={seed}",
     })
     return row
+
+
+def _in_flight_limit(arrivals: Arrivals) -> float:
+    """The client's limit on requests in flight (a closed loop), NaN for an open loop."""
+    if arrivals.open_loop:
+        return float("nan")
+    if arrivals.strategy == "synchronous":
+        return 1.0
+    return float(arrivals.streams or THROUGHPUT_STREAMS)
 
 
 def _point_seed(s: Setup, seed: int, index: int) -> np.random.SeedSequence:
@@ -240,6 +251,29 @@ def at_rates(s: Setup, rates, *, n_requests: int = 1000, seed: int = 0,
               for i, r in enumerate(rates)]
     rows = pd.DataFrame([_row(s, p, seed) for p in points])
     return SweepResult(setup=s, rows=rows, points=points, seed=int(seed), profile=arrivals,
+                       n_points=len(points))
+
+
+def at_concurrency(s: Setup, levels, *, n_requests: int = 1000, seed: int = 0,
+                   warmup: float = 0.1, cooldown: float = 0.1) -> SweepResult:
+    """Closed-loop runs, one per level: that many clients each sending its next request
+    when the last one finishes (``vllm bench serve --max-concurrency C``, GuideLLM's
+    ``concurrent`` profile). Each point runs at least ``n_requests`` requests and long
+    enough for every client to complete several (20 per client), so that its window is a
+    steady state."""
+    _check_common(n_requests, seed)
+    levels = [int(c) for c in levels]
+    if not levels or any(c < 1 for c in levels):
+        raise BadInput("concurrency levels must be whole numbers >= 1", argument="concurrency")
+    points = [simulate_point(s.step_model, s.server, s.workload,
+                             Arrivals("synchronous") if c == 1 else Arrivals("concurrent",
+                                                                              streams=c),
+                             s.spec, n_requests=max(int(n_requests), 20 * c),
+                             seed=_point_seed(s, seed, i + 2), warmup=warmup,
+                             cooldown=cooldown)
+              for i, c in enumerate(levels)]
+    rows = pd.DataFrame([_row(s, p, seed) for p in points])
+    return SweepResult(setup=s, rows=rows, points=points, seed=int(seed), profile="concurrent",
                        n_points=len(points))
 
 

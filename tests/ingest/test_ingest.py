@@ -197,8 +197,12 @@ def test_three_formats_ingest_to_identical_rows(three_formats):
     # a GuideLLM v1 or vllm bench file is a whole run from an idle server
     assert not frames["v2"]["whole_run"].any()
     assert frames["v1"]["whole_run"].all() and frames["vllm"]["whole_run"].all()
+    # the in-flight limit is what each client states: GuideLLM's throughput run holds at
+    # most its max_concurrency, `vllm bench serve` at an infinite rate none
+    assert list(frames["v2"]["max_concurrency"].fillna(0)) == [1, 0, 0, 0, 512]
+    assert list(frames["vllm"]["max_concurrency"].fillna(0)) == [1, 0, 0, 0, 0]
     common = (set.intersection(*(set(f.columns) for f in frames.values()))
-              - {"source", "whole_run"})
+              - {"source", "whole_run", "max_concurrency"})
     assert set(KEY_COLUMNS) <= common
     columns = [c for c in frames["v2"].columns if c in common]
     reference = frames["v2"][columns]
