@@ -111,7 +111,7 @@ def concurrency_cap_note(data, cap_prior: str | None = None) -> str:
     """Where the engine's concurrency cap came from, or that it is unknown (said once)."""
     import numpy as np
 
-    from bayesspec.data import concurrency_caps, included
+    from bayesspec.data import assign_groups, concurrency_caps, included
 
     rows = included(data)
     caps, sources = concurrency_caps(rows)
@@ -126,10 +126,33 @@ def concurrency_cap_note(data, cap_prior: str | None = None) -> str:
                 "which the engine's batch cap usually undercuts; give --max-num-seqs N "
                 "(vLLM's setting) or --kv-cache-tokens N (its start-up log) when you know "
                 "it, or --cap-prior catalog to learn it from the curve")
-    values = sorted({(float(c), src) for c, src in zip(caps[known], np.asarray(sources)[known])})
-    text = ", ".join(f"{c:.0f} requests ({src})" for c, src in values)
-    missing = "" if known.all() else f"; unknown for {int((~known).sum())} of {len(rows)} rows"
+    groups, index = assign_groups(rows)
+    labels = groups["label"].to_numpy(object)[index]
+    by_cap: dict[tuple, list[str]] = {}
+    for cap, source, label in zip(caps[known], np.asarray(sources)[known], labels[known]):
+        members = by_cap.setdefault((float(cap), source), [])
+        if label not in members:
+            members.append(label)
+    if len(by_cap) == 1 and known.all():
+        (cap, source), = by_cap
+        text = f"{cap:.0f} requests ({source}) in every group"
+    else:
+        text = "; ".join(f"{cap:.0f} requests ({source}) for {labels_in_short(members)}"
+                         for (cap, source), members in sorted(by_cap.items()))
+    unknown = list(dict.fromkeys(labels[~known]))
+    missing = f"; unknown for {labels_in_short(unknown)}" if unknown else ""
     return f"concurrency cap: {text}{missing}: the law kinks at it and its ceiling binds"
+
+
+def labels_in_short(labels: list[str]) -> str:
+    """Group labels said once: one label as it is; several as the words they share and,
+    in parentheses, what sets each apart ('Qwen3-8B +EAGLE3 p512 g512 (k2 a0.7, k3 a0.8)')."""
+    if len(labels) == 1:
+        return labels[0]
+    words = [label.split() for label in labels]
+    shared = [w for w in words[0] if all(w in other for other in words[1:])]
+    own = [" ".join(w for w in split if w not in shared) or "?" for split in words]
+    return f"{' '.join(shared)} ({', '.join(own)})" if shared else ", ".join(labels)
 
 
 def cap_left_out_note(result) -> str | None:
@@ -269,12 +292,27 @@ def decode_profile_note(result) -> str:
             f"{law}")
 
 
+#: setups named in full on a family's line; the rest are counted
+FAMILY_NAMES_SHOWN = 3
+
+
 def questions_text(questions: list[dict]) -> str:
-    """What the fit answers and cannot, per setup, as lines a person reads."""
-    lines = ["questions this fit answers:"]
+    """What the fit answers and cannot, one line per family of setups (setups that answer
+    and cannot answer the same questions), as a person reads it."""
+    families: dict[tuple, list[str]] = {}
     for entry in questions:
-        lines.append(f"  {entry['setup']}: " + "; ".join(entry["answers"]))
-        lines += [f"    cannot: {item}" for item in entry["cannot"]]
+        key = (tuple(entry["answers"]), tuple(entry["cannot"]))
+        families.setdefault(key, []).append(str(entry["setup"]))
+    lines = ["questions this fit answers:"]
+    for (answers, cannot), setups in families.items():
+        named = ", ".join(setups[:FAMILY_NAMES_SHOWN])
+        if len(setups) > FAMILY_NAMES_SHOWN:
+            named += f" and {len(setups) - FAMILY_NAMES_SHOWN} more"
+        who = named if len(setups) == 1 else f"{len(setups)} setups ({named})"
+        said = "; ".join(answers) if answers else "nothing"
+        if cannot:
+            said += "; cannot: " + "; ".join(cannot)
+        lines.append(f"  {who}: {said}")
     return "\n".join(lines)
 
 
