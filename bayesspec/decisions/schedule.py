@@ -22,6 +22,10 @@ from bayesspec.decisions.speculative import SPEEDUP_CAP
 PINNED_RATIO = 1.5
 PINNED_SHARE = 0.9
 
+#: The last range's end where the fit does not know the engine's batch cap: vLLM's
+#: max_num_seqs on a current GPU (the document says it was assumed).
+ASSUMED_MAX_NUM_SEQS = 1024
+
 
 def _speedups(law, alpha: float, ks: np.ndarray, rps: np.ndarray) -> np.ndarray:
     """(S, K, R) speedup draws, k = 0 (speedup 1) included where asked."""
@@ -64,9 +68,11 @@ def vllm_schedule(law, alpha: float, rps, *, ks=range(0, 11), min_gain: float = 
     upper end), ``k``, ``rps_min``, ``rps_max``, ``p_best``: the share of draws for which
     this k is the best over the range, ``speedup`` at the range's middle rate,
     ``extrapolated``), ``switches`` (``from_k``, ``to_k``, ``batch`` and its interval over
-    draws, ``pinned``), ``num_speculative_tokens_per_batch_size`` ({"lo-hi": k}), and the
-    simplest config vLLM takes today (``speculative_config``: the low-load k and
-    ``disable_by_batch_size`` where the schedule first turns speculation off).
+    draws, ``pinned``), ``num_speculative_tokens_per_batch_size`` ([[start_bs, end_bs, k],
+    ...], every batch size up to the engine's cap, or to :data:`ASSUMED_MAX_NUM_SEQS` with
+    ``batch_max_assumed``), and ``speculative_config``, the part of vLLM's
+    ``--speculative-config`` it sets, ready to paste: ``num_speculative_tokens`` (the
+    largest k of the schedule) and the schedule.
     """
     if not law.answers_any_configuration:
         raise BadInput("a schedule over k needs the speculative model (six cycle "
@@ -118,17 +124,22 @@ def vllm_schedule(law, alpha: float, rps, *, ks=range(0, 11), min_gain: float = 
         if engine_max is not None and row["batch_max"] is not None:
             row["batch_max"] = min(row["batch_max"], engine_max)
     ranges = [r for r in ranges if r["batch_max"] is None or r["batch_max"] >= r["batch_min"]]
-    schedule = {(f"{r['batch_min']}-{r['batch_max']}" if r["batch_max"] is not None
-                 else f"{r['batch_min']}+"): r["k"] for r in ranges}
-    off = next((r["batch_min"] for r in ranges if r["k"] == 0 and r["batch_min"] > 1), None)
+    # vLLM's dynamic speculative decoding takes [start_bs, end_bs, K] entries covering
+    # every batch size up to its max_num_seqs, each K at most num_speculative_tokens
+    # (the K the engine loads and captures graphs for); K = 0 turns speculation off.
+    last = engine_max if engine_max is not None else ASSUMED_MAX_NUM_SEQS
+    schedule = [[int(r["batch_min"]), int(r["batch_max"] if r["batch_max"] is not None
+                                           else max(last, r["batch_min"])), int(r["k"])]
+                for r in ranges]
+    top_k = max(entry[2] for entry in schedule)
+    config = {"num_speculative_tokens": top_k,
+              "num_speculative_tokens_per_batch_size": schedule}
     low_k = ranges[0]["k"]
-    config = {"num_speculative_tokens": low_k}
-    if off is not None:
-        config["disable_by_batch_size"] = int(off)
     return {"setup": law.label, "alpha": float(alpha), "min_gain": float(min_gain),
             "ks": ks.tolist(), "ranges": ranges, "switches": switches,
             "num_speculative_tokens_per_batch_size": schedule,
-            "speculative_config": config if low_k > 0 else {"speculation": "off"},
+            "batch_max_assumed": engine_max is None,
+            "speculative_config": config if top_k > 0 else {"speculation": "off"},
             "rps_measured_max": law.measured(alpha, low_k)["rps_fitted_max"],
             "max_num_seqs": engine_max,
             "unpinned_switches": sum(not s["pinned"] for s in switches)}

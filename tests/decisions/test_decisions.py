@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bayesspec.decisions.schedule import ASSUMED_MAX_NUM_SEQS
 from bayesspec.decisions import crossover, kstar_table, predict_group, speedup_curve
 from bayesspec.errors import BadInput
 from bayesspec.laws import effective_costs, latency
@@ -234,8 +235,16 @@ def test_vllm_schedule_follows_the_expected_best_k_and_littles_law(law):
         assert switch["batch"] == max(1, int(np.ceil(expected)))
     # at alpha 0.6 this setup stops paying under load: speculation is switched off
     assert ranges[-1]["k"] == 0
-    assert schedule["speculative_config"]["disable_by_batch_size"] == ranges[-1]["batch_min"]
-    assert schedule["speculative_config"]["num_speculative_tokens"] == ranges[0]["k"]
+    config = schedule["speculative_config"]
+    entries = config["num_speculative_tokens_per_batch_size"]
+    assert config["num_speculative_tokens"] == max(r["k"] for r in ranges)
+    # vLLM's form: [start_bs, end_bs, K], contiguous from batch 1, each K within the max
+    assert entries[0][0] == 1 and all(a[1] + 1 == b[0] for a, b in zip(entries, entries[1:]))
+    assert all(lo <= hi and 0 <= k <= config["num_speculative_tokens"] for lo, hi, k in entries)
+    assert [k for _, _, k in entries] == [r["k"] for r in ranges]
+    assert entries[-1][2] == 0 and entries[-1][0] == ranges[-1]["batch_min"]
+    # the fit does not know the engine's cap: the last range runs to vLLM's default, said so
+    assert schedule["batch_max_assumed"] and entries[-1][1] == ASSUMED_MAX_NUM_SEQS
 
 
 def test_vllm_schedule_hysteresis_merges_switches_that_gain_little(law):
