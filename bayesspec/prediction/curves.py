@@ -121,6 +121,41 @@ class Curve:
         return capped_latency(rps, _lift(self.c1, rps), _lift(self.c2, rps),
                               _lift(self.cap, rps), wait_scale=self.wait_scale)
 
+    def latency_at_concurrency(self, levels) -> np.ndarray:
+        """Per draw, the mean latency of a closed loop that keeps ``levels`` requests in
+        flight ((S,) for a scalar level, (S, R) for levels (R,)): the same law read on the
+        concurrency axis, N = RPS x L. Eq. (1) is L = C1 + C2 N; with the engine's cap,
+        at most ``cap`` of the N share a batch and the rest wait for a slot, so past the cap
+        L = N (C1 + C2 cap)/cap. Other laws (a profile, eq. (4), a bend) are read off their
+        rate curve where RPS x L(RPS) reaches N (:meth:`_latency_where_in_flight`)."""
+        levels = np.asarray(levels, dtype=float)
+        if np.any(~(levels >= 1)):
+            raise ValueError("concurrency levels must be >= 1")
+        if type(self) is not Curve:
+            return self._latency_where_in_flight(levels)
+        c1, c2 = _lift(self.c1, levels), _lift(self.c2, levels)
+        if self.cap is None:
+            return c1 + c2 * levels
+        cap = _lift(self.cap, levels)
+        batched = np.minimum(levels, cap)
+        return (c1 + c2 * batched) * levels / batched
+
+    def _latency_where_in_flight(self, levels: np.ndarray, *, points: int = 600) -> np.ndarray:
+        """L at the rate where the curve holds ``levels`` requests in flight, interpolated
+        per draw on a log grid of rates below the ceiling (N = RPS x L rises with RPS)."""
+        ceiling = np.where(np.isfinite(self.ceiling), self.ceiling, np.nan)
+        top = np.nanmax(ceiling) if np.isfinite(ceiling).any() else 1e6
+        grid = np.geomspace(top * 1e-6, top * (1 - 1e-9), points)
+        latency_grid = self.latency(grid)                           # (S, P)
+        in_flight = grid * latency_grid
+        flat = np.atleast_1d(levels)
+        out = np.empty((latency_grid.shape[0], flat.size))
+        for s in range(latency_grid.shape[0]):
+            finite = np.isfinite(in_flight[s])
+            out[s] = np.interp(flat, in_flight[s][finite], latency_grid[s][finite],
+                               right=np.nan)
+        return out[:, 0] if levels.ndim == 0 else out
+
     def zero_load_at(self, rps) -> np.ndarray:
         """Per draw, the zero-load latency a point at ``rps`` has: C1 (C1 plus the decode
         profile's shift at the point's N for :class:`ProfileCurve`)."""
