@@ -712,8 +712,7 @@ def acceptance_report(counters: pd.DataFrame, *, k_max: int = 8, prob: float = 0
                  "structure": chosen, "chosen_by": why, "k_measured": measured,
                  "windows": int((windows["setup"] == s).sum()),
                  "acceptance_length": [{"k": k, **_interval(lengths[:, k], prob),
-                                        "measured": k in measured,
-                                        "extrapolated": k > max(measured)}
+                                        **_length_basis(k, measured, chosen)}
                                        for k in range(1, k_max + 1)],
                  "at_measured_k": by_k, "measured_check": check,
                  "reproduced": {"inside": inside, "positions": total,
@@ -728,6 +727,25 @@ def acceptance_report(counters: pd.DataFrame, *, k_max: int = 8, prob: float = 0
             "diagnostics": {"rhat_max": worst.get("rhat_max"),
                             "ess_bulk_min": worst.get("ess_bulk_min"),
                             "divergences": worst.get("divergences")}}
+
+
+def _length_basis(k: int, measured: list[int], structure: str) -> dict:
+    """Whether E(k) was measured and, where not, what it rests on. Not measured is
+    ``extrapolated`` (the rule every answer marks with: a k outside the measured ones),
+    whether k lies above, below or between the measured draft lengths. The token process
+    carries acceptance from one k to another through where cycles start; per-position
+    rates (``free``, ``position``) carry the measured positions unchanged, assuming
+    acceptance does not depend on k, which counters at one k cannot check, so their
+    narrow interval at an unmeasured k is not a measurement."""
+    if k in measured:
+        return {"measured": True, "extrapolated": False, "basis": "measured"}
+    at = ", ".join(map(str, measured))
+    if structure in STRUCTURES:
+        basis = f"the token process ({structure}) fitted at k = {at}"
+    else:
+        basis = (f"per-position rates measured at k = {at}, assuming acceptance does not "
+                 "depend on k (not checked: where cycles start depends on k)")
+    return {"measured": False, "extrapolated": True, "basis": basis}
 
 
 def _plain(value):
@@ -762,10 +780,11 @@ def _parameters(model: TokenAcceptanceModel, setup: int, structure: str, prob: f
 
 
 def acceptance_length_draws(counters: pd.DataFrame, k_max: int, *, drafter: str | None = None,
-                            settings=None) -> tuple[np.ndarray, str, dict]:
+                            settings=None) -> tuple[np.ndarray, str, dict, list[int]]:
     """Fit the acceptance of counters (:func:`fit_acceptance`, structure auto) and return
     the E(k) draws (S, k_max + 1) of the setup whose drafter is ``drafter`` (the only one
-    when None), its label and the convergence verdict."""
+    when None), its label, the convergence verdict and the draft lengths its counters
+    measured."""
     windows = counter_windows(counters)
     setups = windows["setups"]
     drafters = [str(lab.get("drafter") or "") for lab in windows["labels"]]
@@ -780,7 +799,8 @@ def acceptance_length_draws(counters: pd.DataFrame, k_max: int, *, drafter: str 
                        + ": name the drafter", argument="drafter")
     fitted = fit_acceptance(counters, settings=settings)
     model = fitted.model(chosen[0])
-    return model.acceptance_length_draws(chosen[0], k_max), setups[chosen[0]], model.verdict()
+    return (model.acceptance_length_draws(chosen[0], k_max), setups[chosen[0]],
+            model.verdict(), list(windows["k_measured"][chosen[0]]))
 
 
 # ----------------------------------------------------------------------------- joint use

@@ -33,6 +33,7 @@ from bayesspec.errors import BadInput
 from bayesspec.inference import SamplerSettings, convergence_verdict, settings_for, stacked_draws
 from bayesspec.inference.fitfile import Fit
 from bayesspec.inference.parallel import Recipe, sample_many
+from bayesspec.inference.sampling import job_failure
 from bayesspec.outputs import log
 
 
@@ -136,7 +137,7 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
                                      replace(settings, progress=False), workers=workers,
                                      scheduler=scheduler):
         if isinstance(result, str):
-            raise RuntimeError(f"sampling fold {index} failed: {result}")
+            raise job_failure(result, f"sampling fold {index} failed")
         trees[index] = result
         log(f"sampled {len(trees)}/{len(masks)} fits, "
             f"{time.perf_counter() - started:.0f} s elapsed", progress and index > 0)
@@ -277,7 +278,7 @@ def fold_check(data: pd.DataFrame, *, model: str = "dense", folds: int = 5,
     for index, tree in sample_many(recipe, jobs, settings, workers=workers,
                                    scheduler=scheduler):
         if isinstance(tree, str):
-            raise RuntimeError(f"sampling fold {index} failed: {tree}")
+            raise job_failure(tree, f"sampling fold {index} failed")
         fit = Fit.from_sampling(latency_model, data, tree)
         points = predictive_points(fit, prob=prob, seed=seed + index)
         points["fold"] = interleaved_folds(points["rps"], points["group"].map(

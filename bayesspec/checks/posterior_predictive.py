@@ -6,7 +6,8 @@ whether the point is inside, its utilisation, its log residual and its PIT, in s
 left out (:func:`bayesspec.checks.loo.loo_pit`).
 ``predictive_check``: pooled and per-group coverage
 (:func:`bayesspec.checks.calibration.group_calibration`), the reference of a model
-exactly right, the flagged groups and one verdict; a ``tails`` fit's summaries
+exactly right, the flagged groups (with those whose acceptance counters say they pool
+more than one configuration) and one verdict; a ``tails`` fit's summaries
 (:mod:`bayesspec.checks.summaries`) join it.
 
 Pure consumers of the prediction contract (``Fit.group_curve``, the model's
@@ -105,8 +106,10 @@ def predictive_check(fit, extra: pd.DataFrame | None = None, *, prob: float = 0.
     pooled = pooled_coverage(points, prob)
     if reference:
         pooled["held_out"]["reference"] = reference
+    pooled_windows = flag_pooled_acceptance(fit, groups)
     flagged = [g["group"] for g in groups if g["flagged"]]
-    verdict = check_verdict(groups, reference, prob)
+    verdict = _with_acceptance_verdict(check_verdict(groups, reference, prob),
+                                       pooled_windows)
     parts = [f"{name.replace('_', '-')} {v['coverage']:.0%} of {v['points']}"
              + (f" ({v['coverage_loo']:.0%} left out one at a time)" if "coverage_loo" in v
                 else "")
@@ -154,27 +157,67 @@ def _summaries_only_check(fit, summaries: dict, prob: float, summary_table: dict
     """:func:`predictive_check`'s document for a fit with summary laws and no mean law:
     the first summary's pooled and per-group entries stand where the mean's would."""
     first = next(iter(summaries.values()))
+    pooled_windows = flag_pooled_acceptance(fit, first["groups"])
     flagged = [g["group"] for g in first["groups"] if g["flagged"]]
     reference = first["pooled"].get("held_out", {}).get("reference")
+    verdict = f"{next(iter(summaries))}: {check_verdict(first['groups'], reference, prob)}"
     return {"model": fit.model_name, "prob": prob, "pooled": first["pooled"],
             "inside": summary_line(next(iter(summaries)), first["pooled"]),
             "groups": first["groups"], "flagged": flagged,
-            "verdict": _with_summaries_verdict(
-                f"{next(iter(summaries))}: {check_verdict(first['groups'], reference, prob)}",
-                summaries, skip=next(iter(summaries))),
+            "verdict": _with_acceptance_verdict(_with_summaries_verdict(
+                verdict, summaries, skip=next(iter(summaries))), pooled_windows),
             "convergence": fit.diagnostics["status"], "summaries": summaries,
             "_points": next(iter(summary_table.values())),
             "_summary_points": summary_table}
+
+
+def flag_pooled_acceptance(fit, groups: list[dict]) -> list[str]:
+    """Add to each group entry with two or more counted windows of acceptance counters
+    how far they disagree (``acceptance_counters``:
+    :class:`~bayesspec.data.counters.AcceptanceSpread`), and flag the groups whose
+    windows cannot be one configuration (a fit made before the reader refused such
+    files, or from a table that did not go through it). Returns the flagged labels."""
+    from bayesspec.data import acceptance_spread, row_group_labels
+
+    spreads = acceptance_spread(fit.data, row_group_labels(fit.data, fit.groups))
+    pooled = []
+    for entry in groups:
+        spread = spreads.get(entry["group"])
+        if spread is None:
+            continue
+        entry["acceptance_counters"] = spread.as_dict()
+        if not spread.pooled_ok:
+            entry["pooling"] = f"acceptance counters disagree: {spread.sentence()}"
+            entry["misfit"].append(entry["pooling"])
+            entry["flagged"] = True
+            pooled.append(entry["group"])
+    return pooled
+
+
+def _law_reasons(entry: dict) -> list[str]:
+    """A group's misfit reasons that are the law's (not its pooling of configurations)."""
+    return [reason for reason in entry["misfit"] if reason != entry.get("pooling")]
+
+
+def _with_acceptance_verdict(verdict: str, pooled: list[str]) -> str:
+    """``verdict`` led by what to do where groups pool windows of different acceptance."""
+    if not pooled:
+        return verdict
+    named = "; ".join(pooled[:4]) + (" ..." if len(pooled) > 4 else "")
+    return (f"NOT ONE CONFIGURATION: {len(pooled)} group{'s' if len(pooled) > 1 else ''} "
+            f"pool{'' if len(pooled) > 1 else 's'} sweeps whose acceptance counters "
+            f"disagree ({named}): one alpha stands for configurations that accept "
+            "differently; set `alpha` per sweep and fit again. Latency: " + verdict)
 
 
 def check_verdict(groups: list[dict], reference: dict | None, prob: float) -> str:
     """One verdict from the groups' flags and the pooled held-out coverage, its parts
     never at odds: a group is named with its reasons, and the pooled sentence says
     whether it adds to them."""
-    flagged = [g for g in groups if g["flagged"]]
+    flagged = [g for g in groups if _law_reasons(g)]
     held_out = _reference_verdict(reference or {})
     if flagged:
-        named = "; ".join(f"{g['group']} ({', '.join(g['misfit'])})" for g in flagged[:6])
+        named = "; ".join(f"{g['group']} ({', '.join(_law_reasons(g))})" for g in flagged[:6])
         verdict = (f"MISFIT in {len(flagged)} of {len(groups)} groups: {named}"
                    + (" ..." if len(flagged) > 6 else "") + ". The law does not describe "
                    "these sweeps there (look for points past the ceiling that the data do "

@@ -62,6 +62,16 @@ def run(args) -> int:
     return strict_exit(args, [{"status": report["convergence"]}])
 
 
+def _distinct_digits(u: dict, least: int = 3, most: int = 6) -> int:
+    """Significant digits at which an interval's ends print apart from its median (a
+    narrow interval written as 1.84 [1.84, 1.84] would read as no uncertainty at all)."""
+    for digits in range(least, most + 1):
+        shown = {f"{u[key]:.{digits}g}" for key in ("lo", "median", "hi")}
+        if len(shown) == 3 or u["lo"] == u["hi"]:
+            return digits
+    return most
+
+
 def _print(report: dict, args) -> None:
     for setup in report["setups"]:
         measured = ", ".join(map(str, setup["k_measured"]))
@@ -85,9 +95,12 @@ def _print(report: dict, args) -> None:
               f"position rates inside their {report['prob']:.0%} predictive intervals")
         print("   k   E(k) tokens per cycle")
         for e in setup["acceptance_length"]:
-            mark = ("measured" if e["measured"] else
-                    "extrapolated" if e["extrapolated"] else "")
-            print(f"  {e['k']:2d}   {fmt(e, 3):24s} {mark}")
+            mark = "measured" if e["measured"] else "not measured*"
+            print(f"  {e['k']:2d}   {fmt(e, _distinct_digits(e)):28s} {mark}")
+        bases = sorted({e["basis"] for e in setup["acceptance_length"] if not e["measured"]})
+        if bases:
+            print("  *: " + "; ".join(bases) + ": the model's extrapolation, not a "
+                  "measurement; measure the k you will run")
     print(f"convergence: {report['convergence_text']}")
     if args.plot:
         print(f"plot: {args.plot}")

@@ -42,7 +42,7 @@ def register(verbs) -> None:
                        help="with --ppc and a data file: fit with the engine's "
                             "decode-iteration time by batch size (as `fit --decode-profile`)")
     add_model_options(check, "run_effect=shared (with --ppc and a data file: as `fit "
-                             "--option`)")
+                             "--option`; with --prior-predictive: the priors drawn)")
     check.add_argument("--plot", default=None, metavar="PNG",
                        help="predicted vs observed held-out latency with intervals (with "
                             "--ppc: one panel per group; PNG_2.png ... past 16 groups)")
@@ -62,26 +62,25 @@ def run(args) -> int:
     settings = sampler_settings(args)
     if args.ppc:
         return run_predictive_check(args, settings)
-    if args.option:
-        raise BadInput("model options are for --ppc's refits of a data file", option="--option")
+    if args.option and not args.prior_predictive:
+        raise BadInput("model options are for --ppc's refits of a data file and for "
+                       "--prior-predictive", option="--option")
     if args.hold_out_above is not None:
         raise BadInput("needs --ppc", option="--hold-out-above")
     args.model = args.model or "hierarchical"
+    config = model_options(args) if args.option else None
     data = read_data(args.data, args)
     from bayesspec import checks
     from bayesspec.cli.common import catalog_of
 
     if args.prior_predictive:
-        document = checks.prior_predictive_check(data, model=args.model, seed=args.seed or 0,
+        document = checks.prior_predictive_check(data, model=args.model, config=config,
+                                                 seed=args.seed or 0,
                                                  catalog=catalog_of(args))
         if args.json:
             emit_json(document)
         else:
-            inside = document["inside"]
-            print(f"prior predictive ({document['draws']} draws, physics priors "
-                  f"{'on' if document['physics_priors'] else 'off'}): observed points inside "
-                  + ", ".join(f"{float(p):.0%} interval {v:.1%}" for p, v in inside.items()))
-            print(document["verdict"])
+            print(prior_predictive_text(document))
         if args.strict and not document["admits"]:
             log("bayesspec: --strict: exiting with status 3 (the priors exclude the data)")
             return 3
@@ -200,6 +199,13 @@ def run_predictive_check(args, settings) -> int:
                                  f"{part['points']}{left_out} (R^2 {part['r2']:.3f})")
             pattern = " ".join(f"{band} {value:+.1%}" for band, value in
                                entry["residual_by_utilisation"].items())
+            counters = entry.get("acceptance_counters")
+            if counters:
+                p = counters["p_value"]
+                spread = f"{p:.2f}" if p >= 0.01 else f"{p:.0e}"
+                pattern += (f"; acceptance {counters['accepted_share']:.3f} of drafted "
+                            f"tokens over {counters['windows']} windows (their spread: p "
+                            f"{spread})")
             mark = f"  MISFIT: {', '.join(entry['misfit'])}" if entry["flagged"] else ""
             print(f"  {entry['group']}: {'; '.join(cells)}; mean residual by load: "
                   f"{pattern}{mark}")
@@ -216,6 +222,27 @@ def run_predictive_check(args, settings) -> int:
         for path in document.get("plots", []):
             print(f"plot: {path}")
     return strict_exit(args, verdicts)
+
+
+def prior_predictive_text(document: dict) -> str:
+    """``check --prior-predictive``'s lines: the shares inside, the draws that were not
+    finite, the verdict."""
+    inside = document["inside"]
+    lines = [f"prior predictive ({document['model']} model, {document['draws']} draws, "
+             f"physics priors {'on' if document['physics_priors'] else 'off'}): observed "
+             "points inside " + ", ".join(f"{float(p):.0%} interval {v:.1%}"
+                                          for p, v in inside.items())]
+    bad = document["non_finite"]
+    if bad["draws"]:
+        line = (f"  {bad['draws']:,} of {bad['of']:,} draws ({bad['draws'] / bad['of']:.1%}) "
+                f"are not finite, at {bad['points']} of {document['points']} points (the draw "
+                "puts the point past saturation): the intervals are the finite draws'")
+        if bad["points_without_finite"]:
+            line += (f"; {bad['points_without_finite']} points have no finite draw and are "
+                     "not counted")
+        lines.append(line)
+    lines.append(document["verdict"])
+    return "\n".join(lines)
 
 
 def profile_config(args, model: str) -> dict | None:

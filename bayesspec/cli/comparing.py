@@ -20,6 +20,9 @@ from bayesspec.cli.common import (add_catalog, add_common, add_sampler_options, 
 
 #: Exit status of ``--gate`` when the outcome is ``regressed``.
 GATE_EXIT = 4
+#: Exit status of ``--gate`` when a fit behind the outcome did not converge, with or
+#: without ``--strict``: an unconverged posterior's outcome is no pass.
+GATE_UNCONVERGED_EXIT = 5
 
 EPILOG = """\
 outcome (in --json: "outcome"): regressed | improved | no change | inconclusive, read
@@ -30,7 +33,8 @@ inconclusive (with how many more requests per load point would settle it).
 
 exit status: 0 success (any outcome without --gate); 2 bad input (one line on stderr:
 fits of different models, no shared load range, ...); 3 with --strict when a posterior
-did not converge; 4 with --gate when the outcome is regressed.
+did not converge; 4 with --gate when the outcome is regressed; 5 with --gate when either
+fit did not converge (with or without --strict: the gate fails closed).
 
 examples:
   bayesspec compare baseline.nc candidate.nc --gate -o compare.md
@@ -67,7 +71,8 @@ def register(verbs) -> None:
                           help="posterior probability at which a rate counts as regressed "
                                "or improved (default 0.95)")
     decision.add_argument("--gate", action="store_true",
-                          help=f"exit with status {GATE_EXIT} when the outcome is regressed "
+                          help=f"exit with status {GATE_EXIT} when the outcome is regressed, "
+                               f"{GATE_UNCONVERGED_EXIT} when either fit did not converge "
                                "(0 otherwise): for CI")
     compare.add_argument("-o", "--output", metavar="COMPARE.md",
                          help="write the comparison as GitHub-flavoured Markdown (a pull "
@@ -196,7 +201,8 @@ def run(args) -> int:
 
         document["markdown"] = write_compare_markdown(document, args.output,
                                                       command=_command_line(args))
-    code = _exit_code(args, document, verdicts)
+    code = _exit_code(args, document, verdicts,
+                      [label_a, label_b] if len(fits) > 1 else ["the joint fit"])
     if args.json:
         emit_json(document)
         return code
@@ -233,7 +239,15 @@ def _planner_settle(document: dict, fits, rope: float) -> None:
             settle["text"][:-len(text)], settle["text"])
 
 
-def _exit_code(args, document: dict, verdicts) -> int:
+def _exit_code(args, document: dict, verdicts, names: list) -> int:
+    if args.gate:
+        failed = [str(name) for name, verdict in zip(names, verdicts)
+                  if verdict["status"] == "not converged"]
+        if failed:
+            log(f"bayesspec: --gate: exiting with status {GATE_UNCONVERGED_EXIT} ("
+                f"{' and '.join(failed)} did not converge: the outcome "
+                f"'{document['outcome']}' cannot be relied on; refit before gating)")
+            return GATE_UNCONVERGED_EXIT
     code = strict_exit(args, verdicts)
     if args.gate and document["outcome"] == "regressed":
         log(f"bayesspec: --gate: exiting with status {GATE_EXIT} (outcome: regressed)")

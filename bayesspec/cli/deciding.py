@@ -16,7 +16,7 @@ STRICT_HELP = "exit with status 3 when the posterior did not converge"
 ALPHA_HELP = ("acceptance rate (required by a speculative fit, which answers any; a fit per "
               "configuration answers its fitted groups, and needs it only to choose "
               "between groups at one k)")
-EXTRAPOLATED = "*"   # marks rates above the highest rate the data reached
+EXTRAPOLATED = "*"   # Law.extrapolated: past the fitted rates or the measured design
 
 
 def register(verbs) -> None:
@@ -95,7 +95,7 @@ def register(verbs) -> None:
     targets.add_argument("--target", action="append", default=[], metavar="METRIC=S",
                          help="any fitted summary, e.g. ttft_p95=0.3 (repeatable)")
     slo.add_argument("--rps", help="LIST of rates at which to choose a configuration "
-                                   "(default: 12 rates up to the highest measured)")
+                                   "(default: 12 rates up to the highest fitted)")
     slo.add_argument("--slo-prob", type=float, default=0.9,
                      help="probability with which the SLO must hold (default 0.9)")
     slo.add_argument("--plot", help="write the summaries' bands against the targets to this PNG")
@@ -121,16 +121,16 @@ def add_metric_option(parser, *, compared: bool = True) -> None:
 def _ceiling_note(document: dict) -> str:
     """What ``*`` means in a document: rates above the highest fitted rate of the curves
     an answer compares, and configurations outside the measured design."""
-    top = document.get("rps_measured_max")
+    top = document.get("rps_fitted_max", document.get("rps_measured_max"))
     measured = document.get("measured") or {}
     lines = []
     if top is not None and np.isfinite(top):
         dense, sd = measured.get("dense_rps_fitted_max"), measured.get("sd_rps_fitted_max")
         if dense is not None and sd is not None:
-            fitted = (f"highest rate fitted: {top:.4g} RPS (dense baseline up to "
+            fitted = (f"highest fitted rate: {top:.4g} RPS (dense baseline fitted up to "
                       f"{dense:.4g}, this SD configuration up to {sd:.4g})")
         else:
-            fitted = f"highest rate fitted: {top:.4g} RPS"
+            fitted = f"highest fitted rate: {top:.4g} RPS"
         lines.append(f"{fitted}; {EXTRAPOLATED}: above it, read off the fitted law")
     notes = measured.get("design_notes") or []
     if notes:
@@ -312,9 +312,7 @@ def run_speedup(args) -> int:
               if law.answers_any_configuration else [args.k])
         document["plot"] = save_figure(speedup_bands_plot(
             law, args.alpha, ks, rps_max=float(rps.max()), prob=args.prob,
-            recommended_k=recommended,
-            rps_measured_max=document["rps_measured_max"],
-            metric=args.metric), args.plot)
+            recommended_k=recommended, metric=args.metric), args.plot)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
@@ -367,7 +365,7 @@ def run_crossover(args) -> int:
         star = fmt(document["rps_star"], between=(top, document["rps_star"]["hi"]))
         print(f"RPS* = {star} in {document['p_crossover']:.1%} of draws; {direction}")
         if document["extrapolated"]:
-            above = (f"RPS* lies above the highest rate fitted ({top:.4g} RPS; P beyond it "
+            above = (f"RPS* lies above the highest fitted rate ({top:.4g} RPS; P beyond it "
                      f"{document['p_beyond_measured']:.2f})"
                      if top is not None and document["p_beyond_measured"] is not None
                      and document["rps_star"]["median"] > top else
@@ -428,7 +426,7 @@ def run_kstar(args) -> int:
         counters = read_counters(args.acceptance)   # every window counts, saturated too
         from bayesspec.inference import SamplerSettings
 
-        lengths, setup, verdict = acceptance_length_draws(
+        lengths, setup, verdict, counted_ks = acceptance_length_draws(
             counters, args.kmax, drafter=getattr(args, "drafter", None),
             settings=SamplerSettings(seed=0, progress=False))
         counted_drafter = setup.split(" + ", 1)[-1].split(" (", 1)[0]
@@ -436,7 +434,7 @@ def run_kstar(args) -> int:
             log(f"warning: the counters are of drafter '{counted_drafter}', the fitted setup "
                 f"is '{law.label}': the acceptance of one drafter is applied to the costs of "
                 "another")
-        law = law.with_acceptance_lengths(lengths)
+        law = law.with_acceptance_lengths(lengths, measured_ks=counted_ks)
         verdicts.append(verdict)
     document = kstar_table(law, alphas, rps, ks=range(0, args.kmax + 1),
                            objective=args.objective, prob=args.prob)
@@ -483,19 +481,29 @@ def run_kstar(args) -> int:
               f"{row['loss_vs_batch1']:>35.3f}")
     if any(row["at_max_k"] for row in document["table"]):
         print(f">={args.kmax}: the best k is the largest searched; raise --kmax to look further")
-    notes = sorted({note for row in document["table"] for note in row["design_notes"]})
-    if notes:
-        print(f"{EXTRAPOLATED} also marks rows whose best k lies outside the measured design: "
-              + "; ".join(notes))
-    note = _ceiling_note({**document, "measured": None})
-    if note:
-        print(note)
+    if kstar_note(document):
+        print(kstar_note(document))
     if args.plot:
         print(f"plot: {args.plot}")
     if args.vllm:
         print()
         print(schedule_text(document["vllm"]))
     return strict_exit(args, verdicts)
+
+
+def kstar_note(document: dict) -> str:
+    """What ``*`` means on a k* table: each row rests on the chosen k and the dense
+    baseline, measured up to the lower of their highest fitted rates, at the measured
+    alphas and draft lengths."""
+    tops = {row["k"]: row["rps_fitted_max"] for row in document["table"][::-1]
+            if row.get("rps_fitted_max") is not None and not row["design_notes"]}
+    notes = sorted({note for row in document["table"] for note in row["design_notes"]})
+    return "\n".join(
+        ([f"{EXTRAPOLATED}: above the highest fitted rate of the chosen k and the dense baseline "
+          "(" + ", ".join(f"k* = {k} up to {top:.4g}" for k, top in sorted(tops.items()))
+          + " RPS): read off the fitted law"] if tops else [])
+        + ([f"{EXTRAPOLATED} also marks rows whose answer lies outside the measured design: "
+            + "; ".join(notes)] if notes else []))
 
 
 def schedule_text(schedule: dict) -> str:
@@ -614,17 +622,17 @@ def slo_text(document: dict, prob: float) -> str:
     beyond = []
     for entry in document["configurations"]:
         binding = max(entry["binding"], key=entry["binding"].get)
-        mark = EXTRAPOLATED if entry["extrapolated"] else ("+" if entry["beyond_fitted"]
-                                                          else " ")
-        if entry["beyond_fitted"]:
+        mark = EXTRAPOLATED if entry["extrapolated"] else " "
+        if entry["extrapolated"]:
             beyond.append(f"{entry['configuration']} (fitted up to "
                           f"{entry['rps_fitted_max']:.4g} RPS)")
         lines.append(f"{entry['configuration']:<22} {fmt(entry['goodput_rps']):>36}  "
                      f"{entry['rps_meeting_slo']:>11.4g}{mark}  {binding} "
                      f"({entry['binding'][binding]:.0%} of draws)")
     if beyond:
-        lines.append("+: above the highest unsaturated rate fitted, read off the law's "
-                     "extrapolation (its interval is too narrow there): " + "; ".join(beyond))
+        lines.append(f"{EXTRAPOLATED}: above that configuration's highest fitted rate, read off "
+                     "the law's extrapolation (its interval is too narrow there): "
+                     + "; ".join(beyond))
     ranked_by = document.get("ranked_by", "mean")
     lines += ["", f"best configuration per rate (meets the SLO with P >= {need:g}, then lowest "
               f"{metric_description(ranked_by)}):",
@@ -635,7 +643,8 @@ def slo_text(document: dict, prob: float) -> str:
         p_best = f"{row['p_best']:.2f}" if row["p_best"] is not None else "-"
         mark = EXTRAPOLATED if row["extrapolated"] else " "
         lines.append(f"{row['rps']:>10.4g}{mark}  {best:<22} {p_best:>8}  {meets}")
-    note = _ceiling_note(document)
-    if note:
-        lines.append(note)
+    if any(row["extrapolated"] for row in document["best_by_rps"]):
+        lines.append(f"{EXTRAPOLATED}: above the highest fitted rate of the configuration chosen "
+                     "(where none meets the SLO, of a configuration judged): read off the "
+                     "fitted law")
     return "\n".join(lines)

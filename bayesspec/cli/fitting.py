@@ -151,8 +151,10 @@ def labels_in_short(labels: list[str]) -> str:
         return labels[0]
     words = [label.split() for label in labels]
     shared = [w for w in words[0] if all(w in other for other in words[1:])]
-    own = [" ".join(w for w in split if w not in shared) or "?" for split in words]
-    return f"{' '.join(shared)} ({', '.join(own)})" if shared else ", ".join(labels)
+    own = [" ".join(w for w in split if w not in shared) for split in words]
+    if not shared or not all(own):       # one label inside another: say them whole
+        return ", ".join(labels)
+    return f"{' '.join(shared)} ({', '.join(own)})"
 
 
 def cap_left_out_note(result) -> str | None:
@@ -204,8 +206,13 @@ def run_fit(args) -> int:
     if args.decode_profile:
         options["decode_profile"] = decode_profile_option(args.decode_profile, args.model,
                                                           options)
-    result = fit(data, args.model, settings=settings, config=options or None,
-                 catalog=catalog_of(args))
+    from bayesspec.inference.sampling import SamplingFailed
+
+    try:
+        result = fit(data, args.model, settings=settings, config=options or None,
+                     catalog=catalog_of(args))
+    except SamplingFailed as error:
+        raise BadInput(error.reason, file=args.data) from None
     left_out = cap_left_out_note(result)
     if left_out:
         log(left_out)

@@ -139,17 +139,19 @@ def plan_document(args, fits) -> dict:
                   seed=args.seed)
     entries = [c.document() for c in result["next"]]
     data = fits[0].data
+    # Each point's commands carry its own configuration (verifier, lengths, k); the data's
+    # stand in only where the fit does not say.
     verifier = (getattr(args, "verifier", None)
                 or (str(data["verifier"].iloc[0]) if "verifier" in data else "model"))
-    model = args.served_model or verifier
-
     prefill, decode = planned_lengths(data, getattr(args, "prefill", None),
                                       getattr(args, "decode", None))
     version = guidellm_version()
-    commands = [command_lines(e, target=args.target_url, model=model,
-                              prefill=prefill, decode=decode, version=version)
+    commands = [command_lines({"verifier": verifier, **e}, target=args.target_url,
+                              model=args.served_model, prefill=prefill, decode=decode,
+                              version=version)
                 for e in entries]
     document = {"question": result["question"], "settled": result["settled"],
+                "unsettled": result["unsettled"], "converged": result["converged"],
                 "expected_loss": result["expected_loss"], "tolerance": result["tolerance"],
                 "answers": result["answers"], "next": entries, "commands": commands,
                 "columns": required_columns(args.question, list(slo_targets(args) or {})),
@@ -181,13 +183,21 @@ def run_plan(args) -> int:
 
 
 def answer_line(answer: dict) -> str:
+    mark = " (extrapolated)" if answer.get("extrapolated") else ""
+    if "rule" in answer:
+        # the verb's own verdict, so that `plan` and that verb say the same
+        p = answer["p_right"]
+        how = (f"P {p:.3f}" if answer["decided"] else
+               f"the likeliest verdict has P {p:.3f}, short of a verdict")
+        return f"{answer['answer']}: {answer['decision']} ({how}; as `{answer['rule']}` rules)"
     if "within" in answer:
         decision = ("none" if answer["decision"] is None else f"{answer['decision']:.4g}")
         lo, hi = answer["interval_90"]
         span = "" if lo is None else f" (90% of draws {lo:.4g}-{hi:.4g})"
-        return (f"{answer['answer']}: {decision}{span}; P(within +-{answer['within']:.0%}) "
-                f"{answer['p_right']:.3f}")
-    return f"{answer['answer']}: {answer['decision']} (P right {answer['p_right']:.3f})"
+        return (f"{answer['answer']}: {decision}{mark}{span}; P(within "
+                f"+-{answer['within']:.0%}) {answer['p_right']:.3f}")
+    return (f"{answer['answer']}: {answer['decision']}{mark} (P right "
+            f"{answer['p_right']:.3f})")
 
 
 def plan_text(document: dict) -> str:
@@ -198,8 +208,10 @@ def plan_text(document: dict) -> str:
                      f"(expected loss {document['expected_loss']:.3f}); no more load points "
                      "are needed")
         return "\n".join(lines)
-    lines.append(f"not settled: expected loss {document['expected_loss']:.3f} (P(wrong) of "
-                 f"the least certain answer; settled at <= {document['tolerance']:g})")
+    lines.append("not settled: " + "; ".join(document["unsettled"]))
+    if not document["next"]:
+        lines += [f"note: {note}" for note in document.get("notes", [])]
+        return "\n".join(lines)
     lines.append("")
     lines.append(f"next load points ({document['candidates']} scored; value = expected "
                  "reduction of the summed P(wrong)):")
@@ -214,8 +226,15 @@ def plan_text(document: dict) -> str:
                      f"{entry['value_per_minute']:>8.4f} {ess:>6}")
     lines.append("*: above the highest rate fitted for that configuration; !: the importance "
                  "weights collapsed (ESS < 20): the value is indicative")
+    if any(entry["lifts_extrapolation"] for entry in document["next"]):
+        lines.append("first the points that measure up to an extrapolated answer: it stays "
+                     "an extrapolation until one is measured, whatever its P(wrong)")
     lines.append("")
-    lines.append("commands for point 1 (GuideLLM " + document["commands"][0]["guidellm_syntax"]
+    point = document["next"][0]
+    workload = ", ".join(f"{key.split('_')[0]} {point[key]}" for key in
+                         ("verifier", "prefill_tokens", "decode_tokens") if key in point)
+    lines.append("commands for point 1 (" + (f"{workload}; " if workload else "")
+                 + "GuideLLM " + document["commands"][0]["guidellm_syntax"]
                  + "; vllm bench serve):")
     first = document["commands"][0]
     lines += [f"  {first['guidellm']}", f"  {first['vllm']}", f"  then: {first['ingest']}"]

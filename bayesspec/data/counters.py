@@ -15,12 +15,11 @@ import pandas as pd
 
 from bayesspec.data.cells import as_floats, as_integers, as_strings
 from bayesspec.data.columns import INTEGER_COLUMNS, near_miss, with_clean_columns
+from bayesspec.data.groups import POSITION_COUNT_COLUMN
 from bayesspec.data.read import read_raw
 from bayesspec.errors import BadInput
 
 
-#: vLLM's spec_decode_num_accepted_tokens_per_pos: drafts whose first I tokens were accepted.
-POSITION_COUNT_COLUMN = "accepted_tokens_pos{}"
 #: Columns that label a window's configuration: windows that differ in any of them are
 #: never pooled by the acceptance model (k is not among them: it is what varies).
 COUNTER_LABEL_COLUMNS = ("verifier", "drafter", "method", "alpha", "prefill_tokens",

@@ -1,5 +1,6 @@
 """A raw table made a tidy one: every value checked, the design defaults filled, catalog
-covariates attached, units judged against the catalog, and saturated points marked.
+covariates attached, units judged (against the catalog where it knows the setup), and
+saturated points marked.
 
 Any problem raises :class:`bayesspec.errors.BadInput` naming the file, the row (1-based
 data row, the header is not counted) and the column.
@@ -19,7 +20,8 @@ from bayesspec.data.columns import (BOOLEAN_COLUMNS, DESIGN_DEFAULTS, ENGINE_LIM
                                     POSITIVE_FLOAT_COLUMNS, REQUIRED_COLUMNS, STRING_COLUMNS,
                                     SUMMARY_COLUMNS, near_miss, with_clean_columns)
 from bayesspec.data.engine_limits import apply_engine_limits, check_engine_limits
-from bayesspec.data.groups import assign_groups, group_columns, group_label
+from bayesspec.data.groups import (assign_groups, check_one_acceptance_per_group, group_columns,
+                                  group_label)
 from bayesspec.data.saturation import LAW_MIN_POINTS, SaturationRule, law_line, mark_saturated
 from bayesspec.data.units import convert as convert_units
 from bayesspec.errors import BadInput
@@ -30,8 +32,9 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
             engine_limits: dict | None = None, units=()) -> pd.DataFrame:
     """Validate an in-memory table the same way as a file (used by tests and readers).
 
-    Rates and latencies implausible for the verifier on the GPU (when the catalog knows
-    both) are refused, naming the likely unit mistake (:mod:`bayesspec.data.units`)."""
+    Rates and latencies that no LLM server gives (the verifier's roofline on the GPU
+    where the catalog knows both; the pace per output token and Little's law always) are
+    refused, naming the likely unit mistake (:mod:`bayesspec.data.units`)."""
     frame = with_clean_columns(raw, source)
     summaries = [c for c in SUMMARY_COLUMNS if c in frame.columns]
     mean_given = "latency_mean_s" in frame.columns and not blank_cells(frame["latency_mean_s"]).all()
@@ -88,6 +91,7 @@ def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
     _check_speculative_rows(out, k_given, "k" in frame.columns, source)
     _check_design(out, source)
     check_engine_limits(out, source)
+    check_one_acceptance_per_group(out, source)
     catalog = _attach_catalog(out, catalog)
     mark_saturated(out, saturation or SaturationRule())
     _check_units(out, catalog, source, units)
@@ -132,7 +136,8 @@ def _check_ranges(out: pd.DataFrame, source: str) -> None:
         if column not in out.columns:
             continue
         low = 1 if column in {"prefill_tokens", "decode_tokens", "n_requests",
-                              "experts_total", *ENGINE_LIMIT_COLUMNS} else 0
+                              "experts_total", "max_concurrency",
+                              *ENGINE_LIMIT_COLUMNS} else 0
         bad = out[column].notna() & (out[column] < low)
         if bad.any():
             row = first_bad_row(bad.fillna(False))
@@ -210,35 +215,41 @@ def _attach_catalog(out: pd.DataFrame, catalog):
     return catalog
 
 
+def _request_latency(out: pd.DataFrame) -> tuple[np.ndarray, str]:
+    """Each row's request latency for the unit bounds and the column it came from: the
+    mean, or the median where a file gives percentiles only."""
+    latency = out["latency_mean_s"].to_numpy(float)
+    if np.isfinite(latency).any() or "latency_p50_s" not in out.columns:
+        return latency, "latency_mean_s"
+    return out["latency_p50_s"].to_numpy(float), "latency_p50_s"
+
+
 def _check_units(out: pd.DataFrame, catalog, source: str, units) -> None:
-    """Refuse a group whose rates or latencies are impossible for its verifier on its
-    GPU (both known to the catalog), naming the likely unit mistake."""
-    if catalog is None or "gpu" not in out.columns:
-        return
-    from bayesspec.data.units import GroupEvidence, plausibility_problem
+    """Refuse a table whose rates or latencies no LLM server gives, naming the likely
+    unit mistake: each group against the roofline of its verifier on its GPU where the
+    catalog knows both, every group's pace per output token, and every point's requests
+    in flight (Little's law), cards or not (:mod:`bayesspec.data.units`)."""
+    from bayesspec.data.units import (GroupEvidence, in_flight_problem, pace_problem,
+                                      plausibility_problem)
 
     rps = out["rps"].to_numpy(float)
-    latency = out["latency_mean_s"].to_numpy(float)
+    latency, latency_column = _request_latency(out)
     kept = ~out["excluded"].to_numpy(bool)
     columns = group_columns(out)
     _, index = assign_groups(out)
+    with_gpu = catalog is not None and "gpu" in out.columns
     cards: dict = {}
     for group in np.unique(index):
         members = np.flatnonzero(index == group)
         first = out.iloc[members[0]]
-        key = (first["verifier"], first["gpu"])
-        if key not in cards:
-            cards[key] = (catalog.find_model(key[0]) if key[0] else None,
-                          catalog.find_gpu(key[1]) if key[1] else None)
-        verifier_card, gpu_card = cards[key]
-        if verifier_card is None or gpu_card is None:
-            continue
         used = members[kept[members]]
         ceiling = None
         if len(used) >= LAW_MIN_POINTS and latency[used].max() > 1.3 * latency[used].min():
             line = law_line(rps[used], latency[used])
             ceiling = None if line is None else -line[0] / line[1]
         lowest = members[np.argmin(rps[members])]
+        timed = members[np.isfinite(latency[members])]
+        fastest = timed[np.argmin(latency[timed])] if len(timed) else None
         evidence = GroupEvidence(
             label=group_label(first.to_dict(), columns), row=int(members[0]) + 1,
             prefill_tokens=float(first["prefill_tokens"]) if not is_missing(first["prefill_tokens"])
@@ -246,8 +257,27 @@ def _check_units(out: pd.DataFrame, catalog, source: str, units) -> None:
             decode_tokens=float(first["decode_tokens"]) if not is_missing(first["decode_tokens"])
             else None,
             k=int(first["k"]), batch1_latency=float(latency[lowest]),
-            rps_max=float(rps[members].max()), ceiling=ceiling)
-        problem = plausibility_problem(evidence, verifier_card, gpu_card, units)
+            rps_max=float(rps[members].max()), ceiling=ceiling,
+            fastest_latency=float(latency[fastest]) if fastest is not None else np.nan,
+            fastest_row=int(fastest) + 1 if fastest is not None else None,
+            latency_column=latency_column)
+        problem, row = None, evidence.row
+        if with_gpu:
+            key = (first["verifier"], first["gpu"])
+            if key not in cards:
+                cards[key] = (catalog.find_model(key[0]) if key[0] else None,
+                              catalog.find_gpu(key[1]) if key[1] else None)
+            verifier_card, gpu_card = cards[key]
+            if verifier_card is not None and gpu_card is not None:
+                problem = plausibility_problem(evidence, verifier_card, gpu_card, units)
+        if problem is None:
+            problem, row = pace_problem(evidence, units), evidence.fastest_row
         if problem is not None:
             column, message = problem
-            raise BadInput(message, file=source, row=evidence.row, column=column)
+            raise BadInput(message, file=source, row=row, column=column)
+    requests = (pd.to_numeric(out["n_requests"], errors="coerce").to_numpy(float)
+                if "n_requests" in out.columns else None)
+    crowded = in_flight_problem(rps, latency, requests, units, latency_column, fitted=kept)
+    if crowded is not None:
+        i, column, message = crowded
+        raise BadInput(message, file=source, row=i + 1, column=column)

@@ -90,6 +90,25 @@ def compare_fits(fit_a, fit_b, *, rope: float = 0.02, prob: float = DEFAULT_PROB
     The two posteriors are independent, so ratio draws pair each draw of B with a random
     draw of A. ``C1``/``C2`` alone are the geometric mean ratio over shared groups.
     """
+    parameters, shared_groups = parameter_ratios(fit_a, fit_b, rope=rope, prob=prob,
+                                                 seed=seed)
+    verdict = (f"C1 {parameters['C1']['verdict']}; C2 {parameters['C2']['verdict']} "
+               f"(geometric mean over {shared_groups} shared groups)")
+    document = {"parameters": parameters, "verdict": verdict,
+                "shared_groups": shared_groups, "rope": rope, "prob": prob}
+    pairs = fit_curve_pairs(fit_a, fit_b)
+    document.update(curve_outcome(pairs, parameters, rope=rope, prob=prob, level=level,
+                                  equivalence=equivalence, points=points, seed=seed))
+    return document
+
+
+def parameter_ratios(fit_a, fit_b, *, rope: float = 0.02, prob: float = DEFAULT_PROB,
+                     seed: int = 0) -> tuple[dict, int]:
+    """(``parameters`` of the ``compare`` document, the number of shared groups): B/A of
+    every parameter both fits hold, each with its verdict
+    (:func:`bayesspec.uncertainty.ratio_verdict`); ``C1``/``C2`` pooled over the shared
+    groups first. The one rule by which ``compare`` and the planner's compare question
+    call a difference."""
     _check_rope(rope)
     _check_same_kind(fit_a, fit_b)
     for name, fit in (("A", fit_a), ("B", fit_b)):
@@ -123,14 +142,13 @@ def compare_fits(fit_a, fit_b, *, rope: float = 0.02, prob: float = DEFAULT_PROB
     # The headline families first, then the entries.
     parameters = {**{f: parameters[f] for f in POOLED_FAMILIES},
                   **{k: v for k, v in parameters.items() if k not in POOLED_FAMILIES}}
-    verdict = (f"C1 {parameters['C1']['verdict']}; C2 {parameters['C2']['verdict']} "
-               f"(geometric mean over {len(shared_groups)} shared groups)")
-    document = {"parameters": parameters, "verdict": verdict,
-                "shared_groups": len(shared_groups), "rope": rope, "prob": prob}
-    pairs = fit_curve_pairs(fit_a, fit_b)
-    document.update(curve_outcome(pairs, parameters, rope=rope, prob=prob, level=level,
-                                  equivalence=equivalence, points=points, seed=seed))
-    return document
+    return parameters, len(shared_groups)
+
+
+def verdict_reached(entry: dict) -> bool:
+    """Whether ``compare``'s verdict on a ratio entry calls it (higher, lower or
+    equivalent) rather than "uncertain"."""
+    return not str(entry["verdict"]).startswith("uncertain")
 
 
 def compare_versions(fit, *, rope: float = 0.02, prob: float = DEFAULT_PROB,

@@ -19,7 +19,8 @@ def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int
     measurement is a whole load test of that many requests from an idle server
     (:meth:`bayesspec.prediction.Curve.run_latency`: its fill and drain, and a finite
     queue past the ceiling), finite at every rate; the curve stays the steady law. Rates
-    above the group's highest fitted (unsaturated) rate are marked ``extrapolated``;
+    above the group's highest fitted rate (the highest that entered the fit; set-aside
+    points do not count) are marked ``extrapolated``;
     ``p_saturated`` is the share of draws whose ceiling (1/C2, or the cap's throughput)
     lies at or below the rate."""
     rps = np.asarray(rps, dtype=float)
@@ -44,8 +45,11 @@ def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int
             "p_saturated": float(np.mean(rate >= ceiling)),
             "extrapolated": bool(np.isfinite(top) and rate > top),
         })
+    top_or_none = top if np.isfinite(top) else None
+    # rps_fitted_max: the highest rate the group's fit reached (the boundary of the
+    # ``extrapolated`` marks); rps_measured_max: the same number under its older name
     document = {"group": fit.groups["label"].iloc[group], "metric": metric,
-                "rps_measured_max": top if np.isfinite(top) else None,
+                "rps_fitted_max": top_or_none, "rps_measured_max": top_or_none,
                 "ceiling_rps": uncertain(ceiling, prob),
                 "ceiling_binding": curve.ceiling_binding, "points": points}
     if metric != "mean" or run is not None:

@@ -6,7 +6,10 @@ works on all posterior draws at once; its latencies follow the law the model fit
 verifier). What was measured is per configuration (``law.measured(alpha, k)``): rates
 above the highest fitted rate of the dense baseline and of the SD configuration
 compared, and configurations outside the measured alphas and draft lengths, are
-answered and marked ``extrapolated`` (the document says why: ``measured``).
+answered and marked ``extrapolated`` by :meth:`bayesspec.prediction.Law.extrapolated`, the
+one rule every output (tables, JSON, figures, the report) marks with; the document says
+why (``measured``). ``rps_fitted_max`` is that highest fitted rate; ``rps_measured_max``
+holds the same number under its older name.
 """
 
 from __future__ import annotations
@@ -46,7 +49,12 @@ def speedup_curve(law, alpha: float, k: int, rps, *, prob: float = DEFAULT_PROB)
     return {"setup": law.label, "alpha": float(alpha), "k": int(k), "points": points,
             "C1R": uncertain(c1_sd / law.dense.zero_load, prob),
             "C2R": uncertain(c2_sd / law.dense.saturation_cost, prob),
-            "rps_measured_max": measured["rps_fitted_max"], "measured": measured}
+            **_fitted_top(measured["rps_fitted_max"]), "measured": measured}
+
+
+def _fitted_top(top) -> dict:
+    """The highest fitted rate of an answer, under its name and its older one."""
+    return {"rps_fitted_max": top, "rps_measured_max": top}
 
 
 def crossover(law, alpha: float, k: int, *, prob: float = DEFAULT_PROB) -> dict:
@@ -64,6 +72,10 @@ def crossover(law, alpha: float, k: int, *, prob: float = DEFAULT_PROB) -> dict:
     measured = measured_section(law, alpha, k)
     top = measured["rps_fitted_max"]
     top = float("nan") if top is None else top
+    # The crossover is read off the fitted law beyond the fitted rates of the two
+    # curves, or for a configuration the data did not measure: the rule of every output.
+    extrapolated = bool(summary is not None
+                        and law.extrapolated(summary["median"], alpha, k))
     return {
         "setup": law.label, "alpha": float(alpha), "k": int(k),
         "rps_star": summary,
@@ -76,12 +88,8 @@ def crossover(law, alpha: float, k: int, *, prob: float = DEFAULT_PROB) -> dict:
         "ceiling_binding": {"sd": sd.ceiling_binding, "dense": law.dense.ceiling_binding},
         "C1R": uncertain(c1_sd / law.dense.zero_load, prob),
         "C2R": uncertain(c2_sd / law.dense.saturation_cost, prob),
-        "rps_measured_max": measured["rps_fitted_max"], "measured": measured,
-        # The crossover is read off the fitted law beyond the fitted rates of the two
-        # curves, or for a configuration the data did not measure.
-        "extrapolated": bool(summary is not None and (
-            measured["design_extrapolated"]
-            or (np.isfinite(top) and summary["median"] > top))),
+        **_fitted_top(measured["rps_fitted_max"]), "measured": measured,
+        "extrapolated": extrapolated,
         "p_beyond_measured": (float(np.mean(star[has] > top)) if has.any()
                               and np.isfinite(top) else None),
     }
@@ -102,7 +110,14 @@ def kstar_table(law, alphas, rps, *, ks=range(0, 11), objective: str = "mean",
     risk-averse choice). ``loss_vs_batch1`` is the expected speedup given up (in speedup
     points, a difference of expected speedups) by running the k that is best at zero
     load instead. ``at_max_k``: the best k is the largest searched, so the optimum may
-    lie beyond the range.
+    lie beyond the range. A fit of the configurations alone (no six coefficients)
+    answers when every k searched is one of its fitted configurations.
+
+    A row is ``extrapolated`` (:meth:`~bayesspec.prediction.Law.extrapolated` of the
+    chosen k at that alpha): above the highest fitted rate of the chosen configuration and
+    the dense baseline, or a k or alpha the data did not measure; k* = 0 at an alpha
+    outside the measured ones too, since "do not speculate" there rests on SD's law at
+    that alpha.
     """
     if objective not in {"mean", "q10"}:
         raise BadInput(f"objective must be mean or q10, got {objective!r}",
@@ -110,14 +125,14 @@ def kstar_table(law, alphas, rps, *, ks=range(0, 11), objective: str = "mean",
     alphas = np.asarray(alphas, dtype=float)
     rps = np.asarray(rps, dtype=float)
     ks = np.asarray(list(ks), dtype=int)
-    if not law.answers_any_configuration:
+    sd_ks = ks[ks > 0]
+    if not law.answers_any_configuration and not _fitted_configurations(law, alphas, sd_ks):
         raise BadInput("k* needs the speculative model (six cycle coefficients); "
                        "fit with --model speculative")
-    sd_ks = ks[ks > 0]
     dense_zero_load = law.dense.zero_load
     table = []
     for alpha in alphas:
-        draws = law.speedup_draws(alpha, sd_ks, rps)                   # (S, K, R)
+        draws = _speedup_candidates(law, alpha, sd_ks, rps)             # (S, K, R)
         if (ks == 0).any():
             draws = np.concatenate([np.ones_like(draws[:, :1]), draws], axis=1)
         capped = np.minimum(draws, SPEEDUP_CAP)
@@ -130,32 +145,53 @@ def kstar_table(law, alphas, rps, *, ks=range(0, 11), objective: str = "mean",
         batch1 = int(np.argmax(np.minimum(zero_load, SPEEDUP_CAP).mean(axis=0)))
         for j, rate in enumerate(rps):
             b = best[j]
-            measured = law.measured(alpha, int(ks[b]))
-            top = measured["rps_fitted_max"]
+            chosen = int(ks[b])
+            measured = law.measured(alpha, chosen)
             table.append({
-                "alpha": float(alpha), "rps": float(rate), "k": int(ks[b]),
+                "alpha": float(alpha), "rps": float(rate), "k": chosen,
                 "p_best": float(np.mean(per_draw_best[:, j] == b)),
                 "speedup": uncertain(draws[:, b, j], prob),
                 "k_batch1": int(ks[batch1]),
                 "loss_vs_batch1": float(expected[b, j] - expected[batch1, j]),
                 "at_max_k": bool(ks[b] == ks.max() and ks[b] > 0),
-                # beyond the fitted rates of the chosen k and the baseline, or a k or
-                # alpha the data did not measure
-                "extrapolated": bool(measured["design_extrapolated"]
-                                     or (np.isfinite(top) and rate > top)),
+                "extrapolated": bool(law.extrapolated(rate, alpha, chosen)),
+                "rps_fitted_max": (measured["rps_fitted_max"]
+                                   if np.isfinite(measured["rps_fitted_max"]) else None),
                 "design_notes": measured["design_notes"],
             })
     dense_top = law.measured(None, 0)["rps_fitted_max"]
     return {"setup": law.label, "objective": objective, "ks": ks.tolist(), "table": table,
-            "rps_measured_max": dense_top if np.isfinite(dense_top) else None,
+            **_fitted_top(dense_top if np.isfinite(dense_top) else None),
             "measured": measured_section(law, alphas[0] if len(alphas) else None,
                                          int(sd_ks.max()) if len(sd_ks) else 0)}
+
+
+def _fitted_configurations(law, alphas, sd_ks) -> bool:
+    """Whether a law of fitted configurations has every (alpha, k) asked."""
+    fitted = getattr(law, "configurations", {})
+    return bool(fitted) and all(
+        (None, int(k)) in fitted or (not np.isnan(a) and (round(float(a), 9), int(k)) in fitted)
+        for a in alphas for k in sd_ks)
+
+
+def _speedup_candidates(law, alpha: float, sd_ks: np.ndarray, rps: np.ndarray) -> np.ndarray:
+    """Speedup draws of every SD candidate, (S, K, R): at once from six coefficients, one
+    fitted configuration at a time otherwise."""
+    if not len(sd_ks):
+        return np.ones((len(law.dense.zero_load), 0, len(rps)))
+    if law.answers_any_configuration:
+        return law.speedup_draws(alpha, sd_ks, rps)
+    return np.stack([law.speedup_draws(alpha, int(k), rps) for k in sd_ks], axis=1)
 
 
 def _c1_candidates(law, alpha: float, ks: np.ndarray) -> np.ndarray:
     """Zero-load latency of every candidate k (k = 0 is the dense baseline), (S, K)."""
     sd = ks[ks > 0]
-    c1_sd, _ = law.costs(alpha, sd)
+    if law.answers_any_configuration and len(sd):
+        c1_sd, _ = law.costs(alpha, sd)
+    else:
+        c1_sd = np.stack([np.ravel(law.costs(alpha, int(k))[0]) for k in sd], axis=1) \
+            if len(sd) else np.empty((len(law.dense.zero_load), 0))
     columns = []
     j = 0
     for k in ks:

@@ -352,16 +352,16 @@ class Fit:
         """Speedup of SD over dense decoding against the rate, bands for several k
         (default: the fitted ones), at acceptance ``alpha`` (matplotlib Figure);
         ``selection``: group options (verifier=, prefill=, decode=) when the fit holds
-        several setups."""
+        several setups. Marked as ``speedup`` and ``crossover`` mark them: each k dashed
+        past its own highest fitted rate (or throughout when not measured), an
+        extrapolated RPS* hollow."""
         from bayesspec.reporting.plots import speedup_bands_plot
 
         law = self.law(selection)
         if ks is None:
             ks = sorted({int(k) for k in self.groups["k"] if int(k) > 0}) or [1, 2, 4]
-        measured = law.measured(alpha, ks[0])["rps_fitted_max"]
         top = rps_max if rps_max is not None else fitted_top(law)
-        return speedup_bands_plot(law, alpha, ks, rps_max=top, prob=prob,
-                                  rps_measured_max=measured)
+        return speedup_bands_plot(law, alpha, ks, rps_max=top, prob=prob)
 
     def plot_kstar(self, alphas=None, rps=None, **selection):
         """The best draft length k* over acceptance and rate (matplotlib Figure; needs

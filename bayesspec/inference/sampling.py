@@ -21,8 +21,25 @@ from dataclasses import dataclass, replace
 import numpy as np
 import xarray as xr
 
+from bayesspec.errors import BadInput
 from bayesspec.inference.convergence import divergences_of
 from bayesspec.outputs import log
+
+
+class SamplingFailed(BadInput):
+    """The sampler could not start, or stopped: the model's density is not finite where
+    the chains are (data the law cannot give: most often latencies or rates in other
+    units than the table's). One line, exit 2, like any input that cannot be used."""
+
+
+#: What to check when the sampler cannot start.
+SAMPLING_HINT = ("check the data: the table wants latencies in seconds and rates in "
+                 "requests per second (--units ms or --units rpm converts), and every row "
+                 "one load point of the configuration its group names")
+
+#: Chain starts tried before sampling: where the density is finite at none of them,
+#: nutpie fails the same way, but only after its threads have started.
+START_CANDIDATES = 16
 
 
 #: Chains when nobody says (the CLI and the Python API alike): four chains give R-hat
@@ -148,6 +165,7 @@ def sample_compiled(compiled, settings: SamplerSettings,
         return approximate(compiled, settings)
     if isinstance(compiled, WithPyMCModel):
         compiled = compiled.compiled
+    check_starts(compiled, settings.seed)
     if settings.init == "optimised":
         compiled = with_optimised_starts(compiled, settings)
     tree = _nutpie_sample(compiled, settings)
@@ -173,18 +191,93 @@ def sample_compiled(compiled, settings: SamplerSettings,
     return tree
 
 
+def check_starts(compiled, seed: int | None, candidates: int = START_CANDIDATES) -> None:
+    """Raise :class:`SamplingFailed` when the model's density or its gradient is finite at
+    none of ``candidates`` of nutpie's own jittered chain starts: the sampler would fail
+    to initialise on them."""
+    f = log_density(compiled)
+    rng = np.random.default_rng(seed)
+    for start_seed in rng.integers(0, 2**31, candidates):
+        value, gradient = f(np.asarray(compiled.initial_point_func(int(start_seed)), float))
+        if np.isfinite(value) and np.isfinite(gradient).all():
+            return
+    raise SamplingFailed(f"the sampler cannot start: the model's log density is not finite "
+                         f"at any of {candidates} starting points; {SAMPLING_HINT}")
+
+
+def job_failure(text: str, what: str) -> Exception:
+    """The error for a sampling job that failed with ``text`` (``parallel.run_job``'s
+    "Type: message"): a model that cannot be sampled stays one line with its hint
+    (:class:`SamplingFailed`); anything else a RuntimeError."""
+    name, _, message = text.partition(": ")
+    if name == SamplingFailed.__name__:
+        said = message.split("; check the data")[0]
+        return SamplingFailed(f"{what}: {said}; {SAMPLING_HINT}")
+    return RuntimeError(f"{what}: {text}")
+
+
+def _os_threads() -> int | None:
+    """This process's threads, native ones included (None where the system does not say)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return None
+
+
+#: Longest wait for a failed sampler's threads to end.
+THREADS_END_SECONDS = 10.0
+
+
+def _await_threads(before: int | None) -> None:
+    """Wait until the process has no more threads than ``before`` (at most
+    THREADS_END_SECONDS); where threads cannot be counted, a fixed 2 s."""
+    if before is None:
+        time.sleep(2.0)
+        return
+    deadline = time.monotonic() + THREADS_END_SECONDS
+    while time.monotonic() < deadline:
+        now = _os_threads()
+        if now is None or now <= before:
+            return
+        time.sleep(0.05)
+
+
 def _nutpie_sample(compiled, settings: SamplerSettings) -> xr.DataTree:
+    """nutpie's draws; a sampler that fails (e.g. "All initialization points failed") is
+    :class:`SamplingFailed`, raised after nutpie's threads are gone."""
+    import gc
+
     import nutpie
 
     started = time.perf_counter()
     log(f"sampling {settings.chains} chains x ({settings.tune} tune + {settings.draws} "
         f"draws) at target_accept {settings.target_accept or 0.9:g}...", settings.progress)
-    tree = nutpie.sample(compiled, draws=settings.draws, tune=settings.tune,
-                         chains=settings.chains, seed=settings.seed,
-                         progress_bar=settings.progress and sys.stderr.isatty(),
-                         cores=settings.cores or 1,
-                         target_accept=settings.target_accept or 0.9,
-                         adaptation=settings.adaptation or "diag")
+    threads_before = _os_threads()
+    sampler = nutpie.sample(compiled, draws=settings.draws, tune=settings.tune,
+                            chains=settings.chains, seed=settings.seed,
+                            progress_bar=settings.progress and sys.stderr.isatty(),
+                            cores=settings.cores or 1,
+                            target_accept=settings.target_accept or 0.9,
+                            adaptation=settings.adaptation or "diag", blocking=False)
+    failure = None
+    try:
+        tree = sampler.wait()
+    except KeyboardInterrupt:
+        tree = sampler.abort()        # the draws so far, as nutpie.sample gives them
+    except RuntimeError as error:
+        failure = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+    if failure is not None:
+        # A failed sampler's worker threads outlive the error, and a process that exits
+        # before they are gone dies of a segmentation fault after the message (measured:
+        # they end 0.2-0.7 s after the sampler is dropped). Drop it here, with the
+        # traceback that held it, and let them end before the error travels on.
+        sampler.cancel()
+        del sampler
+        gc.collect()
+        _await_threads(threads_before)
+        starting = "initiali" in failure.lower()
+        raise SamplingFailed(f"the sampler {'cannot start' if starting else 'failed'} "
+                             f"(nutpie: {failure}); {SAMPLING_HINT}")
     log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
     return tree
 
@@ -199,6 +292,7 @@ def approximate(model: WithPyMCModel, settings: SamplerSettings) -> xr.DataTree:
     _sync_data(model)
     started = time.perf_counter()
     log(f"fitting the {settings.method} approximation...", settings.progress)
+    check_starts(model.compiled, settings.seed)
     f = log_density(model.compiled)
     start = optimised_starts(model.compiled, settings.seed)[0]
     tree = approximate_posterior(model.pm_model, model.compiled, f, start,
@@ -329,13 +423,20 @@ def sample_model(pm_model, settings: SamplerSettings) -> xr.DataTree:
         return sample_jax(pm_model, settings)
     if settings.sampler == "pymc":
         import pymc as pm
+        from pymc.exceptions import SamplingError
 
         started = time.perf_counter()
-        with pm_model:
-            tree = pm.sample(draws=settings.draws, tune=settings.tune, chains=settings.chains,
-                             random_seed=settings.seed, progressbar=settings.progress,
-                             nuts_sampler="pymc", cores=settings.cores or 1,
-                             target_accept=settings.target_accept or 0.9)
+        try:
+            with pm_model:
+                tree = pm.sample(draws=settings.draws, tune=settings.tune,
+                                 chains=settings.chains, random_seed=settings.seed,
+                                 progressbar=settings.progress, nuts_sampler="pymc",
+                                 cores=settings.cores or 1,
+                                 target_accept=settings.target_accept or 0.9)
+        except SamplingError as error:
+            said = str(error).strip().splitlines()[0] if str(error).strip() else repr(error)
+            raise SamplingFailed(f"the sampler cannot start (PyMC: {said}); "
+                                 f"{SAMPLING_HINT}") from None
         log(f"sampled in {time.perf_counter() - started:.1f} s", settings.progress)
         return tree
     raise ValueError(f"unknown sampler {settings.sampler!r}")

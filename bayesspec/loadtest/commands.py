@@ -5,7 +5,12 @@ point must carry to join a fit."""
 
 from __future__ import annotations
 
+import shlex
+
 import numpy as np
+
+#: Prompt and output tokens of a planned point when neither it nor the data say.
+DEFAULT_TOKENS = 512
 
 
 def required_columns(question: str, metrics=()) -> list[str]:
@@ -56,17 +61,28 @@ def planned_lengths(data, prefill: int | None = None,
         if chosen is not None:
             return int(chosen)
         values = data[column].dropna() if column in data.columns else []
-        return int(np.median(values)) if len(values) else 512
+        return int(np.median(values)) if len(values) else DEFAULT_TOKENS
     return tokens(prefill, "prefill_tokens"), tokens(decode, "decode_tokens")
 
 
-def command_lines(entry: dict, *, target: str, model: str, prefill: int, decode: int,
+def command_lines(entry: dict, *, target: str, model: str | None = None,
+                  prefill: int | None = None, decode: int | None = None,
                   version: str | None = None) -> dict:
     """Ready-to-run load-test commands for one planned point: GuideLLM (the installed
     version's syntax, else the current release's: 0.7 and newer) at a constant rate of
-    R with N requests, and ``vllm bench serve`` (``--request-rate R --num-prompts N``)."""
+    R with N requests, and ``vllm bench serve`` (``--request-rate R --num-prompts N``),
+    and the ``ingest`` line that labels its rows with the point's configuration.
+
+    The point's own workload comes first: its ``prefill_tokens``, ``decode_tokens``,
+    ``verifier`` and ``drafter`` (a plan's entry carries its group's or setup's);
+    ``prefill``/``decode`` stand in where it has none. ``model``: the name the server
+    serves (default: the entry's verifier)."""
     rate, n, k = entry["rps"], entry["requests"], entry["k"]
     alpha = entry.get("alpha")
+    prefill = int(entry.get("prefill_tokens") or prefill or DEFAULT_TOKENS)
+    decode = int(entry.get("decode_tokens") or decode or DEFAULT_TOKENS)
+    verifier = entry.get("verifier")
+    model = model or verifier or "model"
     stem = f"point-k{k}-r{rate:g}-n{n}"
     if _older_guidellm(version):
         guidellm = (f"guidellm benchmark --target {target} --model {model} --profile constant "
@@ -84,7 +100,13 @@ def command_lines(entry: dict, *, target: str, model: str, prefill: int, decode:
             f"--request-rate {rate:g} --num-prompts {n} --percentile-metrics "
             f"ttft,tpot,itl,e2el --save-result --result-filename {stem}.vllm.json "
             f"--metadata {metadata}")
-    design = f"--k {k}" + ("" if alpha is None else f" --alpha {alpha:g}")
-    ingest = f"bayesspec ingest {stem}.json {design} -o {stem}.csv"
+    design = []
+    if verifier:
+        design.append(f"--verifier {shlex.quote(str(verifier))}")
+    if int(k) > 0 and entry.get("drafter"):
+        design.append(f"--drafter {shlex.quote(str(entry['drafter']))}")
+    design.append(f"--k {k}" + ("" if alpha is None else f" --alpha {alpha:g}"))
+    design.append(f"--prefill {prefill} --decode {decode}")
+    ingest = f"bayesspec ingest {stem}.json {' '.join(design)} -o {stem}.csv"
     return {"guidellm": guidellm, "vllm": vllm, "ingest": ingest,
             "guidellm_syntax": version or "current release (0.7+)"}

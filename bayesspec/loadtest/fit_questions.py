@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from bayesspec.errors import BadInput
-from bayesspec.loadtest.questions import (Question, SetAside, ceiling_question,
+from bayesspec.loadtest.questions import (Question, Ruling, SetAside, ceiling_question,
                                           compare_question, crossover_question,
                                           kstar_question, slo_question)
 
@@ -89,12 +89,65 @@ def question_from_fit(fit, question: str, **options) -> Question:
     ``compare``), knowing which of the fit's points were set aside. A question the fit
     cannot answer is refused naming what to fit."""
     built = _question_from_fit(fit, question, **options)
+    fits = [fit]
     if question == "compare":
+        fits.append(options.get("other"))
         built.set_aside = (set_aside_points(fit.data, "A")
                            + set_aside_points(options.get("other").data, "B"))
     else:
         built.set_aside = set_aside_points(fit.data)
+        if question != "ceiling":
+            built.with_workload(_setup_workload(fit, options.get("selection") or {}))
+    built.unconverged = [f.diagnostics.get("text", "the posterior did not converge")
+                         for f in fits if f.diagnostics.get("status") == "not converged"]
     return built
+
+
+#: Columns that say what a load test of a group asks for (its commands and its rows).
+WORKLOAD_COLUMNS = ("verifier", "drafter", "prefill_tokens", "decode_tokens")
+
+
+def _workload_of(row) -> dict:
+    """What a load test of one group asks for: the ``WORKLOAD_COLUMNS`` it has."""
+    out = {}
+    for column in WORKLOAD_COLUMNS:
+        value = row.get(column) if hasattr(row, "get") else None
+        if value is None or (isinstance(value, float) and np.isnan(value)):
+            continue
+        out[column] = int(value) if column.endswith("_tokens") else str(value)
+    return out
+
+
+def _setup_workload(fit, selection: dict) -> dict:
+    """What the groups of the setup ``selection`` names share (verifier, lengths): the
+    workload of every configuration of a question about that setup. A value the groups do
+    not share is left out."""
+    from bayesspec.inference.fitfile import SELECTORS
+
+    groups = fit.groups
+    mask = np.ones(len(groups), dtype=bool)
+    for option, value in selection.items():
+        column = SELECTORS.get(option)
+        if value is None or option in ("k", "alpha", "drafter") or column not in groups:
+            continue
+        values = groups[column]
+        try:
+            mask &= np.isclose(values.astype(float).to_numpy(), float(value))
+        except (TypeError, ValueError):
+            mask &= values.astype(str).str.strip().str.lower().eq(
+                str(value).strip().lower()).to_numpy()
+    chosen = groups[mask]
+    out = {}
+    for column in ("verifier", "prefill_tokens", "decode_tokens"):
+        if column in chosen and chosen[column].nunique() == 1:
+            out.update(_workload_of({column: chosen[column].iloc[0]}))
+    drafters = (chosen.loc[chosen["k"].astype(int) > 0, "drafter"].astype(str).unique()
+                if {"k", "drafter"} <= set(chosen.columns) else [])
+    if selection.get("drafter") is not None:
+        out["drafter"] = str(selection["drafter"])
+    elif len(drafters) == 1 and drafters[0].strip():
+        out["drafter"] = drafters[0]
+    return out
 
 
 def _question_from_fit(fit, question: str, *, selection: dict | None = None,
@@ -167,12 +220,37 @@ def _question_from_fit(fit, question: str, *, selection: dict | None = None,
             raise BadInput("compare needs two fits: bayesspec plan A.nc B.nc --question "
                            "compare", argument="fits")
         return compare_question(_group_curves(fit), _group_curves(other), rope=rope,
-                                **options)
+                                rulings=compare_rulings(fit, other, rope),
+                                workloads=_group_workloads(fit), **options)
     curves = [(kk, a, label, curve) for label, (kk, a, curve) in _group_curves(fit).items()
               if k is None or kk == int(k)]
     if not curves:
         raise BadInput(f"the fit has no group at k = {k}", argument="k")
-    return ceiling_question(curves, within=within, **options)
+    return ceiling_question(curves, within=within, workloads=_group_workloads(fit),
+                            **options)
+
+
+def compare_rulings(fit, other, rope: float) -> dict:
+    """``compare``'s own verdict on the pooled C1 and C2 of two fits (the same ratios,
+    draws paired as ``compare`` pairs them), as the planner's compare answers show it."""
+    from bayesspec.decisions.compare import parameter_ratios, verdict_reached
+
+    parameters, _ = parameter_ratios(fit, other, rope=rope)
+    rulings = {}
+    for family in ("C1", "C2"):
+        entry = parameters[family]
+        likeliest = max(entry["p_practically_higher"], entry["p_practically_lower"],
+                        entry["p_equivalent"])
+        rulings[family] = Ruling(entry["verdict"], float(likeliest), verdict_reached(entry),
+                                 "compare")
+    return rulings
+
+
+def _group_workloads(fit) -> dict:
+    """label -> what a load test of that fitted group asks for."""
+    groups = fit.groups
+    return {str(groups["label"].iloc[g]): _workload_of(groups.iloc[g])
+            for g in range(len(groups))}
 
 
 def _group_curves(fit) -> dict:

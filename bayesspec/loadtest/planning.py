@@ -15,7 +15,12 @@ draw, then the fitted noise with the standard error N requests give:
 reweight every posterior draw by the likelihood of each simulated measurement
 (importance weights), and recompute the loss. A measurement past a draw's saturation is
 set aside by the fit, so a simulated saturated outcome leaves the weights as they are.
-Candidates are ranked by value per minute. A candidate equivalent to a point the fit set
+Candidates are ranked by value per minute. A question is settled only when, besides,
+no answer is an extrapolation (:class:`~bayesspec.loadtest.questions.Extrapolation`, the
+verbs' rule), every answer a verb rules on has its verdict, and the fits behind it
+converged; while an answer is an extrapolation, the points that measure a configuration
+it rests on up to the rate it needs come first (``lifts_extrapolation``). A candidate
+equivalent to a point the fit set
 aside (:class:`~bayesspec.loadtest.questions.SetAside`: same configuration, a rate within
 :data:`SET_ASIDE_RATE_MATCH` and at most :data:`SET_ASIDE_REQUEST_FACTOR` times its
 requests, or any higher rate when the point was past the ceiling) is not proposed: it
@@ -44,7 +49,8 @@ from bayesspec.loadtest.commands import (command_lines, guidellm_version, planne
 from bayesspec.loadtest.fit_questions import (measurement_spread, question_from_fit,
                                               set_aside_points)
 from bayesspec.loadtest.questions import (SET_ASIDE_RATE_MATCH, SET_ASIDE_REQUEST_FACTOR,
-                                          Configuration, DiscreteAnswer, Question,
+                                          Configuration, DiscreteAnswer, Extrapolation,
+                                          Question, Ruling,
                                           RateAnswer, SetAside, ceiling_draws,
                                           ceiling_question, compare_question,
                                           crossover_question, kstar_question,
@@ -59,7 +65,7 @@ __all__ = ["Configuration", "Candidate", "DiscreteAnswer", "RateAnswer", "Questi
            "set_aside_points", "point_minutes", "steady_requests", "planned_log_se",
            "planned_lengths", "question_from_fit",
            "guidellm_version", "Candidate", "observation_log_weights",
-           "outcome_weights"]
+           "outcome_weights", "unsettled_reasons", "Extrapolation", "Ruling"]
 
 #: Request counts considered per candidate rate.
 DEFAULT_REQUESTS = (100, 300, 1000)
@@ -97,6 +103,9 @@ class Candidate:
     value: float = 0.0
     ess: float = float("nan")
     p_saturated: float = 0.0
+    #: It measures a configuration an extrapolated answer rests on up to the rate the
+    #: answer needs: without such a point the answer stays an extrapolation.
+    lifts_extrapolation: bool = False
 
     @property
     def value_per_minute(self) -> float:
@@ -111,7 +120,8 @@ class Candidate:
                  "p_saturated": self.p_saturated,
                  "above_fitted": bool(np.isfinite(c.rps_fitted_max)
                                       and self.rps > c.rps_fitted_max),
-                 "configuration": c.label}
+                 "lifts_extrapolation": self.lifts_extrapolation,
+                 "configuration": c.label, **c.workload}
         if c.version is not None:
             entry["fit"] = c.version
         return entry
@@ -238,8 +248,9 @@ def effective_sample_size(weights: np.ndarray) -> np.ndarray:
 
 
 def candidate_rates(question: Question, configuration: Configuration,
-                    fractions=RATE_FRACTIONS) -> np.ndarray:
+                    fractions=RATE_FRACTIONS, needed=()) -> np.ndarray:
     """Fractions of the configuration's median ceiling plus the question's own rates
+    and the rates an extrapolated answer ``needed`` it measured up to (rounded up), those
     that lie below it."""
     ceiling = configuration.ceiling()
     median = float(np.median(ceiling[np.isfinite(ceiling)])) if np.isfinite(ceiling).any() \
@@ -247,8 +258,10 @@ def candidate_rates(question: Question, configuration: Configuration,
     rates = [f * median for f in fractions] if np.isfinite(median) else []
     rates += [r for r in question.extra_rates
               if r > 0 and (not np.isfinite(median) or r < median)]
-    rates = np.unique(np.round([r for r in rates if r > 0], 4))
-    return rates
+    rates = list(np.round([r for r in rates if r > 0], 4))
+    rates += [math.ceil(r * 1e4) / 1e4 for r in needed
+              if r > 0 and (not np.isfinite(median) or r < median)]
+    return np.unique(rates)
 
 
 def point_minutes(rps: float, requests: int, warmup_s: float, latency: float = 0.0,
@@ -293,10 +306,13 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0
     """Rank candidate load points by expected loss reduction per minute.
 
     Returns the document's core: ``question``, ``settled`` (every answer's P(wrong) at
-    most ``tolerance``), ``expected_loss`` (the largest P(wrong)), ``answers``, ``next``
-    (the top candidates, none when settled), ``candidates`` (how many were scored) and
-    ``skipped_set_aside`` (candidates not scored because the fit set aside an equivalent
-    point). ``rates``: configuration index -> rates, instead of :func:`candidate_rates`.
+    most ``tolerance``, none an extrapolation, every verdict a verb rules on reached, the
+    fits converged), ``unsettled`` (why not, one sentence per reason), ``converged``,
+    ``expected_loss`` (the largest P(wrong)), ``answers``, ``next`` (the top candidates:
+    none when settled, nor when only a refit can settle it), ``candidates`` (how many
+    were scored) and ``skipped_set_aside`` (candidates not scored because the fit set
+    aside an equivalent point). ``rates``: configuration index -> rates, instead of
+    :func:`candidate_rates`.
     """
     if not 0 < tolerance < 1:
         raise BadInput(f"must be within (0, 1), got {tolerance}", argument="tolerance")
@@ -309,16 +325,32 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0
         raise BadInput(f"must be >= 0, got {warmup_relaxations}",
                        argument="warmup_relaxations")
     now = question.losses(np.ones((question.configurations[0].index.size, 1)))[:, 0]
-    document = {"question": question.name, "settled": bool(now.max() <= tolerance),
-                "expected_loss": float(now.max()), "tolerance": tolerance,
+    # An answer a verb rules on is as sure as that verb says (its own draws and rule); the
+    # planner's draws of it serve the value of new points.
+    stated = np.array([1.0 - a.ruling.p_right if a.ruling is not None else loss
+                       for a, loss in zip(question.answers, now)])
+    unsettled = unsettled_reasons(question, float(stated.max()), tolerance)
+    document = {"question": question.name, "settled": not unsettled,
+                "unsettled": unsettled, "converged": not question.unconverged,
+                "expected_loss": float(stated.max()), "tolerance": tolerance,
                 "answers": [a.summary() for a in question.answers], "next": [],
                 "candidates": 0, "skipped_set_aside": 0, "notes": list(question.notes)}
     if document["settled"]:
         return document
+    if question.unconverged and len(unsettled) == 1:
+        # Only a refit can settle it: no load point changes an unconverged posterior.
+        document["notes"].append("refit until the posterior converges (see the "
+                                 "convergence verdict), then plan again")
+        return document
+    needed: dict[int, list] = {}
+    for _, extrapolation in question.extrapolations():
+        for index, rate in extrapolation.needs.items():
+            needed.setdefault(index, []).append(float(rate))
     candidates, skipped = [], 0
     for c, configuration in enumerate(question.configurations):
         grid = (rates or {}).get(c)
-        grid = candidate_rates(question, configuration) if grid is None else grid
+        grid = (candidate_rates(question, configuration, needed=needed.get(c, ()))
+                if grid is None else grid)
         curve = configuration.curves[0]
         zero_load = float(np.median(np.asarray(curve.zero_load, float)[configuration.index]))
         for rate in grid:
@@ -342,7 +374,9 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0
                     continue
                 candidates.append(Candidate(configuration, float(rate), n,
                                             point_minutes(float(rate), n, warmup_s, typical,
-                                                          zero_load, warmup_relaxations)))
+                                                          zero_load, warmup_relaxations),
+                                            lifts_extrapolation=bool(
+                                                c in needed and rate >= min(needed[c]))))
     scored = []
     for i, candidate in enumerate(candidates):
         # Common random numbers: every candidate sees the same outcome draws' seeds.
@@ -350,7 +384,12 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0
                                now=float(now.sum())))
         if progress is not None:
             progress(i + 1, len(candidates))
-    scored.sort(key=lambda c: c.value_per_minute, reverse=True)
+    # An extrapolated answer stays one whatever its P(wrong) until a point measures up to
+    # it: such points first, and the shorter first where values tie (at zero, when the
+    # answer is already sure but not measured).
+    scored.sort(key=lambda c: (c.lifts_extrapolation, c.value_per_minute, -c.minutes),
+                reverse=True)
+    scored = _each_configuration_first(scored)
     document["candidates"] = len(scored)
     document["skipped_set_aside"] = skipped
     if skipped:
@@ -359,5 +398,39 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0
             "point (same configuration, a rate within "
             f"{SET_ASIDE_RATE_MATCH:.0%} and at most {SET_ASIDE_REQUEST_FACTOR:g}x its "
             "requests, or above a rate past the ceiling)")
-    document["next"] = [c for c in scored[:top] if c.value > 0] or scored[:1]
+    document["next"] = ([c for c in scored[:top] if c.value > 0 or c.lifts_extrapolation]
+                        or scored[:1])
     return document
+
+
+def _each_configuration_first(ranked: list) -> list:
+    """The ranking with the best point lifting an extrapolation on each configuration
+    first: an answer that rests on two curves stays an extrapolation until both are
+    measured up to it."""
+    firsts, seen = [], set()
+    for i, candidate in enumerate(ranked):
+        if candidate.lifts_extrapolation and id(candidate.configuration) not in seen:
+            seen.add(id(candidate.configuration))
+            firsts.append(i)
+    chosen = set(firsts)
+    return [ranked[i] for i in firsts] + [c for i, c in enumerate(ranked) if i not in chosen]
+
+
+def unsettled_reasons(question: Question, expected_loss: float,
+                      tolerance: float) -> list[str]:
+    """Why a question is not settled, one sentence per reason ([] when it is): the fits
+    did not converge, an answer is an extrapolation, a verb gives no verdict on an
+    answer, or the least certain answer is wrong with P above ``tolerance``."""
+    reasons = []
+    if question.unconverged:
+        reasons.append("the fit did not converge" if question.name != "compare" else
+                       "one of the two fits did not converge"
+                       if len(question.unconverged) == 1 else "neither fit converged")
+    reasons += [extrapolation.why for _, extrapolation in question.extrapolations()]
+    reasons += [f"{a.ruling.rule} gives no verdict on {a.name.split(' (')[0]}: "
+                f"{a.ruling.decision} (the likeliest has P {a.ruling.p_right:.3f})"
+                for a in question.answers if a.ruling is not None and not a.ruling.decided]
+    if expected_loss > tolerance + 1e-12:       # P(right) 0.95 is 1 - 0.05 in floats too
+        reasons.append(f"expected loss {expected_loss:.3f} (P(wrong) of the least certain "
+                       f"answer; settled at <= {tolerance:g})")
+    return reasons

@@ -8,8 +8,11 @@ draw's own value (a rate within +-``within`` of it; a k, or a configuration, who
 speedup or goodput is within ``within`` of the draw's best), so the decision's *expected
 loss* is the posterior probability that it is wrong, and it is **settled** when every
 answer's expected loss is at most a tolerance (P(right) >= 0.95 by default in
-:func:`bayesspec.loadtest.planning.plan`). A question also carries the points the fit set
-aside (:class:`SetAside`), so that the planner never proposes one of them again.
+:func:`bayesspec.loadtest.planning.plan`), no answer is read off the law beyond what the
+data measured (:class:`Extrapolation`: the rule of the verbs, ``Law.extrapolated``), an
+answer that a verb rules on by its own rule (``compare``'s verdict) has a verdict, and
+the fits behind it converged. A question also carries the points the fit set aside
+(:class:`SetAside`), so that the planner never proposes one of them again.
 
 Everything here takes prediction-contract objects (:class:`~bayesspec.prediction.Law`,
 :class:`~bayesspec.prediction.Curve`), never posterior variable names;
@@ -87,7 +90,52 @@ class SetAside:
 
 # --------------------------------------------------------------------------- answers
 
-class DiscreteAnswer:
+@dataclass(frozen=True)
+class Extrapolation:
+    """Why an answer is read off the fitted law beyond what the data measured (the verbs'
+    rule: :meth:`bayesspec.prediction.Law.extrapolated`), and what would make it measured:
+    ``needs`` maps a configuration (its index in the question) to the rate it must be
+    measured up to."""
+
+    what: str
+    reasons: tuple
+    needs: dict
+
+    @property
+    def why(self) -> str:
+        return f"{self.what} is an extrapolation: " + "; ".join(self.reasons)
+
+
+@dataclass(frozen=True)
+class Ruling:
+    """The verdict a verb gives on an answer by its own rule (``compare``'s ratio verdict),
+    so that the planner's decision is the verb's: ``decided`` is False when the verb
+    gives none ("uncertain")."""
+
+    decision: str
+    p_right: float
+    decided: bool
+    rule: str
+
+
+class _Answer:
+    """What every answer carries besides its losses: whether it is an extrapolation and
+    a verb's own verdict on it."""
+
+    extrapolation: Extrapolation | None = None
+    ruling: Ruling | None = None
+
+    def _marks(self, summary: dict) -> dict:
+        summary["extrapolated"] = self.extrapolation is not None
+        if self.extrapolation is not None:
+            summary["extrapolation"] = self.extrapolation.why
+        if self.ruling is not None:
+            summary.update(decision=self.ruling.decision, p_right=self.ruling.p_right,
+                           decided=self.ruling.decided, rule=self.ruling.rule)
+        return summary
+
+
+class DiscreteAnswer(_Answer):
     """A choice among options (a k, a configuration, a verdict); ``right`` (S, J) says in
     which draws option j is right. The decision is the option most probably right."""
 
@@ -101,14 +149,19 @@ class DiscreteAnswer:
         p = self.right.T @ weights / weights.sum(axis=0)              # (J, M)
         return 1.0 - p.max(axis=0)
 
+    def best(self) -> int:
+        """Index of the option most probably right under the posterior."""
+        return int(np.argmax(self.right.mean(axis=0)))
+
     def summary(self) -> dict:
         p = self.right.mean(axis=0)
-        best = int(np.argmax(p))
-        return {"answer": self.name, "decision": self.options[best], "p_right": float(p[best]),
-                "options": {str(o): float(v) for o, v in zip(self.options, p)}}
+        best = self.best()
+        return self._marks({"answer": self.name, "decision": self.options[best],
+                            "p_right": float(p[best]),
+                            "options": {str(o): float(v) for o, v in zip(self.options, p)}})
 
 
-class RateAnswer:
+class RateAnswer(_Answer):
     """A rate (RPS*, a ceiling, a goodput) per draw, NaN where it does not exist (no
     crossover). The decision is the weighted median of the finite values, right within
     +-``within`` of it, or 'none' when most draws have none."""
@@ -146,9 +199,15 @@ class RateAnswer:
         loss, median = self._losses_and_medians(np.ones((self.values.size, 1)))
         finite = self.values[~self.none]
         tail = [float(np.quantile(finite, q)) for q in (0.05, 0.95)] if finite.size else [None] * 2
-        return {"answer": self.name, "decision": None if np.isnan(median[0]) else float(median[0]),
-                "p_right": float(1.0 - loss[0]), "within": self.within,
-                "p_none": float(self.none.mean()), "interval_90": tail}
+        return self._marks({"answer": self.name,
+                            "decision": None if np.isnan(median[0]) else float(median[0]),
+                            "p_right": float(1.0 - loss[0]), "within": self.within,
+                            "p_none": float(self.none.mean()), "interval_90": tail})
+
+    def decision(self) -> float | None:
+        """The decision under the posterior: the median rate, None when most draws have
+        none."""
+        return self.summary()["decision"]
 
 
 # --------------------------------------------------------------------------- configurations
@@ -169,6 +228,9 @@ class Configuration:
     version: str | None = None
     #: The highest unsaturated rate this configuration was fitted on (nan: never).
     rps_fitted_max: float = float("nan")
+    #: What a load test of it asks for, where the fit says: ``verifier``, ``drafter``,
+    #: ``prefill_tokens``, ``decode_tokens`` (the group's or setup's own).
+    workload: dict = field(default_factory=dict)
 
     def latency(self, curve, rps: float) -> np.ndarray:
         return np.asarray(curve.latency(float(rps)), dtype=float)[self.index]
@@ -189,10 +251,27 @@ class Question:
     notes: list = field(default_factory=list)
     #: Points the fit set aside (:class:`SetAside`): equivalent candidates are skipped.
     set_aside: list = field(default_factory=list)
+    #: Why the posterior behind it cannot be relied on (the convergence verdicts of the
+    #: fits that did not converge): such a question is never settled.
+    unconverged: list = field(default_factory=list)
 
     def losses(self, weights: np.ndarray) -> np.ndarray:
         """Per answer and outcome, P(wrong): (A, M)."""
         return np.stack([answer.losses(weights) for answer in self.answers])
+
+    def extrapolations(self) -> list:
+        """(answer, :class:`Extrapolation`) of every answer read off the law beyond the
+        data."""
+        return [(a, a.extrapolation) for a in self.answers if a.extrapolation is not None]
+
+    def with_workload(self, workload: dict) -> "Question":
+        """The question with ``workload`` (a setup's: its drafter is SD's alone) filled in
+        where a configuration has none of its own."""
+        for configuration in self.configurations:
+            shared = {key: value for key, value in workload.items()
+                      if key != "drafter" or configuration.k > 0}
+            configuration.workload = {**shared, **configuration.workload}
+        return self
 
 
 def _draw_index(draws: int, max_draws: int, rng) -> np.ndarray:
@@ -207,14 +286,48 @@ def _speculative_curve(law, alpha, k):
     return law.dense if int(k) == 0 else law.sd(alpha, int(k))
 
 
+def law_extrapolation(law, rate, alpha, k: int, configurations: list, rests_on,
+                      what: str) -> Extrapolation | None:
+    """Whether an answer about SD at (alpha, k) (k = 0: the dense baseline) at ``rate`` is
+    the law's extrapolation, by the verbs' rule (:meth:`~bayesspec.prediction.Law.
+    extrapolated`: above the highest rate its curves were fitted on, or outside the
+    measured alphas and draft lengths); None when it is measured. ``rests_on``: indices of
+    the question's configurations the answer reads, each of which a load point up to
+    ``rate`` would measure."""
+    if rate is None or not np.isfinite(rate) or not hasattr(law, "extrapolated"):
+        return None
+    if not bool(np.any(law.extrapolated(float(rate), alpha, int(k)))):
+        return None
+    measured = law.measured(alpha, int(k))
+    reasons = list(measured["design_notes"])
+    top = measured["rps_fitted_max"]
+    if np.isfinite(top) and rate > top:
+        reasons.append(f"above {top:.4g} RPS, the highest rate "
+                       + ("both its curves were" if int(k) else "it was") + " fitted on")
+    needs = {}
+    for i in rests_on:
+        c = configurations[i]
+        compared = c.k in (0, int(k))        # the curves whose fitted rates bound it
+        if compared and not c.rps_fitted_max >= rate:
+            needs[i] = float(rate)
+        elif measured["design_extrapolated"] and (c.k > 0 or getattr(law, "unmeasured_setup",
+                                                                      "")):
+            # any rate of an unmeasured configuration puts it among the measured ones
+            needs[i] = float(rate) if compared else 0.0
+    return Extrapolation(what, tuple(reasons), needs)
+
+
 def crossover_question(law, alpha: float, k: int, *, within: float = 0.05, spread: float,
                        max_draws: int = 2000, seed: int = 0) -> Question:
-    """RPS* of SD at (alpha, k) against dense decoding of the same setup."""
+    """RPS* of SD at (alpha, k) against dense decoding of the same setup. The answer is
+    an extrapolation where ``crossover`` calls it one: its median over every draw with a
+    crossover above the rates both curves were fitted on, or (alpha, k) unmeasured."""
     law.dense  # a clear error naming how to add a dense baseline
     sd = law.sd(alpha, int(k))
     rng = np.random.default_rng(seed)
     index = _draw_index(sd.draws, max_draws, rng)
-    star = np.asarray(law.crossover_draws(alpha, int(k)), dtype=float)[index]
+    every = np.asarray(law.crossover_draws(alpha, int(k)), dtype=float)
+    star = every[index]
     configurations = [
         Configuration(0, None, (law.dense,), (spread,), index, "dense (k = 0)",
                       rps_fitted_max=_fitted_max(law.dense, law)),
@@ -223,8 +336,14 @@ def crossover_question(law, alpha: float, k: int, *, within: float = 0.05, sprea
                       rps_fitted_max=_fitted_max(sd, law, alpha, int(k)))]
     finite = star[np.isfinite(star)]
     extra = tuple(np.quantile(finite, [0.1, 0.5, 0.9])) if finite.size else ()
-    return Question("crossover", [RateAnswer(f"RPS* (alpha {alpha:g}, k {int(k)})", star,
-                                             within)], configurations, extra)
+    answer = RateAnswer(f"RPS* (alpha {alpha:g}, k {int(k)})", star, within)
+    crossing = every[~np.isnan(every)]
+    if crossing.size:
+        median = float(np.quantile(crossing, 0.5))
+        answer.extrapolation = law_extrapolation(
+            law, median, alpha, int(k), configurations, (0, 1),
+            f"RPS* {median:.4g} (alpha {alpha:g}, k {int(k)})")
+    return Question("crossover", [answer], configurations, extra)
 
 
 def _fitted_max(curve, law=None, alpha=None, k: int = 0) -> float:
@@ -275,7 +394,23 @@ def kstar_question(law, alpha, rps, ks, *, within: float = 0.01, spread: float,
                           f", alpha {alpha:g}" if _alpha(alpha) is not None else ""),
                       rps_fitted_max=_fitted_max(curve, law, alpha, k))
         for k, curve in zip(ks, curves)]
+    for rate, answer in zip(rps, answers):
+        answer.extrapolation = _kstar_extrapolation(law, alpha, float(rate),
+                                                    ks[answer.best()], ks, configurations)
     return Question("kstar", answers, configurations, tuple(rps))
+
+
+def _kstar_extrapolation(law, alpha, rate: float, best: int, ks: list,
+                         configurations: list) -> Extrapolation | None:
+    """``kstar``'s rule for the k chosen at a rate (:meth:`~bayesspec.prediction.Law.
+    extrapolated` of that k at that alpha). What would measure it: the chosen k and the
+    dense baseline up to the rate; for k = 0 (do not speculate) at an unmeasured alpha,
+    SD at that alpha too."""
+    dense = [i for i, k in enumerate(ks) if k == 0]
+    rests_on = dense + ([ks.index(best)] if best > 0 else
+                        [i for i, k in enumerate(ks) if k > 0])
+    return law_extrapolation(law, rate, alpha, best, configurations, rests_on,
+                             f"k* = {best} at {rate:g} RPS")
 
 
 def slo_question(mean_law, metric_laws: dict, targets: dict, configurations, *,
@@ -306,6 +441,10 @@ def slo_question(mean_law, metric_laws: dict, targets: dict, configurations, *,
                for (alpha, k, mean, summaries), name in zip(curves_of, names)]
     answers = [DiscreteAnswer("best configuration under the SLO", names, right),
                RateAnswer("goodput of the best configuration (RPS)", best[:, 0], within)]
+    chosen = answers[0].best()
+    alpha, k, _, summaries = curves_of[chosen]
+    answers[1].extrapolation = _goodput_extrapolation(
+        mean_law, alpha, k, summaries, answers[1].decision(), chosen, names[chosen])
     # Where each configuration's goodput may lie: a point there measures its summaries at
     # the rate where they cross their targets, which is what the answers turn on.
     finite = [goodput[:, c][np.isfinite(goodput[:, c]) & (goodput[:, c] > 0)]
@@ -321,11 +460,33 @@ def slo_question(mean_law, metric_laws: dict, targets: dict, configurations, *,
                            "as sharing their batches: summary_run)"])
 
 
+def _goodput_extrapolation(law, alpha, k, summaries, goodput, index: int,
+                           name: str) -> Extrapolation | None:
+    """``slo``'s rule: a goodput above the highest rate the configuration's summaries
+    were fitted on is the law's extrapolation (as is a setup the data did not measure)."""
+    if goodput is None or not np.isfinite(goodput):
+        return None
+    reasons = list(law.design_notes(alpha, k)) if hasattr(law, "design_notes") else []
+    fitted = min((float(getattr(c, "rps_fitted_max", np.nan)) for c in summaries),
+                 default=float("nan"))
+    if np.isfinite(fitted) and goodput > fitted:
+        reasons.append(f"above {fitted:.4g} RPS, the highest rate its summaries were "
+                       "fitted on")
+    if not reasons:
+        return None
+    return Extrapolation(f"the goodput {goodput:.4g} RPS of {name}", tuple(reasons),
+                         {index: float(goodput)})
+
+
 def compare_question(curves_a: dict, curves_b: dict, *, rope: float = 0.02, spread: float,
-                     max_draws: int = 2000, seed: int = 0) -> Question:
+                     max_draws: int = 2000, seed: int = 0, rulings: dict | None = None,
+                     workloads: dict | None = None) -> Question:
     """Two fits (e.g. engine versions) of the same configurations: the verdict on C1 and
     on C2 (geometric mean B/A over shared configurations: higher, lower, or equivalent
-    within +-``rope``). ``curves_a``/``curves_b``: label -> (k, alpha, Curve)."""
+    within +-``rope``). ``curves_a``/``curves_b``: label -> (k, alpha, Curve);
+    ``rulings``: family -> ``compare``'s own :class:`Ruling` on it (the decision shown,
+    and settled only when it has a verdict); ``workloads``: label -> what a load test of
+    that group asks for."""
     shared = [label for label in curves_a if label in curves_b]
     if not shared:
         raise BadInput("the two fits share no group (compare fits of the same verifier, "
@@ -346,26 +507,31 @@ def compare_question(curves_a: dict, curves_b: dict, *, rope: float = 0.02, spre
         ratio = np.exp(np.mean(logs, axis=0))
         right = np.stack([ratio > 1 + rope, ratio < 1 - rope, np.abs(ratio - 1) <= rope],
                          axis=1)
-        answers.append(DiscreteAnswer(f"{family} B/A verdict (rope +-{rope:.0%})", options,
-                                      right))
+        answer = DiscreteAnswer(f"{family} B/A verdict (rope +-{rope:.0%})", options, right)
+        answer.ruling = (rulings or {}).get(family)
+        answers.append(answer)
     for version, curves, index in (("A", curves_a, index_a), ("B", curves_b, index_b)):
         for label in shared:
             k, alpha, curve = curves[label]
             configs.append(Configuration(int(k), _alpha(alpha), (curve,), (spread,), index,
                                          f"{version}: {label}", version=version,
                                          rps_fitted_max=getattr(curve, "rps_fitted_max",
-                                                                np.nan)))
+                                                                np.nan),
+                                         workload=dict((workloads or {}).get(label, {}))))
     return Question("compare", answers, configs)
 
 
 def ceiling_question(curves: list, *, within: float = 0.05, spread: float,
-                     max_draws: int = 2000, seed: int = 0) -> Question:
+                     max_draws: int = 2000, seed: int = 0,
+                     workloads: dict | None = None) -> Question:
     """The highest sustainable rate of each configuration, within +-``within``.
-    ``curves``: (k, alpha, label, Curve) per configuration."""
+    ``curves``: (k, alpha, label, Curve) per configuration; ``workloads``: label -> what
+    a load test of it asks for."""
     rng = np.random.default_rng(seed)
     index = _draw_index(curves[0][3].draws, max_draws, rng)
     configs = [Configuration(int(k), _alpha(alpha), (curve,), (spread,), index, label,
-                             rps_fitted_max=getattr(curve, "rps_fitted_max", np.nan))
+                             rps_fitted_max=getattr(curve, "rps_fitted_max", np.nan),
+                             workload=dict((workloads or {}).get(label, {})))
                for k, alpha, label, curve in curves]
     answers = [RateAnswer(f"ceiling of {c.label} (RPS)", c.ceiling(), within) for c in configs]
     return Question("ceiling", answers, configs)

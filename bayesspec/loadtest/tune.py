@@ -253,6 +253,10 @@ def tune(configurations, points_path, settings: TuneSettings, *, endpoint_of,
         log(f"tune: {status}", progress)
         if document["settled"]:
             return _finish(TuneResult(True, "settled", rows, document, fit, ran), fit_path)
+        if not document["next"]:
+            # only a refit can settle it (the posterior did not converge)
+            return _finish(TuneResult(False, "; ".join(document["unsettled"]), rows, document,
+                                      fit, ran), fit_path)
         affordable = [c for c in document["next"] if c.minutes <= left]
         if not affordable or ran >= settings.max_points:
             reason = ("budget spent" if not affordable else "point limit reached")

@@ -87,7 +87,13 @@ class Law:
     configuration (:meth:`measured`): an answer about SD at (alpha, k) against the dense
     baseline rests on both curves, so it is measured up to the lower of their highest
     fitted rates, and only inside the measured alphas and draft lengths; anything else
-    is the law's extrapolation and is marked so.
+    is the law's extrapolation and is marked so (:meth:`extrapolated`, the one rule every
+    output marks extrapolations with).
+
+    Two words, one meaning each wherever they are printed: the *highest fitted* rate is
+    the highest rate that entered the fit (the extrapolation boundary, what
+    ``rps_fitted_max`` holds); the *highest measured* rate is the highest rate in the
+    data file, points set aside included (a throughput run, a saturated point).
     """
 
     #: True when any (alpha, k) can be answered (six coefficients), False when only the
@@ -120,20 +126,33 @@ class Law:
         pool = same_k or [c.rps_fitted_max for c in configurations]
         return float(min(pool)) if pool else float("nan")
 
+    @property
+    def measured_ks(self) -> list[int]:
+        """The draft lengths the data measured (k > 0), ascending."""
+        return sorted({c.k for c in self.measured_configurations})
+
+    @property
+    def measured_alphas(self) -> list[float]:
+        """The acceptance rates the data set (latent ones, from counters, are not), ascending."""
+        return sorted({c.alpha for c in self.measured_configurations if c.alpha is not None})
+
     def design_notes(self, alpha, k) -> list[str]:
-        """Why (alpha, k) lies outside what the data measured ([] when inside)."""
+        """Why (alpha, k) lies outside what the data measured ([] when inside).
+
+        k = 0 with an alpha is the choice not to speculate at that acceptance: it rests
+        on SD's law there, so an alpha outside the measured ones makes it the law's
+        extrapolation too (k = 0 without an alpha is the dense baseline alone)."""
         notes = []
         if self.unmeasured_setup:
             notes.append(self.unmeasured_setup)
-        if int(k) == 0 or not self.measured_configurations:
+        if not self.measured_configurations:
             return notes
-        ks = sorted({c.k for c in self.measured_configurations})
-        alphas = sorted({c.alpha for c in self.measured_configurations if c.alpha is not None})
+        ks, alphas = self.measured_ks, self.measured_alphas
         k = int(k)
-        if k < ks[0] or k > ks[-1]:
+        if k > 0 and (k < ks[0] or k > ks[-1]):
             notes.append(f"k {k} is outside the measured draft lengths "
                          f"({ks[0]}" + (f"-{ks[-1]})" if ks[-1] != ks[0] else ")"))
-        elif k not in ks:
+        elif k > 0 and k not in ks:
             notes.append(f"k {k} was not measured (measured: {', '.join(map(str, ks))})")
         if alpha is not None and not np.isnan(alpha) and alphas:
             if alpha < alphas[0] - 1e-9 or alpha > alphas[-1] + 1e-9:
@@ -143,19 +162,26 @@ class Law:
                              f"({span})")
         return notes
 
+    def configuration_fitted_max(self, alpha=None, k=0) -> float:
+        """The highest fitted rate of one configuration's own curve (k = 0: the dense
+        baseline), nan when the fit does not say: the boundary of an answer about that
+        configuration alone (its goodput, its latency)."""
+        if int(k) == 0:
+            return (float(self._dense.rps_fitted_max) if self._dense is not None
+                    else float("nan"))
+        return self._sd_fitted_max(alpha, int(k))
+
     def measured(self, alpha=None, k=0) -> dict:
         """What the data measured for an answer about SD at (alpha, k) (k = 0: the dense
         baseline alone): ``rps_fitted_max``, the highest rate both curves were fitted up
         to (rates above it are extrapolated); the two curves' own; and ``design_notes``,
         why the configuration itself lies outside the measured alphas and draft lengths
         (``design_extrapolated`` when there are any)."""
-        dense_max = (float(self._dense.rps_fitted_max) if self._dense is not None
-                     else float("nan"))
-        sd_max = float("nan") if int(k) == 0 else self._sd_fitted_max(alpha, int(k))
+        dense_max = self.configuration_fitted_max(None, 0)
+        sd_max = float("nan") if int(k) == 0 else self.configuration_fitted_max(alpha, k)
         both = [v for v in (dense_max, sd_max if int(k) else np.nan) if np.isfinite(v)]
         notes = self.design_notes(alpha, k)
-        ks = sorted({c.k for c in self.measured_configurations})
-        alphas = sorted({c.alpha for c in self.measured_configurations if c.alpha is not None})
+        ks, alphas = self.measured_ks, self.measured_alphas
         return {"rps_fitted_max": float(min(both)) if both else float("nan"),
                 "dense_rps_fitted_max": dense_max,
                 "sd_rps_fitted_max": sd_max,
@@ -286,10 +312,13 @@ class CoefficientLaw(Law):
         #: i.i.d. E(alpha, k).
         self.acceptance_lengths: np.ndarray | None = None
 
-    def with_acceptance_lengths(self, lengths: np.ndarray, *, seed: int = 0) -> "CoefficientLaw":
+    def with_acceptance_lengths(self, lengths: np.ndarray, *, seed: int = 0,
+                                measured_ks=None) -> "CoefficientLaw":
         """The same law answering SD from measured acceptance by position: E(k) draws
         (S_a, K + 1) instead of E(alpha, k); alpha is then ignored. The two posteriors are
-        independent, so draws are paired at random (resampled to this law's draws)."""
+        independent, so draws are paired at random (resampled to this law's draws).
+        ``measured_ks``: the draft lengths the counters measured; E(k) at any other k is
+        the acceptance model's, and answers there are marked so (:meth:`design_notes`)."""
         import copy
 
         lengths = np.asarray(lengths, dtype=float)
@@ -298,8 +327,21 @@ class CoefficientLaw(Law):
         law = copy.copy(self)
         law._last_speedups = None
         law.acceptance_lengths = lengths[pick]
+        law.acceptance_measured_ks = (None if measured_ks is None
+                                      else sorted({int(k) for k in measured_ks}))
         law.label = f"{self.label} (acceptance by position)"
         return law
+
+    #: The draft lengths at which acceptance by position was counted (None: not given).
+    acceptance_measured_ks: list[int] | None = None
+
+    def design_notes(self, alpha, k) -> list[str]:
+        notes = super().design_notes(alpha, k)
+        counted = self.acceptance_measured_ks
+        if counted and int(k) > 0 and int(k) not in counted:
+            notes.append(f"the counters measured acceptance at k {', '.join(map(str, counted))}"
+                         f", not at k {int(k)}")
+        return notes
 
     def cap_at(self, k) -> np.ndarray | None:
         """The engine's concurrency cap at draft length(s) ``k`` (None when unknown): the

@@ -6,7 +6,10 @@ package produces (``decisions``: k*, crossover, speedup, SLO; ``reporting.summar
 fit summary; ``checks``: the predictive check; ``data.describe_exclusions``: the rows set
 aside) and from its figures (``reporting.plots``), then rendered with the Jinja2 templates
 in ``bayesspec/reporting/templates``. Kept whole: the page's sections are composed in one
-place, in the order the page shows them. A page states, top to bottom: the decision in one paragraph,
+place, in the order the page shows them. A page states, top to bottom: the decision (one
+sentence per measured setup and objective, naming the measured configuration to run and
+quoting that configuration's own crossover; where a mean fit and a tails fit answer the
+same setup, a sentence saying which objective each answers),
 the key numbers with intervals, the figures, what is extrapolated and why, the
 convergence verdict and misfit flags, where the data came from, what to measure next
 (when the planner :mod:`bayesspec.loadtest.planning` is installed), and the commands that
@@ -43,7 +46,9 @@ TEMPLATES = Path(__file__).with_name("templates")
 #: fit may hold a hundred; the commands on the page answer the rest).
 MAX_FIGURE_SETUPS = 3
 MAX_SETUPS = 6
-#: Rates at which decisions are read, from a twelfth of the highest measured rate to it.
+#: Questions of a page the planner answers for "Measure next" (the first unsettled shown).
+MAX_PLANNED_QUESTIONS = 3
+#: Rates at which decisions are read, from a twelfth of the highest fitted rate to it.
 DECISION_RATES = 12
 #: Alphas of a speculative setup whose k* is written out (the fitted ones, spread).
 MAX_ALPHAS = 3
@@ -167,6 +172,10 @@ def _k_name(k) -> str:
 
 # --------------------------------------------------------------------------- one setup
 
+#: The objective a mean-latency decision answers (an SLO decision names its targets).
+MEAN_OBJECTIVE = "mean latency"
+
+
 class _Section:
     """What one fit contributes to the page, filled setup by setup."""
 
@@ -178,6 +187,9 @@ class _Section:
         self.commands: list[str] = []
         self.notes: list[str] = []
         self.questions: list[tuple[str, dict]] = []
+        #: What each decision recommends, for reconciling decisions on one setup made
+        #: for different objectives (the mean of one fit, the SLO of another).
+        self.choices: list[dict] = []
 
     def figure(self, name: str, caption: str, make) -> None:
         try:
@@ -190,73 +202,177 @@ class _Section:
                             for i, f in enumerate(figure if isinstance(figure, list) else [figure]))
 
 
-def _coefficient_setup(section: _Section, fit, path: str, selection: dict, law,
-                       prob: float, draw: bool) -> None:
-    """A speculative setup with cycle coefficients: k* over the measured rates."""
+def _setup_key(selection: dict) -> tuple:
+    """What makes two fits' setups the same deployment: the verifier and the lengths."""
+    return tuple((option, str(selection[option])) for option in ("verifier", "prefill", "decode")
+                 if option in selection)
+
+
+def _alpha_words(alpha) -> str:
+    return ("" if alpha is None or (isinstance(alpha, float) and math.isnan(alpha))
+            else f" at alpha {alpha:g}")
+
+
+def _boundary_words(star: dict, k: int) -> str:
+    """Why an RPS* is the law's extrapolation, in the vocabulary of every output."""
+    notes = star["measured"]["design_notes"]
+    if notes:
+        return "; ".join(notes)
+    beyond = star.get("p_beyond_measured")
+    return (f"above {number(star['rps_fitted_max'])} RPS, the highest fitted rate of k = {k} "
+            "and the dense baseline" + (f", P beyond it {beyond:.2f}" if beyond is not None
+                                        else ""))
+
+
+def _recommend(law, alpha: float, ks: list[int], rates: np.ndarray, prob: float,
+               full: list[dict] | None = None) -> dict:
+    """The measured configuration to run at one alpha: of the measured draft lengths
+    ``ks`` (and dense), the k > 0 that k* picks at the most rates (the lowest such rate
+    breaks ties), or k = 0 where none is ever best; its crossover; and where the law
+    expects an unmeasured k to do better (``full``: the k* rows over every k at these
+    rates)."""
     from bayesspec.decisions import crossover, kstar_table
 
+    rows = kstar_table(law, [alpha], rates, ks=[0] + sorted(ks), prob=prob)["table"]
+    counts: dict[int, int] = {}
+    for row in rows:
+        if row["k"] > 0:
+            counts[row["k"]] = counts.get(row["k"], 0) + 1
+    order = [row["k"] for row in rows]
+    k = max(counts, key=lambda kk: (counts[kk], -order.index(kk))) if counts else 0
+    chosen = [row for row in rows if row["k"] == k]
+    star = crossover(law, alpha, k, prob=prob) if k > 0 else None
+    unmeasured = None
+    if full:
+        better = [(r, f) for r, f in zip(rows, full) if f["k"] not in ks + [0]]
+        if better:
+            by_k: dict[int, list] = {}
+            for _, row in better:
+                by_k.setdefault(row["k"], []).append(row)
+            u = max(by_k, key=lambda kk: len(by_k[kk]))
+            unmeasured = {"k": u, "rates": [row["rps"] for row in by_k[u]],
+                          "notes": by_k[u][0]["design_notes"]}
+    return {"k": k, "rows": rows, "chosen": chosen, "star": star, "unmeasured": unmeasured,
+            "p_best": min(row["p_best"] for row in chosen)}
+
+
+def _recommendation_sentence(label: str, alpha, recommendation: dict, *,
+                             objective: str = MEAN_OBJECTIVE) -> str:
+    """One sentence: the measured configuration to run for ``objective``, how sure, its
+    own crossover, and what the law suggests beyond the measured draft lengths."""
+    rows, k = recommendation["rows"], recommendation["k"]
+    top = number(rows[-1]["rps"])
+    head = f"For {objective}, {label}{_alpha_words(alpha)}: "
+    if k == 0:
+        text = (head + "do not speculate: dense decoding beats every measured draft length "
+                f"at every rate up to {top} RPS (P(best) >= {recommendation['p_best']:.2f})")
+    else:
+        chosen = recommendation["chosen"]
+        others = [("dense" if kk == 0 else f"k = {kk}") + f" at {number(first)}"
+                  + (f"-{number(last)}" if last != first else "") + " RPS"
+                  for kk, first, last, _ in _segments(rows, lambda r: r["k"]) if kk != k]
+        text = (head + f"run k = {k} (measured), the best measured draft length at "
+                f"{len(chosen)} of {len(rows)} rates up to {top} RPS (P(best) >= "
+                f"{recommendation['p_best']:.2f}" + "".join(f"; {o}" for o in others) + ")")
+        beyond = [row for row in chosen if row["extrapolated"]]
+        if beyond:
+            text += (f", extrapolated from {number(beyond[0]['rps'])} RPS (above "
+                     f"{number(beyond[0]['rps_fitted_max'])} RPS, the highest fitted rate of "
+                     f"k = {k} and the dense baseline)")
+        star = recommendation["star"]
+        if star["rps_star"] is None or star["p_crossover"] < 0.5:
+            text += (f"; SD with k = {k} has no crossover below saturation in "
+                     f"{1 - star['p_crossover']:.0%} of draws")
+        else:
+            faster = (star["p_sd_faster_below"] or 0) >= 0.5
+            text += (f"; SD with k = {k} " + ("stops paying above" if faster
+                                              else "is slower below and faster above")
+                     + f" RPS* {interval(star['rps_star'])}")
+            if star["extrapolated"]:
+                text += f" (extrapolated: {_boundary_words(star, k)})"
+    unmeasured = recommendation["unmeasured"]
+    if unmeasured:
+        rates = unmeasured["rates"]
+        span = (f"{number(rates[0])}-{number(rates[-1])} RPS" if len(rates) > 1
+                else f"{number(rates[0])} RPS")
+        text += (f"; the law expects k = {unmeasured['k']}, never measured, to do better at "
+                 f"{span}: measure k = {unmeasured['k']} before relying on it")
+    return text + "."
+
+
+def _crossover_rows(section: _Section, law, alpha, ks: list[int], recommended: int,
+                    prob: float) -> list[list]:
+    """The crossover of every measured k at one alpha, the recommended one marked; each
+    extrapolated RPS* said why on the page."""
+    from bayesspec.decisions import crossover
+
+    rows = []
+    for k in ks:
+        star = crossover(law, alpha, k, prob=prob)
+        rows.append([_alpha_cell(alpha), k if k != recommended else f"{k} (recommended)",
+                     interval(star["rps_star"]), f"{star['p_crossover']:.2f}",
+                     "yes" if star["extrapolated"] else "no"])
+        if star["extrapolated"]:
+            section.extrapolated.append(
+                f"{law.label}: RPS* of k = {k}{_alpha_words(alpha)} "
+                f"({interval(star['rps_star'])}) is read off the fitted law, not seen in the "
+                f"data: {_boundary_words(star, k)}; measure up to it before relying on it.")
+    return rows
+
+
+def _alpha_cell(alpha) -> str:
+    return "measured" if alpha is None or math.isnan(alpha) else f"{alpha:g}"
+
+
+def _coefficient_setup(section: _Section, fit, path: str, selection: dict, law,
+                       prob: float, draw: bool) -> None:
+    """A speculative setup with cycle coefficients: per measured alpha, the measured k to
+    run and its crossover; k* over every k in the table."""
+    from bayesspec.decisions import kstar_table
+
     rates = _rates(law)
-    alphas = _fitted_alphas(fit, selection) or [0.8]
+    joint = getattr(law, "joint_acceptance", False)
+    alphas = [math.nan] if joint else (_fitted_alphas(fit, selection) or [0.8])
     kstar = kstar_table(law, alphas, rates, prob=prob)
-    parts, key_rows, cross_rows = [], [], []
+    key_rows, cross_rows = [], []
     options = _option_text(selection)
+    recommended = {}
     for alpha in alphas:
-        rows = [r for r in kstar["table"] if r["alpha"] == alpha]
-        segments = _segments(rows, lambda r: r["k"])
-        words = []
-        for i, (k, first, last, members) in enumerate(segments):
-            sure = min(r["p_best"] for r in members)
-            if len(segments) == 1:
-                span = f"at every rate up to {number(last)} RPS"
-            elif i < len(segments) - 1:
-                span = f"up to {number(last)} RPS"
-            else:
-                span = f"above that, up to {number(last)} RPS"
-            beyond = [r for r in members if r["extrapolated"]]
-            if beyond and beyond[0].get("design_notes"):
-                span += f" (extrapolated: {beyond[0]['design_notes'][0]})"
-            elif beyond:
-                span += (f" (extrapolated from {number(beyond[0]['rps'])} RPS: above the "
-                         "rates its curves were fitted on)")
-            words.append(f"{_k_name(k)} {span} (P(best) >= {sure:.2f})")
-        sentence = f"at alpha {alpha:g}: run " + ", then ".join(words)
-        first_k = rows[0]["k"]
-        if first_k > 0:
-            star = crossover(law, alpha, first_k, prob=prob)
-            cross_rows.append([f"{alpha:g}", first_k, interval(star["rps_star"]),
-                               f"{star['p_crossover']:.2f}",
-                               "yes" if star["extrapolated"] else "no"])
-            section.commands.append(f"bayesspec crossover {shlex.quote(path)} --alpha "
-                                    f"{alpha:g} --k {first_k} {options}".strip())
-            if star["rps_star"] is not None and (star["p_sd_faster_below"] or 0) >= 0.5:
-                sentence += (f"; SD with k = {first_k} stops paying above RPS* "
-                             f"{interval(star['rps_star'])}")
-                if star["extrapolated"]:
-                    section.extrapolated.append(
-                        f"{law.label}: RPS* of k = {first_k} at alpha {alpha:g} "
-                        f"({interval(star['rps_star'])}) is read off the fitted law, not seen "
-                        "in the data: "
-                        + ("; ".join(star["measured"]["design_notes"])
-                           or f"above {number(star['rps_measured_max'])} RPS, the highest "
-                              f"rate both curves were fitted on (P beyond it "
-                              f"{star['p_beyond_measured']:.2f})")
-                        + "; measure up to it before relying on it.")
-        parts.append(sentence)
+        rows = [r for r in kstar["table"] if r["alpha"] == alpha or joint]
+        ks = [k for k in law.measured_ks
+              if not law.measured(alpha, k)["design_extrapolated"]]
+        choice = _recommend(law, alpha, ks, rates, prob, full=rows)
+        recommended[alpha] = choice
+        section.decision.append(_recommendation_sentence(law.label, alpha, choice))
+        section.choices.append({"setup": _setup_key(selection), "label": law.label,
+                                "alpha": None if joint else alpha,
+                                "objective": MEAN_OBJECTIVE, "k": choice["k"],
+                                "configuration": _k_name(choice["k"])})
+        cross_rows += _crossover_rows(section, law, alpha, ks, choice["k"], prob)
+        if choice["k"] > 0:
+            section.commands.append(
+                f"bayesspec crossover {shlex.quote(path)}"
+                + ("" if joint else f" --alpha {alpha:g}")
+                + f" --k {choice['k']} {options}".rstrip())
         for row in rows[::2]:
-            key_rows.append([f"{alpha:g}", f"{number(row['rps'])}"
+            key_rows.append([_alpha_cell(alpha), f"{number(row['rps'])}"
                              + ("*" if row["extrapolated"] else ""),
                              ">= %d" % row["k"] if row["at_max_k"] else row["k"],
                              f"{row['p_best']:.2f}", interval(row["speedup"]),
                              row["k_batch1"]])
-    section.decision.append(f"{law.label}: " + "; ".join(parts) + ".")
     section.tables.append(_table(
         f"{law.label}: best draft length k* by acceptance and rate",
         ["alpha", "RPS", "k*", "P(best)", "speedup [interval]", "batch-1 k"], key_rows,
-        "k = 0: do not speculate. P(best): share of posterior draws in which k* is best."))
+        "k = 0: do not speculate. P(best): share of posterior draws in which k* is best. "
+        "*: extrapolated (above the highest fitted rate of k* and the dense baseline, or a "
+        "k or alpha outside the measured ones), as `kstar` marks it."))
     if cross_rows:
-        section.tables.append(_table(f"{law.label}: crossover RPS* (SD stops paying above)",
+        section.tables.append(_table(f"{law.label}: crossover RPS* of each measured k "
+                                     "(SD stops paying above)",
                                      ["alpha", "k", "RPS* [interval]", "P(crossover)",
-                                      "above the data"], cross_rows))
+                                      "extrapolated"], cross_rows,
+                                     "extrapolated: RPS* above the highest fitted rate of "
+                                     "that k and the dense baseline, as `crossover` marks it."))
     measured_ks = _fitted_ks(fit, selection)
     section.extrapolated.append(
         f"{law.label}: k* searches k = 0..10 at any alpha through eq. (3); the data "
@@ -264,9 +380,18 @@ def _coefficient_setup(section: _Section, fit, path: str, selection: dict, law,
         f"{{{', '.join(f'{a:g}' for a in _fitted_alphas(fit, selection)) or 'counters'}}}: "
         "other (alpha, k) are predicted by the six cycle coefficients, not measured.")
     section.commands.append(
-        f"bayesspec kstar {shlex.quote(path)} --alpha {','.join(f'{a:g}' for a in alphas)} "
-        f"--rps {','.join(number(r, 4) for r in rates)} {options}".strip())
-    section.questions.append(("kstar", {"alpha": alphas[len(alphas) // 2],
+        f"bayesspec kstar {shlex.quote(path)}"
+        + ("" if joint else f" --alpha {','.join(f'{a:g}' for a in alphas)}")
+        + f" --rps {','.join(number(r, 4) for r in rates)} {options}".rstrip())
+    # An extrapolated RPS* of a recommended k is a decision the page says to measure up
+    # to: the planner asks it first, so "Measure next" cannot call the page settled.
+    section.questions += [("crossover", {"alpha": alpha, "k": choice["k"],
+                                         "selection": selection})
+                          for alpha, choice in recommended.items()
+                          if not joint and choice["star"] is not None
+                          and choice["star"]["extrapolated"]]
+    # a fit whose acceptance comes from its counters ignores alpha: any value asks it
+    section.questions.append(("kstar", {"alpha": 0.8 if joint else alphas[len(alphas) // 2],
                                         "rps": [float(rates[2]), float(rates[-3])],
                                         "selection": selection}))
     if not draw:
@@ -274,66 +399,72 @@ def _coefficient_setup(section: _Section, fit, path: str, selection: dict, law,
     from bayesspec.reporting.plots import kstar_map_plot, speedup_bands_plot
 
     alpha = alphas[len(alphas) // 2]
-    middle = next(r for r in kstar["table"] if r["alpha"] == alpha
-                  and r["rps"] == rates[len(rates) // 2])["k"]
-    ks = sorted({1, 2, 4} | ({middle} if middle else set()) | set(measured_ks) - {0})
-    section.figure("speedup", f"{law.label}: speedup over dense decoding at alpha {alpha:g} "
-                   f"({prob:.0%} bands)",
-                   lambda: speedup_bands_plot(
-                       law, alpha, ks, rps_max=float(rates[-1]), prob=prob,
-                       recommended_k=middle,
-                       rps_measured_max=law.measured(alpha, middle or ks[0])["rps_fitted_max"]))
+    choice = recommended[alpha]
+    extra = {choice["unmeasured"]["k"]} if choice["unmeasured"] else set()
+    ks = sorted(({1, 2, 4} | set(measured_ks) | {choice["k"]} | extra) - {0})
+    section.figure("speedup", f"{law.label}: speedup over dense decoding"
+                   f"{_alpha_words(alpha)} ({prob:.0%} bands; dashed: extrapolated)",
+                   lambda: speedup_bands_plot(law, alpha, ks, rps_max=float(rates[-1]),
+                                              prob=prob, recommended_k=choice["k"]))
+    if joint:
+        return
     grid_alphas = np.round(np.arange(0.5, 0.951, 0.05), 2)
     grid_rates = np.round(np.linspace(rates[-1] / 24, rates[-1], 24), 4)
-    section.figure("kstar", f"{law.label}: k* map over acceptance and rate",
+    section.figure("kstar", f"{law.label}: k* map over acceptance and rate (dotted cells: "
+                   "extrapolated)",
                    lambda: kstar_map_plot(kstar_table(law, grid_alphas, grid_rates,
                                                       prob=prob)))
 
 
 def _configuration_setup(section: _Section, fit, path: str, selection: dict, law,
                          prob: float, draw: bool) -> None:
-    """SD known only at the fitted (alpha, k): each one against the dense baseline."""
+    """SD known only at the fitted (alpha, k): per alpha, the fitted configuration to run
+    against the dense baseline, and each one's speedup and crossover."""
     from bayesspec.decisions import crossover, speedup_curve
 
     rates = _rates(law)
     options = _option_text(selection)
-    parts, rows = [], []
+    rows = []
     configurations = sorted(law.configurations,
                             key=lambda c: (c[1], -1.0 if c[0] is None else c[0]))
+    by_alpha: dict = {}
+    for alpha, k in configurations:
+        by_alpha.setdefault(alpha, []).append(k)
+    for alpha, ks in by_alpha.items():
+        a = math.nan if alpha is None else alpha
+        choice = _recommend(law, a, ks, rates, prob)
+        section.decision.append(_recommendation_sentence(law.label, a, choice))
+        section.choices.append({"setup": _setup_key(selection), "label": law.label,
+                                "alpha": alpha, "objective": MEAN_OBJECTIVE,
+                                "k": choice["k"], "configuration": _k_name(choice["k"])})
     for alpha, k in configurations:
         a = math.nan if alpha is None else alpha
         name = f"k = {k}" + ("" if alpha is None else f", alpha {alpha:g}")
         star = crossover(law, a, k, prob=prob)
         curve = speedup_curve(law, a, k, rates[[0, len(rates) // 2, -1]], prob=prob)
-        low, high = curve["points"][0], curve["points"][-1]
-        if star["rps_star"] is not None and star["p_crossover"] >= 0.5:
-            direction = ("faster below it, slower above" if (star["p_sd_faster_below"] or 0)
-                         >= 0.5 else "slower below it, faster above")
-            text = f"{name}: crossover RPS* {interval(star['rps_star'])} ({direction})"
-            if star["extrapolated"]:
-                section.extrapolated.append(
-                    f"{law.label}: RPS* of {name} ({interval(star['rps_star'])}) lies above "
-                    f"{number(star['rps_measured_max'])} RPS, the highest rate both its "
-                    "curves were fitted on: read off the fitted law.")
-        else:
-            text = (f"{name}: speedup {interval(low['speedup'])} at {number(low['rps'])} RPS,"
-                    f" {interval(high['speedup'])} at {number(high['rps'])} RPS, no crossover "
-                    f"in {1 - star['p_crossover']:.0%} of draws")
-        parts.append(text)
+        if star["rps_star"] is not None and star["extrapolated"]:
+            section.extrapolated.append(
+                f"{law.label}: RPS* of {name} ({interval(star['rps_star'])}) is read off the "
+                f"fitted law, not seen in the data: {_boundary_words(star, k)}.")
+            if alpha is not None:           # the planner asks it first ("Measure next")
+                section.questions.append(("crossover", {"alpha": alpha, "k": k,
+                                                        "selection": selection}))
+        star_cell = (interval(star["rps_star"]) + ("*" if star["extrapolated"] else "")
+                     if star["rps_star"] else "none")
         for point in curve["points"]:
             rows.append([name, number(point["rps"]) + ("*" if point["extrapolated"] else ""),
-                         interval(point["speedup"]), f"{point['p_slower']:.2f}",
-                         interval(star["rps_star"]) if star["rps_star"] else "none"])
+                         interval(point["speedup"]), f"{point['p_slower']:.2f}", star_cell])
         section.commands.append(f"bayesspec speedup {shlex.quote(path)} --alpha "
                                 f"{a if alpha is not None else 0.8:g} --k {k} --rps "
                                 f"{','.join(number(r, 4) for r in rates[[0, 5, 11]])} "
                                 f"{options}".strip())
-    if parts:
-        section.decision.append(f"{law.label} (each fitted SD configuration against dense "
-                                "decoding): " + "; ".join(parts) + ".")
+    if rows:
         section.tables.append(_table(f"{law.label}: speedup of each fitted configuration",
                                      ["configuration", "RPS", "speedup [interval]",
-                                      "P(SD slower)", "RPS*"], rows))
+                                      "P(SD slower)", "RPS*"], rows,
+                                     "*: extrapolated (above the highest fitted rate of the "
+                                     "configuration and the dense baseline), as `speedup` "
+                                     "and `crossover` mark it."))
         alpha, k = configurations[0]
         if alpha is not None:
             section.questions.append(("crossover", {"alpha": alpha, "k": k,
@@ -341,17 +472,13 @@ def _configuration_setup(section: _Section, fit, path: str, selection: dict, law
     if draw and configurations:
         from bayesspec.reporting.plots import speedup_bands_plot
 
-        by_alpha: dict = {}
-        for alpha, k in configurations:
-            by_alpha.setdefault(alpha, []).append(k)
         alpha = max(by_alpha, key=lambda a: len(by_alpha[a]))
         a = math.nan if alpha is None else alpha
         section.figure("speedup", f"{law.label}: speedup of the fitted configurations"
-                       + ("" if alpha is None else f" at alpha {alpha:g}"),
-                       lambda: speedup_bands_plot(
-                           law, a, by_alpha[alpha], rps_max=float(rates[-1]), prob=prob,
-                           rps_measured_max=law.measured(a, by_alpha[alpha][0])[
-                               "rps_fitted_max"]))
+                       + ("" if alpha is None else f" at alpha {alpha:g}")
+                       + " (dashed: extrapolated)",
+                       lambda: speedup_bands_plot(law, a, by_alpha[alpha],
+                                                  rps_max=float(rates[-1]), prob=prob))
 
 
 def _slo_setup(section: _Section, fit, path: str, selection: dict, law, targets: dict,
@@ -369,37 +496,50 @@ def _slo_setup(section: _Section, fit, path: str, selection: dict, law, targets:
     rates = _rates(law)
     document = slo_decision(laws, law, targets, rates, slo_prob=slo_prob, prob=prob)
     slo = ", ".join(f"{metric_description(m)} <= {t:g} s" for m, t in targets.items())
+    objective = f"the SLO on percentiles ({slo}, met with P >= {slo_prob:g})"
     goodput = "; ".join(f"{e['configuration']} {interval(e['goodput_rps'])} RPS"
+                        + (" (extrapolated)" if e["extrapolated"] else "")
                         for e in document["configurations"])
     words = []
-    for configuration, first, last, _ in _segments(document["best_by_rps"],
-                                                   lambda r: r["configuration"]):
+    for configuration, first, last, members in _segments(document["best_by_rps"],
+                                                         lambda r: r["configuration"]):
         what = configuration or "no configuration meets it"
-        words.append(f"{what} from {number(first)} to {number(last)} RPS" if first != last
-                     else f"{what} at {number(first)} RPS")
+        span = (f"from {number(first)} to {number(last)} RPS" if first != last
+                else f"at {number(first)} RPS")
+        beyond = [r for r in members if r["extrapolated"]]
+        if beyond:
+            span += f" (extrapolated from {number(beyond[0]['rps'])} RPS)"
+        words.append(f"{what} {span}")
+    # what the SLO recommends, rate by rate, for reconciling it with a mean decision
+    section.choices.append({
+        "setup": _setup_key(selection), "label": law.label, "alpha": None,
+        "objective": objective,
+        "alphas": sorted({e["alpha"] for e in document["configurations"]
+                          if e["alpha"] is not None}),
+        "segments": [(None if not members[0]["configuration"] else members[0]["k"],
+                      first, last)
+                     for _, first, last, members in _segments(
+                         document["best_by_rps"], lambda r: r["configuration"])]})
     section.decision.append(
-        f"{law.label}, SLO {slo} (met with P >= {slo_prob:g}): goodput {goodput}; best "
-        "configuration: " + ", then ".join(words) + ".")
+        f"For {objective}, {law.label}: best configuration " + ", then ".join(words)
+        + f"; goodput {goodput}.")
     rows = []
     for entry in document["configurations"]:
         binding = max(entry["binding"], key=entry["binding"].get)
-        mark = "*" if entry["extrapolated"] else ("+" if entry["beyond_fitted"] else "")
         rows.append([entry["configuration"], interval(entry["goodput_rps"]),
-                     number(entry["rps_meeting_slo"]) + mark,
+                     number(entry["rps_meeting_slo"]) + ("*" if entry["extrapolated"] else ""),
                      f"{binding} ({entry['binding'][binding]:.0%})"])
-        if entry["extrapolated"] or entry["beyond_fitted"]:
+        if entry["extrapolated"]:
             section.extrapolated.append(
                 f"{law.label}: {entry['configuration']} meets the SLO up to "
-                f"{number(entry['rps_meeting_slo'])} RPS, above the highest "
-                + ("measured" if entry["extrapolated"] else "unsaturated fitted")
-                + f" rate ({number(entry['rps_fitted_max'] or document['rps_measured_max'])}"
-                " RPS): "
-                "the law's extrapolation, whose interval is too narrow there.")
+                f"{number(entry['rps_meeting_slo'])} RPS, above "
+                f"{number(entry['rps_fitted_max'])} RPS, its highest fitted rate: the law's "
+                "extrapolation, whose interval is too narrow there.")
     section.tables.append(_table(f"{law.label}: goodput under the SLO ({slo})",
                                  ["configuration", "goodput RPS [interval]",
                                   f"RPS at P >= {slo_prob:g}", "binding target"], rows,
-                                 "*: above the highest measured rate; +: above the highest "
-                                 "fitted (unsaturated) rate."))
+                                 "*: above that configuration's highest fitted rate "
+                                 "(extrapolated), as `slo` marks it."))
     flags = " ".join(f"--target {m}={t:g}" for m, t in targets.items())
     section.commands.append(f"bayesspec slo {shlex.quote(path)} {flags} --slo-prob "
                             f"{slo_prob:g} {_option_text(selection)}".strip())
@@ -407,8 +547,50 @@ def _slo_setup(section: _Section, fit, path: str, selection: dict, law, targets:
     if draw:
         from bayesspec.reporting.plots import slo_plot
 
-        section.figure("slo", f"{law.label}: latency summaries against the SLO targets",
+        section.figure("slo", f"{law.label}: latency summaries against the SLO targets "
+                       "(hollow triangles: extrapolated)",
                        lambda: slo_plot(laws, document, fit=fit, prob=prob))
+
+
+def _reconciled(sections: list[dict]) -> list[str]:
+    """One sentence per setup and alpha that decisions for different objectives answer:
+    mean latency (a mean fit, or a tails fit's mean law) and an SLO on percentiles (a
+    tails fit) can recommend different configurations, and the page says which objective
+    each answers and when to follow which."""
+    choices = [dict(choice, fit=section["name"]) for section in sections
+               for choice in section["choices"]]
+    several = len(sections) > 1
+    means = [c for c in choices if c["objective"] == MEAN_OBJECTIVE]
+    slos = [c for c in choices if c["objective"] != MEAN_OBJECTIVE]
+    lines = []
+    for where in dict.fromkeys((c["setup"], c["alpha"]) for c in means):
+        group = [c for c in means if (c["setup"], c["alpha"]) == where]
+        alpha = where[1]
+        for slo in slos:
+            if slo["setup"] != where[0] or (alpha is not None and slo["alphas"] and not any(
+                    abs(alpha - a) < 1e-9 for a in slo["alphas"])):
+                continue
+            mean_ks = {c["k"] for c in group}
+            mean_text = ("; ".join(f"{_k_name(c['k'])} ({c['fit']})" for c in group)
+                         if len(mean_ks) > 1 else _k_name(group[0]["k"])
+                         + (f" ({' and '.join(dict.fromkeys(c['fit'] for c in group))})"
+                            if several else ""))
+            slo_text = ", ".join(
+                ("nothing meets it" if k is None else _k_name(k))
+                + (f" from {number(first)} to {number(last)} RPS" if first != last
+                   else f" at {number(first)} RPS")
+                for k, first, last in slo["segments"])
+            slo_ks = {k for k, _, _ in slo["segments"] if k is not None}
+            head = (f"{group[0]['label']}{_alpha_words(alpha)}: for mean latency, "
+                    f"{mean_text}; for {slo['objective']}"
+                    + (f" ({slo['fit']})" if several else "") + f", {slo_text}")
+            if slo_ks == mean_ks and len(mean_ks) == 1:
+                lines.append(head + ": both objectives recommend the same configuration.")
+            else:
+                lines.append(head + ": they answer different objectives; follow the SLO's "
+                             "where the service is held to its percentiles, the mean's where "
+                             "mean latency is what counts.")
+    return list(dict.fromkeys(lines))
 
 
 def _dense_groups(section: _Section, fit, prob: float) -> None:
@@ -552,31 +734,41 @@ def _refit_command(fit, path: str) -> str | None:
 
 
 def _measure_next(fit, questions: list[tuple[str, dict]]) -> dict | None:
-    """The planner's top points (:mod:`bayesspec.loadtest.planning`) for the page's first
-    question; None when the planner is not installed."""
+    """The planner's top points (:mod:`bayesspec.loadtest.planning`) for the first of the
+    page's questions (up to :data:`MAX_PLANNED_QUESTIONS`) that is not settled: "Settled"
+    only when every one is, as `plan` would say of each; None when the planner is not
+    installed."""
     if importlib.util.find_spec("bayesspec.loadtest.planning") is None:
         return None
     from bayesspec.loadtest import planning
 
-    question, options = questions[0] if questions else ("ceiling", {})
-    options = dict(options)
-    try:
+    planned, errors = [], []
+    asked_once = list({repr(q): q for q in questions}.values()) if questions else []
+    for question, options in (asked_once or [("ceiling", {})])[:MAX_PLANNED_QUESTIONS]:
+        options = dict(options)
         selection = options.pop("selection", None) or {}
-        asked = planning.question_from_fit(fit, question, selection=selection, **options)
-        result = planning.plan(asked, top=5)
-    except (BadInput, ValueError) as error:
-        return {"question": question, "error": str(error), "next": [], "commands": []}
+        try:
+            asked = planning.question_from_fit(fit, question, selection=selection, **options)
+            planned.append((question, options, selection, planning.plan(asked, top=5)))
+        except (BadInput, ValueError) as error:
+            errors.append({"question": question, "error": str(error), "next": [],
+                           "commands": []})
+    unsettled = [item for item in planned if not item[3]["settled"]]
+    if not unsettled and errors:
+        return errors[0]            # settled only where the planner could answer
+    question, options, selection, result = (unsettled or planned)[0]
     entries = [candidate.document() for candidate in result["next"]]
     data = fit.data
     prefill, decode = planning.planned_lengths(data, selection.get("prefill"),
                                                selection.get("decode"))
-    model = selection.get("verifier") or (str(data["verifier"].iloc[0])
-                                          if "verifier" in data.columns else "model")
+    verifier = selection.get("verifier") or (str(data["verifier"].iloc[0])
+                                             if "verifier" in data.columns else "model")
     commands = []
     for entry in entries[:1]:
-        lines = planning.command_lines(entry, target="http://localhost:8000", model=model,
-                                       prefill=prefill, decode=decode,
-                                       version=planning.guidellm_version())
+        # the point's own configuration (verifier, lengths, k), as `plan` prints it
+        lines = planning.command_lines({"verifier": verifier, **entry},
+                                       target="http://localhost:8000", prefill=prefill,
+                                       decode=decode, version=planning.guidellm_version())
         commands += [lines["guidellm"], lines["vllm"], lines["ingest"]]
     words = [f"bayesspec plan {{path}} --question {question}"]
     for key in ("alpha", "k"):
@@ -587,6 +779,7 @@ def _measure_next(fit, questions: list[tuple[str, dict]]) -> dict | None:
     for metric, target in (options.get("targets") or {}).items():
         words.append(f"--target {metric}={target:g}")
     return {"question": question, "settled": result["settled"],
+            "unsettled": result["unsettled"],
             "expected_loss": result["expected_loss"], "next": entries,
             "commands": commands, "command": " ".join(words)}
 
@@ -644,7 +837,7 @@ def fit_section(fit, path: str, *, prob: float = DEFAULT_PROB, slo_targets: dict
         "diagnostics": {"R-hat max": number(verdict["rhat_max"], 4),
                         "bulk ESS min": number(verdict["ess_bulk_min"], 4),
                         "divergences": str(verdict["divergences"])},
-        "decision": section.decision, "tables": section.tables,
+        "decision": section.decision, "choices": section.choices, "tables": section.tables,
         "figures": section.figures, "extrapolated": section.extrapolated,
         "misfit": misfit_part, "provenance": _provenance(fit, path),
         "measure_next": measure_next,
@@ -666,6 +859,7 @@ def report_document(fits: list, paths: list[str], *, prob: float = DEFAULT_PROB,
         "not_converged": [{"name": s["name"], "verdict": s["verdict"], "advice": s["advice"]}
                           for s in unconverged],
         "sections": sections,
+        "reconciled": _reconciled(sections),
         "command": command,
     }
 
@@ -739,7 +933,8 @@ def write_report(fits: list, paths: list[str], output: str, *, prob: float = DEF
     write_text_atomic(target, text)
     return {"output": str(target), "figures": figures,
             "not_converged": [entry["name"] for entry in document["not_converged"]],
-            "decision": [line for s in document["sections"] for line in s["decision"]]}
+            "decision": ([line for s in document["sections"] for line in s["decision"]]
+                         + document["reconciled"])}
 
 
 def compare_markdown(document: dict, *, command: str = "") -> str:

@@ -390,3 +390,38 @@ def test_decisions_use_the_fits_own_acceptance(joint_fit, capsys):
     assert json.loads(capsys.readouterr().out)["points"]
     assert main(["kstar", str(path), "--alpha", "0.7", "--rps", "0.5"]) == 2
     assert "drop --alpha" in capsys.readouterr().err
+
+
+def test_unmeasured_k_of_per_position_rates_is_marked_not_shown_as_a_measurement(tmp_path,
+                                                                               capsys):
+    """The README's counters (k = 4 only, fixed per-position rates) answered by free
+    per-position rates, the model `acceptance` falls back to when the token process
+    cannot reproduce them: E(1..3) rest on the assumption that acceptance does not
+    depend on k, which one k cannot check, so their narrow intervals (about 1.84
+    [1.84, 1.84] at three digits) are marked as not measured, and printed with the
+    digits that tell their ends apart."""
+    import re
+
+    out = tmp_path / "positions.csv"
+    assert main(("simulate --verifier Qwen3-8B --k 4 --acceptance-rates 0.84,0.6,0.39,0.27 "
+                 "--prefill 512 --decode 512 --quiet -o").split() + [str(out)]) == 0
+    argv = ["acceptance", str(out), "--structure", "free", "--k-max", "6", "--draws", "300",
+            "--tune", "300", "--chains", "2", "--seed", "1"]
+    assert main(argv + ["--json"]) == 0
+    setup = json.loads(capsys.readouterr().out)["setups"][0]
+    assert setup["k_measured"] == [4]
+    entries = {entry["k"]: entry for entry in setup["acceptance_length"]}
+    assert entries[4]["measured"] and not entries[4]["extrapolated"]
+    for k in (1, 2, 3, 5, 6):
+        assert not entries[k]["measured"] and entries[k]["extrapolated"], k
+        assert "does not depend on k" in entries[k]["basis"]
+    assert entries[1]["hi"] - entries[1]["lo"] < 0.01      # the narrow interval of the case
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    rows = {int(m.group(1)): m for m in re.finditer(
+        r"^\s+(\d+)\s+(\S+) \[(\S+), (\S+)\]\s+(.*)$", text, re.M)}
+    for k in range(1, 7):
+        median, lo, hi, mark = rows[k].group(2, 3, 4, 5)
+        assert len({median, lo, hi}) == 3, rows[k].group(0)   # never [x, x] at x
+        assert mark.strip() == ("measured" if k == 4 else "not measured*")
+    assert "assuming acceptance does not depend on k" in text

@@ -391,8 +391,9 @@ def test_counter_windows_per_position_and_totals(spec_data):
     model = totals.build(prepare(data))
     assert "acceptance_accepted_tokens" in model.named_vars
     with pytest.raises(BadInput, match="per_position"):
-        SpeculativeLatencyModel({"acceptance": "per_position"}).build(
-            prepare(add_position_counters(ACCEPTANCE_SWEEPS, seed=3, per_position=False)))
+        SpeculativeLatencyModel({"acceptance": "per_position", "latent_alpha": "always"}).build(
+            prepare(add_position_counters(ACCEPTANCE_SWEEPS, seed=3, per_position=False,
+                                          drop_alpha=False)))
     broken = data.copy()
     broken.loc[broken["k"] == 5, "accepted_tokens_pos3"] = 20000
     with pytest.raises(BadInput, match="must not increase"):

@@ -698,13 +698,18 @@ def test_milliseconds_and_per_token_latencies_are_refused(simulated_sweep, catal
         prepare(per_token, catalog=catalog)
 
 
-def test_units_are_not_judged_without_catalog_cards(simulated_sweep, catalog):
+def test_units_are_judged_without_catalog_cards_too(simulated_sweep, catalog):
+    """Without a card for the verifier or the GPU, Little's law still refuses rates per
+    minute (tests/data/test_units.py has the card-free bounds)."""
     per_minute = simulated_sweep.copy()
     per_minute["rps"] *= 60.0
     for column, value in (("gpu", "my-accelerator"), ("verifier", "my-model")):
         unknown = per_minute.assign(**{column: value})
-        assert len(prepare(unknown, catalog=catalog)) == len(per_minute)
-    assert len(prepare(per_minute.drop(columns=["gpu"]), catalog=catalog)) == len(per_minute)
+        with pytest.raises(BadInput, match="Little's law.*--units rpm"):
+            prepare(unknown, catalog=catalog)
+        assert len(prepare(unknown, catalog=catalog, units=("rpm",))) == len(per_minute)
+    with pytest.raises(BadInput, match="Little's law.*--units rpm"):
+        prepare(per_minute.drop(columns=["gpu"]), catalog=catalog)
 
 
 def test_units_option_on_the_command_line(tmp_path, simulated_sweep):

@@ -396,9 +396,70 @@ def test_gate_exit_codes_json_outcome_and_markdown(capsys, dense_fit_factory, tm
 def test_compare_help_documents_the_exit_codes(capsys):
     with pytest.raises(SystemExit):
         main(["compare", "--help"])
-    text = capsys.readouterr().out
+    text = " ".join(capsys.readouterr().out.split())
     assert "4 with --gate when the outcome is regressed" in text
+    assert "5 with --gate when either fit did not converge" in text
     assert "no change" in text and "inconclusive" in text
+
+
+def test_the_gate_fails_closed_on_a_fit_that_did_not_converge(capsys, dense_fit_factory,
+                                                              tmp_path):
+    """B's chains disagree (R-hat far above 1.01) while its draws look like A's: the
+    outcome reads "no change" or "inconclusive", and the gate exits 5 all the same, with
+    or without --strict, whichever side did not converge."""
+    a = dense_fit_factory(seed=0)
+    unmixed = dense_fit_factory(seed=0, chain_shift={"C2": 1.005})
+    assert a.diagnostics["status"] != "not converged"
+    assert unmixed.diagnostics["status"] == "not converged"
+    paths = {"a": tmp_path / "a.nc", "b": tmp_path / "b.nc"}
+    a.save(paths["a"])
+    unmixed.save(paths["b"])
+    for first, second in (("a", "b"), ("b", "a")):
+        files = [str(paths[first]), str(paths[second])]
+        for strict in ([], ["--strict"]):
+            assert main(["compare", *files, "--gate", *strict]) == 5
+            out = capsys.readouterr()
+            assert "status 5" in out.err and f"{paths['b']} did not converge" in out.err
+            assert "outcome: regressed" not in out.out
+        # without the gate an unconverged fit is a warning (3 with --strict), as before
+        assert main(["compare", *files]) == 0
+        assert main(["compare", *files, "--strict"]) == 3
+        capsys.readouterr()
+    assert main(["compare", str(paths["a"]), str(paths["a"]), "--gate"]) == 0
+
+
+def test_plan_and_compare_give_one_verdict(dense_fit_factory, capsys, tmp_path):
+    """`plan --question compare` shows compare's own verdict on C1 and C2 (its ratios,
+    its rule: a verdict at P >= 0.95, else "uncertain"), and is settled only when compare
+    calls both."""
+    from bayesspec.cli.planning import plan_text
+    from bayesspec.loadtest.planning import plan, question_from_fit
+
+    a = _scaled(dense_fit_factory(seed=0), {}, sd=0.001, seed=1)
+    cases = {"undecided": _scaled(a, {"C2": 1.015}, sd=0.02, seed=3),
+             "equivalent": _scaled(a, {}, sd=0.004, seed=3),
+             "higher": _scaled(a, {"C2": 1.10}, sd=0.01, seed=3)}
+    for name, b in cases.items():
+        parameters = compare_fits(a, b)["parameters"]
+        result = plan(question_from_fit(a, "compare", other=b), top=2)
+        for family, answer in zip(("C1", "C2"), result["answers"]):
+            assert answer["decision"] == parameters[family]["verdict"], name
+        reached = [not parameters[f]["verdict"].startswith("uncertain") for f in ("C1", "C2")]
+        assert result["settled"] == all(reached), name
+    # the undecided pair: plan's own draws lean "equivalent", compare calls it uncertain
+    b = cases["undecided"]
+    result = plan(question_from_fit(a, "compare", other=b), top=2)
+    c2 = result["answers"][1]
+    assert c2["options"]["equivalent"] > 0.5 and c2["decided"] is False
+    assert c2["decision"].startswith("uncertain")
+    assert any("compare gives no verdict on C2" in r for r in result["unsettled"])
+    document = {**result, "next": [c.document() for c in result["next"]],
+                "commands": [{"guidellm": "", "vllm": "", "ingest": "",
+                              "guidellm_syntax": ""}] * len(result["next"]),
+                "columns": []}
+    text = plan_text(document)
+    assert "C2 B/A verdict (rope +-2%): uncertain" in text
+    assert "equivalent (P right" not in text
 
 
 # --------------------------------------------------------------------------------------
@@ -523,6 +584,63 @@ def test_ci_script_records_a_baseline_then_gates(tmp_path):
     assert slower.returncode == 4, slower.stderr[-2000:]
     assert "**regressed**" in (tmp_path / "run3" / "compare.md").read_text()
     assert summary.read_text().count("Latency comparison") == 2
+
+
+def _stub_bayesspec(folder, *, fit_status: int, compare_status: int) -> str:
+    """A `bayesspec` on PATH that only writes the files the CI script reads and exits
+    with the given statuses: the script's own handling of them, without fitting."""
+    stub = folder / "bayesspec"
+    stub.write_text(f"""#!/bin/sh
+verb=$1; shift
+out=""
+while [ $# -gt 0 ]; do
+    case $1 in -o) out=$2; shift ;; esac
+    shift
+done
+case $verb in
+    simulate) echo "rps,latency_mean_s" > "$out" ;;
+    fit) echo fit > "$out"; exit {fit_status} ;;
+    compare) printf '## Latency comparison\n\n**no change**\n' > "$out"
+             echo "outcome: no change"; exit {compare_status} ;;
+esac
+""")
+    stub.chmod(0o755)
+    return str(folder)
+
+
+@pytest.mark.parametrize("fit_status, compare_status", [(0, 5), (3, 5)])
+def test_ci_script_fails_when_a_fit_did_not_converge(tmp_path, fit_status, compare_status):
+    """The example script passes exit 5 of the gate on as a failure with its own message
+    (and a line in the comment); an unconverged first fit is not recorded as the
+    baseline."""
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = dict(os.environ, PATH=_stub_bayesspec(bin_dir, fit_status=fit_status,
+                                                 compare_status=compare_status)
+               + os.pathsep + os.environ.get("PATH", ""))
+    env.pop("GITHUB_STEP_SUMMARY", None)
+    baseline = tmp_path / "baseline.nc"
+    baseline.write_text("baseline")
+    run = subprocess.run(["sh", str(EXAMPLES / "latency_gate.sh"), str(baseline),
+                          str(tmp_path / "out")], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 5, run.stderr
+    assert "FAILED: a fit did not converge" in run.stderr
+    assert "Gate failed: a fit did not converge" in (tmp_path / "out" / "compare.md").read_text()
+    # no baseline yet and the fit did not converge: nothing recorded, a failure
+    fresh = tmp_path / "fresh.nc"
+    run = subprocess.run(["sh", str(EXAMPLES / "latency_gate.sh"), str(fresh),
+                          str(tmp_path / "out2")], env=env, capture_output=True, text=True,
+                         timeout=60)
+    if fit_status == 3:
+        assert run.returncode == 5 and not fresh.exists()
+        assert "not recorded as the baseline" in run.stderr
+        assert "baseline not recorded" in (tmp_path / "out2" / "compare.md").read_text()
+    else:
+        assert run.returncode == 0 and fresh.exists()
 
 
 def test_inconclusive_comparison_carries_the_planners_next_points(capsys, dense_fit_factory,

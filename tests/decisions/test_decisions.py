@@ -304,3 +304,116 @@ def test_speedup_draws_are_reused_only_for_the_same_question():
     by_position = law.with_acceptance_lengths(lengths)
     other = by_position.speedup_draws(0.8, ks, rps)
     assert other is not again and not np.allclose(other, again)
+
+
+# ------------------------------------------------------------------ one notion of "outside"
+
+WALKTHROUGH_DESIGN = [MeasuredConfiguration(alpha, k, 15.0) for alpha in (0.7, 0.8)
+                      for k in (2, 3, 4)]
+
+
+def test_do_not_speculate_at_an_unmeasured_alpha_is_marked_extrapolated():
+    """Measured alphas 0.7-0.8: at alpha 0.3 k* = 0 with P(best) near 1 rests on SD's
+    law at an acceptance never measured, and says so; at a measured alpha and rate the
+    same answer is not marked."""
+    law = coefficient_law(dense_fitted_max=16.5, measured=WALKTHROUGH_DESIGN)
+    table = kstar_table(law, [0.3, 0.8], [1.0, 8.0], ks=range(0, 11))["table"]
+    low = [row for row in table if row["alpha"] == 0.3]
+    assert all(row["k"] == 0 and row["p_best"] > 0.8 for row in low)   # the case
+    for row in low:
+        assert row["extrapolated"]
+        assert any("alpha 0.3 is outside the measured acceptance (0.7-0.8)" in note
+                   for note in row["design_notes"])
+    assert law.measured(0.3, 0)["design_extrapolated"]
+    assert not law.measured(None, 0)["design_extrapolated"]     # the dense baseline alone
+    assert not law.measured(0.75, 0)["design_extrapolated"]
+    measured = [row for row in table if row["alpha"] == 0.8 and row["k"] in (2, 3, 4)]
+    assert measured and not any(row["extrapolated"] for row in measured)
+
+
+def test_every_document_marks_by_the_laws_one_rule():
+    """speedup points, the crossover and k* rows are extrapolated exactly where
+    Law.extrapolated says, and carry the boundary they were judged against."""
+    tops = {2: 16.0, 3: 25.0}
+    law = coefficient_law(dense_fitted_max=20.0, measured=[
+        MeasuredConfiguration(0.8, k, top) for k, top in tops.items()])
+    rates = np.array([2.0, 10.0, 17.0, 21.0])
+    for k in (2, 3):
+        document = speedup_curve(law, 0.8, k, rates)
+        expected = law.extrapolated(rates, 0.8, k)
+        assert [p["extrapolated"] for p in document["points"]] == expected.tolist()
+        assert document["rps_fitted_max"] == document["rps_measured_max"] == min(20.0,
+                                                                                 tops[k])
+        star = crossover(law, 0.8, k)
+        assert star["extrapolated"] == bool(law.extrapolated(star["rps_star"]["median"],
+                                                             0.8, k))
+    # k = 2's RPS* (about 17) lies above its own fitted rate and below the dense one's
+    star = crossover(law, 0.8, 2)
+    assert 16.0 < star["rps_star"]["median"] < 20.0 and star["extrapolated"]
+    # k = 3's (about 23) above the dense baseline's, the lower of its two curves' rates
+    three = crossover(law, 0.8, 3)
+    assert three["rps_fitted_max"] == 20.0 and three["extrapolated"]
+    for row in kstar_table(law, [0.8], rates, ks=[0, 2, 3])["table"]:
+        assert row["extrapolated"] == bool(law.extrapolated(row["rps"], 0.8, row["k"]))
+        assert row["rps_fitted_max"] == law.measured(0.8, row["k"])["rps_fitted_max"]
+
+
+def test_kstar_over_fitted_configurations_alone():
+    """A fit of the configurations (no six coefficients) answers k* among them: the same
+    choice as comparing their expected speedups, marked by the same rule."""
+    rng = np.random.default_rng(2)
+    dense = Curve(4.0 * np.exp(rng.normal(0, 0.01, 400)), 0.05 * np.exp(rng.normal(0, 0.01, 400)))
+    dense.rps_fitted_max = 12.0
+    fitted = {}
+    for k, (c1, c2) in {2: (3.0, 0.06), 4: (2.6, 0.075)}.items():
+        curve = Curve(c1 * np.exp(rng.normal(0, 0.01, 400)), c2 * np.exp(rng.normal(0, 0.01, 400)))
+        curve.rps_fitted_max = {2: 11.0, 4: 8.0}[k]
+        fitted[(0.8, k)] = curve
+    law = ConfigurationLaw("configurations", dense, fitted)
+    rates = [0.5, 6.0, 10.0]
+    table = kstar_table(law, [0.8], rates, ks=[0, 2, 4])["table"]
+    for row, rate in zip(table, rates):
+        expected = [1.0] + [np.mean(speedup_curve(law, 0.8, k, [rate])["points"][0]["speedup"]
+                                    ["mean"]) for k in (2, 4)]
+        assert row["k"] == [0, 2, 4][int(np.argmax(expected))]
+        assert row["extrapolated"] == bool(law.extrapolated(rate, 0.8, row["k"]))
+    with pytest.raises(BadInput, match="six cycle coefficients"):
+        kstar_table(law, [0.8], rates, ks=[0, 3])
+
+
+def test_slo_rows_are_marked_against_the_configurations_they_judge():
+    """Per rate the SLO answer is measured as far as the configuration chosen was fitted;
+    "none meets it" judges every configuration, so as far as the least fitted one."""
+    from bayesspec.decisions import slo_decision
+
+    dense = Curve(np.full(200, 1.0), np.full(200, 0.04))
+    dense.rps_fitted_max = 15.0
+    sd = Curve(np.full(200, 0.8), np.full(200, 0.06))
+    sd.rps_fitted_max = 10.0
+    law = ConfigurationLaw("slo", dense, {(0.8, 2): sd})
+    # the mean law as the "p99" law: dense meets 2 s up to (1 - 1/2)/0.04 = 12.5 RPS, SD
+    # up to (1 - 0.8/2)/0.06 = 10 RPS
+    document = slo_decision({"p99": law}, law, {"p99": 2.0}, [4.0, 9.0, 12.0, 19.0])
+    rows = {row["rps"]: row for row in document["best_by_rps"]}
+    assert rows[4.0]["k"] == 2 and not rows[4.0]["extrapolated"]
+    assert rows[12.0]["k"] == 0 and not rows[12.0]["extrapolated"]   # dense, fitted to 15
+    assert rows[19.0]["k"] is None and rows[19.0]["extrapolated"]
+    assert rows[19.0]["rps_fitted_max"] == 10.0
+    entries = {e["k"]: e for e in document["configurations"]}
+    assert entries[0]["extrapolated"] == (entries[0]["rps_meeting_slo"] > 15.0)
+    assert entries[0]["beyond_fitted"] == entries[0]["extrapolated"]
+    assert document["rps_fitted_max"] == document["rps_measured_max"] == 15.0
+
+
+def test_acceptance_by_position_marks_the_k_its_counters_never_measured():
+    """`kstar --acceptance`: E(k) from counters at k = 4 only; an answer at any other k
+    rests on the acceptance model's E(k), not on counts, and is marked so."""
+    law = coefficient_law(dense_fitted_max=16.5, measured=WALKTHROUGH_DESIGN)
+    lengths = np.tile(1.0 + np.cumsum([0.0, 0.84, 0.6, 0.39, 0.27, 0.2, 0.15]), (50, 1))
+    counted = law.with_acceptance_lengths(lengths, measured_ks=[4])
+    assert not counted.measured(np.nan, 4)["design_extrapolated"]
+    notes = counted.measured(np.nan, 3)["design_notes"]
+    assert notes == ["the counters measured acceptance at k 4, not at k 3"]
+    table = kstar_table(counted, [np.nan], [1.0, 8.0], ks=range(0, 7))["table"]
+    for row in table:
+        assert row["extrapolated"] == (row["k"] not in (0, 4) or row["rps"] > 15.0)

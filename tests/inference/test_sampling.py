@@ -1,6 +1,11 @@
-"""Sampling helpers: nutpie's compiled density, optimised chain starts, model defaults."""
+"""Sampling helpers: nutpie's compiled density, optimised chain starts, model defaults,
+and a model that cannot start said in one line (exit 2), never a traceback or a signal."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
 
 import numpy as np
 import pymc as pm
@@ -98,3 +103,122 @@ def test_divergent_sampling_is_retried_once_at_the_higher_target():
     tree = inference.sample_compiled(inference.compile_model(plain, settings), settings)
     assert inference.divergences_of(tree) == 0
     assert "retried" not in tree.attrs and tree.attrs["target_accept"] == 0.6
+
+
+# ------------------------------------------------------------ a model that cannot start
+
+IMPOSSIBLE_MODEL = '''
+import subprocess
+import sys
+
+import numpy as np
+import pymc as pm
+
+with pm.Model() as impossible:
+    low = pm.Normal("low", 0.0, 1.0)
+    # data 50 standard deviations of the prior away from any support the model has
+    pm.Uniform("obs", low, low + 1.0, observed=np.array([50.0, 51.0, 52.0]))
+'''
+
+
+@pytest.fixture(scope="module")
+def impossible():
+    """A model whose log density is -inf wherever a chain could start."""
+    namespace: dict = {}
+    exec(IMPOSSIBLE_MODEL, namespace)
+    model = namespace["impossible"]
+    return model, inference.compile_model(model, SamplerSettings(progress=False))
+
+
+def one_line_with_hint(message: str) -> None:
+    assert "\n" not in message
+    assert "--units ms" in message and "--units rpm" in message
+
+
+def test_a_model_that_cannot_start_is_refused_before_sampling(impossible, toy):
+    from bayesspec.errors import BadInput
+    from bayesspec.inference.sampling import SamplingFailed, check_starts
+
+    model, compiled = impossible
+    settings = SamplerSettings(draws=50, tune=50, chains=2, seed=0, progress=False)
+    with pytest.raises(SamplingFailed) as caught:
+        inference.sample_compiled(compiled, settings)
+    assert isinstance(caught.value, BadInput)              # the CLI's one line, exit 2
+    assert "cannot start" in str(caught.value) and "16 starting points" in str(caught.value)
+    one_line_with_hint(str(caught.value))
+    with pytest.raises(SamplingFailed):
+        inference.sample_compiled(compiled, replace(settings, init="optimised"))
+    check_starts(toy[2], seed=0)                           # a model that can start passes
+    with pytest.raises(SamplingFailed) as caught:
+        inference.sample_model(model, SamplerSettings(draws=20, tune=20, chains=2, cores=1,
+                                                      seed=0, progress=False,
+                                                      sampler="pymc"))
+    assert "PyMC: Initial evaluation of model at starting point failed" in str(caught.value)
+    one_line_with_hint(str(caught.value))
+
+
+def test_a_failing_sampler_ends_in_one_line_not_a_signal(tmp_path):
+    """nutpie's own "All initialization points failed" (reached here past the check of
+    the starts): one line and the exit code the CLI gives, not a segmentation fault as
+    the failed sampler's threads outlive the error into interpreter shutdown."""
+    script = tmp_path / "fail.py"
+    script.write_text(IMPOSSIBLE_MODEL + '''
+import sys
+from bayesspec import inference
+from bayesspec.errors import BadInput
+from bayesspec.inference.sampling import _nutpie_sample
+
+settings = inference.SamplerSettings(draws=50, tune=50, chains=4, cores=2, progress=False)
+try:
+    _nutpie_sample(inference.compile_model(impossible, settings), settings)
+except BadInput as error:
+    print(f"{type(error).__name__}: {error}", file=sys.stderr)
+    sys.exit(2)
+''')
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("SamplingFailed: the sampler cannot start")
+    assert "All initialization points failed" in lines[0]
+    one_line_with_hint(lines[0])
+
+
+def test_a_failed_refit_job_stays_one_line():
+    from bayesspec.inference.sampling import SamplingFailed, job_failure
+
+    said = ("SamplingFailed: the sampler cannot start: the model's log density is not "
+            "finite at any of 16 starting points; check the data: the table wa")  # cut
+    failure = job_failure(said, "sampling fold 2 failed")
+    assert isinstance(failure, SamplingFailed)
+    assert str(failure).startswith("sampling fold 2 failed: the sampler cannot start")
+    one_line_with_hint(str(failure))
+    other = job_failure("ValueError: shapes differ", "sampling fold 2 failed")
+    assert type(other) is RuntimeError and "ValueError: shapes differ" in str(other)
+
+
+@pytest.mark.parametrize("verb", ["fit", "check"])
+def test_the_command_line_says_a_sampler_failure_in_one_line(tmp_path, monkeypatch, capsys,
+                                                             verb):
+    from bayesspec.cli import main
+    from bayesspec.inference.sampling import SAMPLING_HINT, SamplingFailed
+    from bayesspec.simulate import setup, sweep
+
+    def cannot_start(pm_model, settings):
+        raise SamplingFailed(f"the sampler cannot start: the model's log density is not "
+                             f"finite at any of 16 starting points; {SAMPLING_HINT}")
+
+    monkeypatch.setattr(inference, "sample_model", cannot_start)
+    path = tmp_path / "sweep.csv"
+    sweep(setup("Qwen3-8B", "H100", prefill=512, decode=512), 6, n_requests=200,
+          seed=0).rows.to_csv(path, index=False)
+    out = tmp_path / "fit.nc"
+    argv = (["fit", str(path), "-o", str(out)] if verb == "fit"
+            else ["check", str(path), "--ppc", "--model", "dense"])
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    error = lines[-1]
+    assert error.startswith("bayesspec: error: ") and "the sampler cannot start" in error
+    one_line_with_hint(error)
+    if verb == "fit":
+        assert error.startswith(f"bayesspec: error: {path}: ") and not out.exists()

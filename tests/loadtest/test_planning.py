@@ -93,16 +93,104 @@ def test_sweeps_well_below_crossover_ask_for_a_higher_rate():
     top3 = result["next"][:3]
     assert any(c.rps > 8.0 for c in top3)
     assert all(c.document()["above_fitted"] == (c.rps > 8.0) for c in result["next"])
-    values = [c.value_per_minute for c in result["next"]]
-    assert values == sorted(values, reverse=True) and values[0] > 0
+    # RPS* lies above the 8 RPS fitted: the points measuring a curve up to it come first,
+    # the best on each of the two curves it rests on, then by value per minute
+    lifting = [c.lifts_extrapolation for c in result["next"]]
+    assert lifting == sorted(lifting, reverse=True) and lifting[:2] == [True, True]
+    assert {c.configuration.k for c in result["next"][:2]} == {0, 3}
+    values = [c.value_per_minute for c in result["next"][2:] if c.lifts_extrapolation]
+    assert values == sorted(values, reverse=True)
+    assert all(c.value > 0 for c in result["next"])
 
 
 def test_settled_decision_proposes_nothing():
-    law = synthetic_law(0.002)
+    # both curves fitted up to 20 RPS: RPS* (18.75) lies inside what was measured
+    law = synthetic_law(0.002, measured=20.0)
     result = plan(crossover_question(law, 0.8, 3, spread=0.3))
-    assert result["settled"] and result["next"] == []
+    assert result["settled"] and result["next"] == [] and result["unsettled"] == []
     star = crossover_rps(*DENSE, *SD)
     assert result["answers"][0]["decision"] == pytest.approx(star, rel=0.02)
+    assert result["answers"][0]["extrapolated"] is False
+
+
+def test_an_rps_star_that_crossover_calls_an_extrapolation_is_not_settled():
+    """Sure (P(within 5%) 0.98) but above the 8 RPS both curves were fitted on: not
+    settled, and the next points measure both curves up to it."""
+    from bayesspec.decisions import crossover
+
+    law = synthetic_law(0.002)
+    assert crossover(law, 0.8, 3)["extrapolated"]
+    result = plan(crossover_question(law, 0.8, 3, spread=0.3))
+    answer = result["answers"][0]
+    assert answer["p_right"] > 0.95 and answer["extrapolated"]
+    assert not result["settled"]
+    assert any("extrapolation" in r and "above 8 RPS" in r for r in result["unsettled"])
+    lifting = [c for c in result["next"] if c.lifts_extrapolation]
+    assert lifting and result["next"][0].lifts_extrapolation
+    assert all(c.rps >= answer["decision"] for c in lifting)
+    assert {c.configuration.k for c in lifting} == {0, 3}
+    # the same rule as `crossover`, on either side of the boundary
+    for fitted in (18.0, 18.6, 18.9, 25.0):
+        law = synthetic_law(0.002, measured=fitted)
+        verb = crossover(law, 0.8, 3)["extrapolated"]
+        result = plan(crossover_question(law, 0.8, 3, spread=0.3), top=1)
+        assert result["answers"][0]["extrapolated"] == verb
+        assert result["settled"] == (not verb)
+
+
+def coefficient_law(measured_alphas=(0.7, 0.8), measured_ks=(2, 3, 4), fitted=12.0,
+                    draws: int = 2000, seed: int = 0):
+    """Six cycle coefficients around the 8B + EAGLE-3 truth, measured at the given alphas
+    and draft lengths up to ``fitted`` RPS (dense too)."""
+    from bayesspec.prediction import COEFFICIENT_NAMES, CoefficientLaw, MeasuredConfiguration
+    from bayesspec.simulate.synthetic import DENSE_TRUTH_8B, SPECULATIVE_TRUTH_8B
+
+    rng = np.random.default_rng(seed)
+    noise = Noise(np.full(draws, 0.02), np.full(draws, 0.02))
+    coefficients = {n: SPECULATIVE_TRUTH_8B[n] * np.exp(rng.normal(0, 0.03, draws))
+                    for n in COEFFICIENT_NAMES}
+    dense = Curve(DENSE_TRUTH_8B["C1"] * np.exp(rng.normal(0, 0.015, draws)),
+                  DENSE_TRUTH_8B["C2"] * np.exp(rng.normal(0, 0.015, draws)), noise=noise)
+    dense.rps_fitted_max = fitted
+    return CoefficientLaw("8B + EAGLE3 512/512", dense, coefficients, 512.0, noise=noise,
+                          measured_configurations=[MeasuredConfiguration(a, k, fitted)
+                                                   for a in measured_alphas
+                                                   for k in measured_ks])
+
+
+def test_kstar_outside_the_measured_design_or_rates_is_not_settled():
+    """k* = 0 at alpha 0.3 (measured 0.7-0.8) is sure and still the law's extrapolation,
+    as `kstar` marks it; at alpha 0.8 inside the fitted rates it is settled."""
+    from bayesspec.decisions import kstar_table
+
+    law = coefficient_law()
+    ks = [0, 1, 2, 3, 4]
+    rates = [2.0, 8.0]
+    result = plan(kstar_question(law, 0.3, rates, ks, spread=0.3), top=3)
+    table = kstar_table(law, [0.3], rates, ks=ks)["table"]
+    for answer, row in zip(result["answers"], table):
+        assert answer["decision"] == row["k"] == 0 and answer["p_right"] > 0.95
+        assert answer["extrapolated"] == row["extrapolated"] is True
+    assert not result["settled"]
+    assert all("alpha 0.3 is outside" in r for r in result["unsettled"])
+    # what would measure it: SD at alpha 0.3
+    first = result["next"][0]
+    assert first.lifts_extrapolation and first.configuration.k > 0
+    assert first.configuration.alpha == pytest.approx(0.3)
+    inside = plan(kstar_question(law, 0.8, rates, [0, 2, 3, 4], spread=0.3), top=3)
+    table = kstar_table(law, [0.8], rates, ks=[0, 2, 3, 4])["table"]
+    assert not any(row["extrapolated"] for row in table)
+    assert not any(a["extrapolated"] for a in inside["answers"])
+    assert inside["settled"] == (inside["expected_loss"] <= 0.05)
+    # above the 12 RPS fitted: marked as the verb marks it, and points go up to it
+    # (dense at 14 RPS needs more than 1000 requests for a steady window)
+    above = plan(kstar_question(law, 0.8, [14.0], [0, 2, 3, 4], spread=0.3), top=5,
+                 requests=(300, 1000, 3000))
+    row = kstar_table(law, [0.8], [14.0], ks=[0, 2, 3, 4])["table"][0]
+    assert above["answers"][0]["decision"] == row["k"] and row["extrapolated"]
+    assert above["answers"][0]["extrapolated"] and not above["settled"]
+    assert all(c.rps >= 14.0 for c in above["next"] if c.lifts_extrapolation)
+    assert {c.configuration.k for c in above["next"] if c.lifts_extrapolation} == {0, 4}
 
 
 def test_kstar_question_and_value_ranks_informative_points_first():
@@ -224,6 +312,16 @@ def test_slo_question_looks_where_the_goodput_lies():
     assert not result["settled"]
     best = result["next"][0]
     assert best.configuration.k == 0 and abs(best.rps / true[0] - 1) < 0.2
+    assert not any(a["extrapolated"] for a in result["answers"])   # no fitted rates known
+    # summaries fitted only up to half the goodput: the goodput is `slo`'s extrapolation
+    for curve in (dense_tail, sd_tail):
+        curve.rps_fitted_max = 0.5 * true[0]
+    question = slo_question(mean_law, {"ttft_p90": tail_law}, {"ttft_p90": 0.05},
+                            [(None, 0), (0.8, 3)], spread=0.3)
+    goodput = question.answers[1]
+    assert goodput.extrapolation is not None
+    assert goodput.extrapolation.needs == {0: pytest.approx(goodput.decision())}
+    assert "highest rate its summaries were fitted on" in goodput.extrapolation.why
 
 
 def test_commands_carry_rate_and_requests():
@@ -431,3 +529,119 @@ def test_planned_commands_use_the_chosen_group_lengths():
     assert planned_lengths(data, 256, 256) == (256, 256)
     assert planned_lengths(data.iloc[:2]) == (256, 256)
     assert planned_lengths(data.drop(columns=["decode_tokens"])) == (384, 512)
+
+
+# ----------------------------------------------------------------------------- honesty
+
+def test_a_fit_that_did_not_converge_settles_nothing(dense_fit_factory, tmp_path, capsys):
+    """Its chains disagree by 2% on C2: the ceilings are sure within 5% on the draws, but
+    an unconverged posterior settles nothing, in `plan` and in the report alike."""
+    from bayesspec.cli import main
+    from bayesspec.loadtest.planning import question_from_fit
+    from bayesspec.reporting.pages import write_report
+
+    converged = dense_fit_factory(n_groups=2, draws=300)
+    unmixed = dense_fit_factory(n_groups=2, draws=300, chain_shift={"C2": 1.02})
+    assert converged.diagnostics["status"] != "not converged"
+    assert unmixed.diagnostics["status"] == "not converged"
+    assert plan(question_from_fit(converged, "ceiling"))["settled"]
+    result = plan(question_from_fit(unmixed, "ceiling"))
+    assert result["expected_loss"] <= 0.05          # sure on its draws...
+    assert not result["settled"] and result["unsettled"] == ["the fit did not converge"]
+    assert result["next"] == [] and not result["converged"]
+    path = tmp_path / "unmixed.nc"
+    unmixed.save(path)
+    assert main(["plan", str(path), "--question", "ceiling"]) == 0
+    out = capsys.readouterr().out
+    assert "SETTLED" not in out and "not settled: the fit did not converge" in out
+    assert main(["plan", str(path), "--question", "ceiling", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["settled"] is False and document["converged"] is False
+    assert main(["plan", str(path), "--question", "ceiling", "--strict"]) == 3
+    capsys.readouterr()
+    # the report's "Measure next" says what `plan` says
+    report = tmp_path / "r.md"
+    write_report([unmixed], [str(path)], str(report))
+    text = report.read_text()
+    section = text[text.index("### Measure next"):]
+    assert "Settled: no more load points" not in section
+    assert "Not settled: the fit did not converge." in section
+
+
+def test_each_proposal_commands_carry_its_own_configuration(dense_fit_factory, tmp_path,
+                                                           capsys):
+    """A fit of two groups at different lengths: every proposed point's GuideLLM, vllm
+    bench serve and ingest lines ask for its own group's lengths and verifier, not the
+    median over the fit."""
+    from bayesspec.cli import main
+
+    fit = dense_fit_factory(n_groups=2, draws=300)
+    groups = fit.groups.set_index("label")
+    assert groups["decode_tokens"].nunique() == 2          # no one length fits both
+    path = tmp_path / "two.nc"
+    fit.save(path)
+    # right within 0.8%: not settled on these draws, so both groups get points
+    assert main(["plan", str(path), "--question", "ceiling", "--within", "0.008",
+                 "--top", "20", "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {e["configuration"] for e in document["next"]} == set(groups.index)
+    for entry, lines in zip(document["next"], document["commands"]):
+        group = groups.loc[entry["configuration"]]
+        prefill, decode = int(group["prefill_tokens"]), int(group["decode_tokens"])
+        assert (entry["prefill_tokens"], entry["decode_tokens"]) == (prefill, decode)
+        assert f"prompt_tokens={prefill},output_tokens={decode}" in lines["guidellm"]
+        assert f"model={group['verifier']}" in lines["guidellm"]
+        assert (f"--model {group['verifier']} " in lines["vllm"]
+                and f"--random-input-len {prefill} --random-output-len {decode}"
+                in lines["vllm"])
+        assert (f"--verifier {group['verifier']} --k 0 --prefill {prefill} "
+                f"--decode {decode}") in lines["ingest"]
+    # the text names point 1's workload with its commands
+    assert main(["plan", str(path), "--question", "ceiling", "--within", "0.008"]) == 0
+    out = capsys.readouterr().out
+    first = groups.loc[document["next"][0]["configuration"]]
+    assert (f"prefill {int(first['prefill_tokens'])}, decode {int(first['decode_tokens'])}"
+            in out)
+
+
+def test_command_lines_prefer_the_points_own_workload():
+    entry = {"k": 3, "alpha": 0.8, "rps": 4.0, "requests": 200, "verifier": "Qwen3-8B",
+             "drafter": "EAGLE3-Qwen3-8B", "prefill_tokens": 256, "decode_tokens": 128}
+    lines = command_lines(entry, target="u", prefill=512, decode=256)
+    assert "prompt_tokens=256,output_tokens=128" in lines["guidellm"]
+    assert "--random-input-len 256 --random-output-len 128" in lines["vllm"]
+    assert "--model Qwen3-8B " in lines["vllm"]
+    assert lines["ingest"].startswith("bayesspec ingest point-k3-r4-n200.json --verifier "
+                                      "Qwen3-8B --drafter EAGLE3-Qwen3-8B --k 3 --alpha 0.8 "
+                                      "--prefill 256 --decode 128")
+    # a served name given for the server wins over the catalogue's verifier name
+    assert "--model Qwen/Qwen3-8B " in command_lines(entry, target="u",
+                                                    model="Qwen/Qwen3-8B")["vllm"]
+    # the fallbacks stand in only where the point does not say
+    bare = {"k": 0, "alpha": None, "rps": 4.0, "requests": 200}
+    assert "prompt_tokens=512,output_tokens=256" in command_lines(
+        bare, target="u", model="m", prefill=512, decode=256)["guidellm"]
+
+
+def test_the_report_settles_nothing_that_plan_does_not(dense_fit_factory, monkeypatch,
+                                                       tmp_path):
+    """The page's "Measure next" says what `plan` says of the same question: an RPS* that
+    is sure but above the rates fitted is "Not settled", with why, in Markdown and HTML."""
+    import bayesspec.loadtest.planning as planning
+    from bayesspec.reporting.pages import write_report
+
+    law = synthetic_law(0.002)
+    expected = plan(crossover_question(law, 0.8, 3, spread=0.3), top=5)
+    assert expected["answers"][0]["p_right"] > 0.95 and not expected["settled"]
+    monkeypatch.setattr(planning, "question_from_fit",
+                        lambda fit, question, **options: crossover_question(
+                            law, 0.8, 3, spread=0.3))
+    fit = dense_fit_factory(n_groups=1)
+    for name in ("r.md", "r.html"):
+        out = tmp_path / name
+        write_report([fit], ["f.nc"], str(out))
+        text = out.read_text()
+        section = text[text.index("Measure next"):]
+        assert "Settled: no more load points" not in section
+        assert f"Not settled: {expected['unsettled'][0]}" in section
+        assert "above 8 RPS" in section

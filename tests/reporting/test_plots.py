@@ -137,7 +137,7 @@ def test_speedup_curves_end_where_sd_saturates(costs):
     # No band polygon reaches down to zero either.
     for collection in figure.axes[0].collections:
         if isinstance(collection, PolyCollection) and collection.get_label() != \
-                "beyond the data (extrapolation)":
+                "beyond the highest fitted rate (extrapolation)":
             for path in collection.get_paths():
                 assert path.vertices[:, 1].min() > 0
 
@@ -159,11 +159,14 @@ def test_speedup_y_range_ignores_the_dense_saturation_spike(costs):
     assert not any(t.startswith("leaves the plot") for t in legend_texts(plain.axes[0]))
 
 
-def test_speedup_marks_the_highest_measured_rate_and_extrapolated_rps_star(costs):
+def test_speedup_marks_the_highest_fitted_rate_and_extrapolated_rps_star(costs):
+    """A law that does not know its fitted rates takes the line's rate as the boundary
+    of every k (the figure calls it the highest fitted rate, as the tables do)."""
     measured = 11.0
     figure = plots.speedup_bands_plot(costs, ALPHA, [1, 2, 4], recommended_k=2,
                                       rps_measured_max=measured)
-    assert any(t.startswith("highest measured rate") for t in legend_texts(figure.axes[0]))
+    assert any(t.startswith("highest fitted rate") for t in legend_texts(figure.axes[0]))
+    assert not any("highest measured" in t for t in legend_texts(figure.axes[0]))
     verticals = [line for line in figure.axes[0].get_lines()
                  if np.allclose(line.get_xdata(), measured)]
     assert verticals
@@ -178,9 +181,80 @@ def test_speedup_marks_the_highest_measured_rate_and_extrapolated_rps_star(costs
     assert any("extrapolated" in t for t in labels.values())
 
 
+def fitted_costs(dense_top: float, sd_tops: dict[int, float], alpha: float = ALPHA):
+    """:func:`make_costs` with the fitted rates a fit knows: the dense baseline fitted up
+    to ``dense_top``, SD at ``alpha`` and each k up to ``sd_tops[k]``."""
+    from bayesspec.prediction import CoefficientLaw, MeasuredConfiguration
+
+    base = make_costs()
+    dense = base.dense
+    dense.rps_fitted_max = dense_top
+    return CoefficientLaw(base.label, dense, base.coefficients, base.decode_tokens,
+                          measured_configurations=[MeasuredConfiguration(alpha, k, top)
+                                                   for k, top in sd_tops.items()])
+
+
+def _marker_face(axis, gid: str):
+    """The face colour of the markers drawn with ``gid`` (RGBA)."""
+    lines = [line for line in axis.get_lines() if line.get_gid() == gid]
+    assert lines, gid
+    return to_rgba(lines[0].get_markerfacecolor())
+
+
+def test_each_k_is_marked_by_its_own_highest_fitted_rate_as_crossover_marks_it():
+    """k = 4's RPS* (about 17 RPS at alpha 0.7) lies above its own highest fitted rate
+    (16) and below the dense baseline's (20): `crossover` calls it extrapolated, and so
+    must the figure (hollow marker, "extrapolated", its curve dashed from 16), while k = 1
+    and 2, whose RPS* lie inside their fitted rates, are drawn as measured. One dotted line
+    for every k (the dense baseline's) would have drawn k = 4 as measured."""
+    from bayesspec.decisions import crossover
+
+    law = fitted_costs(20.0, {1: 9.0, 2: 14.0, 4: 16.0})
+    ks = [1, 2, 4]
+    marks = {k: crossover(law, ALPHA, k)["extrapolated"] for k in ks}
+    assert marks == {1: False, 2: False, 4: True}      # the case the test is about
+    figure = plots.speedup_bands_plot(law, ALPHA, ks, rps_max=20.0)
+    axis, strip, side = figure.axes[:3]
+    labels = dict(zip(ks, (t.get_text() for t in side.get_yticklabels())))
+    for k in ks:
+        assert ("extrapolated" in labels[k]) == marks[k], (k, labels[k])
+        hollow = _marker_face(axis, f"rps-star-k{k}") == to_rgba("white")
+        assert hollow == marks[k], k
+        assert (_marker_face(strip, f"rps-star-k{k}") == to_rgba("white")) == marks[k]
+    # each curve is solid up to its own boundary and dashed past it
+    lines = {line.get_gid(): line for line in axis.get_lines() if line.get_gid()}
+    for k, top in ((1, 9.0), (2, 14.0), (4, 16.0)):
+        assert max(lines[f"k{k}"].get_xdata()) <= top
+        dashed = lines.get(f"k{k}-extrapolated")
+        assert dashed is not None and min(dashed.get_xdata()) <= top
+        assert min(dashed.get_xdata()) >= top - 0.2 and dashed.get_linestyle() != "-"
+    # the dotted line is the dense baseline's highest fitted rate, and says so
+    assert any(t.startswith("highest fitted rate of the dense baseline (20 RPS")
+               for t in legend_texts(axis))
+
+
+def test_an_unmeasured_k_is_dashed_throughout_and_its_rps_star_hollow():
+    law = fitted_costs(30.0, {2: 25.0, 4: 25.0})
+    figure = plots.speedup_bands_plot(law, ALPHA, [1, 2], rps_max=20.0)
+    axis = figure.axes[0]
+    gids = {line.get_gid() for line in axis.get_lines()}
+    assert "k1" not in gids and "k1-extrapolated" in gids and "k2" in gids
+    assert any(t.startswith("k = 1: not measured") for t in legend_texts(axis))
+    assert _marker_face(axis, "rps-star-k1") == to_rgba("white")
+
+
+def test_cost_ratios_of_unmeasured_k_are_hollow():
+    law = fitted_costs(20.0, {2: 15.0, 3: 15.0, 4: 15.0})
+    figure = plots.cost_ratio_plot(law, [ALPHA], range(1, 7))
+    for axis in figure.axes:
+        hollow = [line for line in axis.get_lines() if line.get_gid() == "extrapolated"]
+        assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [1, 5, 6]
+        assert to_rgba(hollow[0].get_markerfacecolor()) == to_rgba("white")
+
+
 def test_speedup_without_measured_rate_has_no_marker(costs):
     figure = plots.speedup_bands_plot(costs, ALPHA, [1, 2])
-    assert not any(t.startswith("highest measured") for t in legend_texts(figure.axes[0]))
+    assert not any(t.startswith("highest fitted") for t in legend_texts(figure.axes[0]))
 
 
 # ---------------------------------------------------------------------------- k* map
@@ -329,13 +403,14 @@ def test_collapse_plot_band_is_visible_and_measured_rates_marked(fit):
         bands = [c for c in target.collections if isinstance(c, PolyCollection)]
         assert bands and bands[0].get_alpha() >= 0.3
         assert bands[0].get_zorder() < max(c.get_zorder() for c in target.collections)
-    assert "highest measured rate of a group" in legend_texts(axis)
+    # the triangles mark the rates the fit used: "highest fitted", as the tables say
+    assert "highest fitted rate of a group" in legend_texts(axis)
     # The ratio panel is zoomed on the band: a few percent wide fills a visible share.
     low, high = ratio_axis.get_ylim()
     assert high / low < 3
 
 
-def test_group_fit_plots_mark_highest_measured_rate_and_end_bands(fit, tmp_path):
+def test_group_fit_plots_mark_highest_fitted_rate_and_end_bands(fit, tmp_path):
     figures = plots.group_fit_plots(fit)
     assert len(figures) == 1
     figure = figures[0]
@@ -353,8 +428,10 @@ def test_group_fit_plots_mark_highest_measured_rate_and_end_bands(fit, tmp_path)
         lower = np.asarray(edges[0].get_ydata(), dtype=float)
         lower = lower[np.isfinite(lower)]
         assert np.all(np.diff(lower) >= -0.05 * lower[:-1])
-    assert any(t.get_text().startswith("highest measured rate")
+    assert any(t.get_text().startswith("highest fitted rate")
                for legend in figure.legends for t in legend.get_texts())
+    assert not any("highest measured" in t.get_text()
+                   for legend in figure.legends for t in legend.get_texts())
     path = plots.save_figure(figure, tmp_path / "groups.png")
     with open(path, "rb") as handle:
         assert handle.read(8) == b"\x89PNG\r\n\x1a\n"

@@ -155,6 +155,84 @@ def test_tails_fit_page_has_the_slo(mock_sampling, tmp_path):
     # the predictive check asks the mean and each fitted summary
     inside = section["misfit"]["inside"]
     assert inside.startswith("mean: held-in") and "; ttft_p99: held-in" in inside
+    # each decision names the objective it answers, and the page reconciles the two
+    assert all(line.startswith(("For mean latency, ", "For the SLO on percentiles ("))
+               for line in section["decision"])
+    assert sum(line.startswith("For the SLO") for line in section["decision"]) == 1
+    mean_k = {choice["k"] for choice in section["choices"]
+              if choice["objective"] == "mean latency" and choice["alpha"] == 0.8}
+    assert len(mean_k) == 1 and document["reconciled"]
+    sentence = document["reconciled"][0]
+    assert f"for mean latency, {pages_k_name(mean_k.pop())}; for the SLO on percentiles" \
+        in sentence
+    assert sentence.endswith(("both objectives recommend the same configuration.",
+                              "the mean's where mean latency is what counts."))
+
+
+def pages_k_name(k) -> str:
+    from bayesspec.reporting.pages import _k_name
+
+    return _k_name(k)
+
+
+def test_reconciling_says_when_the_objectives_agree_and_when_not():
+    from bayesspec.reporting.pages import MEAN_OBJECTIVE, _reconciled
+
+    key = (("verifier", "V"), ("prefill", "512"), ("decode", "512"))
+    mean = {"setup": key, "label": "V 512/512", "alpha": 0.8, "objective": MEAN_OBJECTIVE,
+            "k": 3, "configuration": "k = 3"}
+    slo = {"setup": key, "label": "V", "alpha": None, "objective": "the SLO on percentiles "
+           "(TTFT p99 <= 0.08 s)", "alphas": [0.8], "segments": [(3, 1.0, 9.0)]}
+    sections = [{"name": "fit.nc", "choices": [mean]}, {"name": "tails.nc", "choices": [slo]}]
+    agree = _reconciled(sections)
+    assert agree == ["V 512/512 at alpha 0.8: for mean latency, k = 3 (fit.nc); for the SLO "
+                     "on percentiles (TTFT p99 <= 0.08 s) (tails.nc), k = 3 from 1 to 9 RPS: "
+                     "both objectives recommend the same configuration."]
+    slo["segments"] = [(4, 1.0, 5.0), (None, 6.0, 9.0)]
+    differ = _reconciled(sections)[0]
+    assert "k = 4 from 1 to 5 RPS, nothing meets it from 6 to 9 RPS" in differ
+    assert "they answer different objectives" in differ
+    # another alpha, or another setup, is not the same decision
+    assert not _reconciled([{"name": "a", "choices": [dict(mean, alpha=0.7)]},
+                            {"name": "b", "choices": [slo]}])
+    assert not _reconciled([{"name": "a", "choices": [mean]},
+                            {"name": "b", "choices": [dict(slo, setup=key[:1])]}])
+
+
+def test_decision_names_the_measured_k_and_quotes_its_own_crossover(speculative_fit_path):
+    """One sentence per measured alpha; it recommends a measured k (1, 2 or 4 here) or
+    dense, quotes that k's crossover, and where k* over every k is a k never measured,
+    says to measure it before relying on it."""
+    from bayesspec.bayes import load_fit
+    from bayesspec.decisions import crossover, kstar_table
+    from bayesspec.reporting.pages import _rates, interval
+
+    fit = load_fit(speculative_fit_path)
+    law = fit.law()
+    section = report_document([fit], [str(speculative_fit_path)])["sections"][0]
+    sentences = section["decision"]
+    assert len(sentences) == 2
+    rates = _rates(law)
+    for alpha, sentence in zip((0.6, 0.8), sentences):
+        assert sentence.startswith(f"For mean latency, {law.label} at alpha {alpha:g}: ")
+        assert sentence.count(". ") == 0 and sentence.endswith(".")
+        match = re.search(r"run k = (\d+) \(measured\)", sentence)
+        if match is None:
+            assert "do not speculate" in sentence
+            continue
+        k = int(match.group(1))
+        assert k in (1, 2, 4)
+        star = crossover(law, alpha, k)
+        if star["rps_star"] is not None and star["p_crossover"] >= 0.5:
+            assert f"SD with k = {k} " in sentence and interval(star["rps_star"]) in sentence
+            assert ("extrapolated:" in sentence.split("RPS*")[1]) == star["extrapolated"]
+        full = kstar_table(law, [alpha], rates)["table"]
+        unmeasured = {row["k"] for row in full if row["k"] not in (0, 1, 2, 4)}
+        if unmeasured:
+            assert re.search(r"measure k = (\d+) before relying on it", sentence)
+            assert int(re.search(r"measure k = (\d+)", sentence).group(1)) in unmeasured
+        else:
+            assert "before relying on it" not in sentence
 
 
 def test_measure_next_shows_the_planner_when_it_is_there(dense_fit_factory, tmp_path,

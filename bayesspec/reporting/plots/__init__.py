@@ -11,9 +11,9 @@ colour of each draft length, the conventions every figure follows),
 and :mod:`~bayesspec.reporting.plots.acceptance`. Every figure is importable from here.
 """
 
-from bayesspec.reporting.plots.common import (BAND_PROB, K_ZERO_COLOUR, MEASURED_LABEL,
-                                              MEASURED_STYLE, figure_png, k_colour,
-                                              save_figure)
+from bayesspec.reporting.plots.common import (BAND_PROB, FITTED_LABEL, FITTED_STYLE,
+                                              K_ZERO_COLOUR, MEASURED_LABEL, MEASURED_STYLE,
+                                              figure_png, k_colour, save_figure)
 from bayesspec.reporting.plots.acceptance import acceptance_plot
 from bayesspec.reporting.plots.checks import holdout_plot, predictive_check_plot, sbc_ecdf_plot
 from bayesspec.reporting.plots.compare import compare_forest_plot
@@ -24,7 +24,8 @@ from bayesspec.reporting.plots.slo import slo_plot
 from bayesspec.reporting.plots.speculative import (cost_ratio_plot, kstar_map_plot,
                                                    speedup_bands_plot)
 
-__all__ = ["BAND_PROB", "K_ZERO_COLOUR", "MEASURED_LABEL", "MEASURED_STYLE", "figure_png",
+__all__ = ["BAND_PROB", "FITTED_LABEL", "FITTED_STYLE", "K_ZERO_COLOUR", "MEASURED_LABEL",
+           "MEASURED_STYLE", "figure_png",
            "k_colour", "save_figure", "acceptance_plot", "holdout_plot",
            "predictive_check_plot", "sbc_ecdf_plot", "compare_forest_plot", "collapse_plot",
            "expert_coverage_plot", "group_fit_plots", "joint_vs_per_config_plot",

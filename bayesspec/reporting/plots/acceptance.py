@@ -44,7 +44,7 @@ def acceptance_plot(report: dict):
         right.scatter(k[measured], median[measured], color="#08306b", zorder=3,
                       label="measured k")
         right.scatter(k[~measured], median[~measured], facecolors="none",
-                      edgecolors="#08306b", zorder=3, label="not measured")
+                      edgecolors="#08306b", zorder=3, label="not measured (extrapolated)")
         right.set_xlabel("draft length k")
         right.set_ylabel("E(k): tokens committed per cycle", fontsize=8)
         right.set_xticks(k)

@@ -1,14 +1,18 @@
 """What every figure shares: writing a figure (atomically, or as inline PNG bytes), the
 quantile bands, the colour of each draft length, plain-number axes and the line at the
-highest measured rate.
+highest fitted rate.
 
 Conventions every figure follows (what a serving engineer reads off them):
 
 - bands are drawn under the data and outlined, so a narrow band stays visible;
 - a curve ends where the system it describes saturates (and says so) instead of
   running on as a flat zero or a spike;
-- the highest rate measured in the data is a vertical dotted line: anything to its right
-  (a saturation rate, a crossover RPS*) is an extrapolation of the law;
+- the highest fitted rate (the highest rate that entered the fit) is a vertical dotted
+  line: anything to its right (a saturation rate, a crossover RPS*) is an extrapolation of
+  the law. "Highest measured" means the highest rate in the data file, set-aside points
+  included, in figures as in tables;
+- what an answer marks ``extrapolated`` (:meth:`bayesspec.prediction.Law.extrapolated`)
+  is drawn open (a hollow marker) or dashed, never as a measurement;
 - one colour per draft length k, the same in every figure (:func:`k_colour`);
 - tick labels are plain numbers and never collide.
 """
@@ -31,8 +35,13 @@ from matplotlib.ticker import FuncFormatter, NullFormatter  # noqa: E402
 from bayesspec.outputs import atomic_path  # noqa: E402
 
 BAND_PROB = 0.9
-MEASURED_STYLE = {"color": "0.15", "ls": ":", "lw": 1.5}
-MEASURED_LABEL = "highest measured rate"
+FITTED_STYLE = {"color": "0.15", "ls": ":", "lw": 1.5}
+FITTED_LABEL = "highest fitted rate"
+#: Older names of the same line's style and label.
+MEASURED_STYLE, MEASURED_LABEL = FITTED_STYLE, FITTED_LABEL
+#: Dashes of what is the law's extrapolation (a curve past its highest fitted rate, a k
+#: or alpha not measured).
+EXTRAPOLATED_DASHES = (0, (4, 2))
 
 
 def save_figure(figure, path: str | os.PathLike, *, dpi: int = 120) -> str:
@@ -164,13 +173,14 @@ def _plain_log_axis(axis, which: str) -> None:
     ticks.set_minor_formatter(FuncFormatter(minor) if labelled else NullFormatter())
 
 
-def _measured_line(axis, rate, *, label: bool = True):
-    """The highest measured rate: a vertical dotted line (data end, extrapolation begins)."""
+def _fitted_line(axis, rate, *, label: bool = True, of: str = ""):
+    """The highest fitted rate (``of``: whose, e.g. " of the dense baseline"): a vertical
+    dotted line (fitted data end, extrapolation begins)."""
     if rate is None or not np.isfinite(rate):
         return None
     beyond = rate > axis.get_xlim()[1]
-    return axis.axvline(rate, **MEASURED_STYLE, zorder=5,
-                        label=(f"{MEASURED_LABEL} ({rate:.3g} RPS"
+    return axis.axvline(rate, **FITTED_STYLE, zorder=5,
+                        label=(f"{FITTED_LABEL}{of} ({rate:.3g} RPS"
                                + (", right of the plot)" if beyond else ")")) if label else None)
 
 

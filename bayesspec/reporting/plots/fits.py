@@ -13,8 +13,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from bayesspec.prediction import Curve, Noise
-from bayesspec.reporting.plots.common import (BAND_PROB, MEASURED_LABEL, MEASURED_STYLE,
-                                              _measured_line, _monotone_band,
+from bayesspec.reporting.plots.common import (BAND_PROB, FITTED_LABEL, FITTED_STYLE,
+                                              _fitted_line, _monotone_band,
                                               _plain_log_axis, _quantiles, _replicates,
                                               _saturating_quantiles, _wrap)
 
@@ -26,7 +26,7 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
     (posterior predictive of a normalised observation), so points outside it are
     surprising, not merely scattered. The lower panel divides by the law, so the band's
     width (a few percent, growing near saturation) is visible at every load; the
-    triangles on top mark each group's highest measured rate (x beyond them is the law
+    triangles on top mark each group's highest fitted rate (x beyond them is the law
     extrapolated).
     """
     data = fit.data
@@ -99,11 +99,11 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
         ratio_axis.text(0.01, 0.95, f"{pinned.sum()} point(s) beyond the panel: triangles "
                         "on its edge", transform=ratio_axis.transAxes, fontsize=7,
                         va="top")
-    # Each group's highest measured rate, normalised: beyond it the law is extrapolated.
+    # Each group's highest fitted rate, normalised: beyond it the law is extrapolated.
     highest = np.array([np.max(x[index == g]) for g in np.unique(index)])
     axis.scatter(highest, np.full(highest.shape, 0.985), marker="v", s=28, color="0.15",
                  transform=axis.get_xaxis_transform(), clip_on=False, zorder=4,
-                 label="highest measured rate of a group")
+                 label=f"{FITTED_LABEL} of a group")
     axis.set_xlim(0.0, grid[-1])
     _plain_log_axis(axis, "y")
     axis.set_ylabel("y = L / C1 (posterior median)")
@@ -119,8 +119,9 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
 def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed: int = 0,
                     max_draws: int = 1000):
     """One panel per group: data, posterior median curve, bands, saturation rate, the highest
-    measured rate; under it the same divided by the posterior median curve, where the
-    bands' widths (a few percent) are visible at every load."""
+    fitted rate (points set aside are drawn as crosses); under it the same divided by the
+    posterior median curve, where the bands' widths (a few percent) are visible at every
+    load."""
     data = fit.data
     groups = fit.groups
     figures = []
@@ -157,7 +158,7 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
             # The load-amplified noise is a linearisation: where it makes the lower edge of
             # a new measurement fall with load (physically it cannot), the band stops.
             plo, phi = _monotone_band(plo, phi)
-            measured = float(used["rps"].max()) if len(used) else None
+            fitted = float(used["rps"].max()) if len(used) else None
             at_points = np.median(law.latency(used["rps"].to_numpy(float))[:max_draws], axis=0)
             for target, scale in ((axis, 1.0), (ratio_axis, 1.0 / median)):
                 target.fill_between(grid, plo * scale, phi * scale, color=new_colour,
@@ -171,7 +172,7 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
                                                 [(1 - prob) / 2, 0.5, (1 + prob) / 2])
                 target.axvspan(s_lo, s_hi, color="tab:red", alpha=0.15, lw=0, zorder=0)
                 target.axvline(s_med, color="tab:red", lw=1, ls="--", zorder=2)
-                _measured_line(target, measured, label=False)
+                _fitted_line(target, fitted, label=False)
                 target.grid(alpha=0.3, zorder=0)
                 target.tick_params(labelsize=7)
             axis.scatter(used["rps"], used["latency_mean_s"], s=14, color="black",
@@ -187,7 +188,7 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
                 axis.set_ylim(0, ceiling)
             axis.scatter(dropped["rps"], shown, s=22, marker="x", color="tab:red", zorder=4)
             # The ratio panel zooms on the bands where there are data.
-            near = grid <= (measured if measured else top) * 1.03
+            near = grid <= (fitted if fitted else top) * 1.03
             values = np.concatenate([(plo / median)[near], (phi / median)[near],
                                      finite / at_points])
             values = values[np.isfinite(values) & (values > 0) & (values < 1e6)]
@@ -200,7 +201,7 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
                 axis.set_ylabel("mean latency (s)", fontsize=8)
                 ratio_axis.set_ylabel("data / fit", fontsize=8)
         handles = [
-            Line2D([], [], color="black", marker="o", ls="none", ms=4, label="measured"),
+            Line2D([], [], color="black", marker="o", ls="none", ms=4, label="fitted point"),
             Line2D([], [], color="tab:red", marker="x", ls="none", ms=5,
                    label="set aside (`fit` lists why; pinned to the top edge when above)"),
             Line2D([], [], color=line_colour, lw=1.2, label="posterior median curve"),
@@ -209,8 +210,8 @@ def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed:
                   label=f"{prob:.0%} band of a new measurement"),
             Line2D([], [], color="tab:red", ls="--", lw=1,
                    label=f"saturation rate 1/C2 (median, {prob:.0%} interval)"),
-            Line2D([], [], **MEASURED_STYLE,
-                   label=f"{MEASURED_LABEL} (fitted points; to its right: extrapolation)"),
+            Line2D([], [], **FITTED_STYLE,
+                   label=f"{FITTED_LABEL} (to its right: extrapolation)"),
         ]
         figure.legend(handles=handles, loc="outside upper center", ncol=4, fontsize=8,
                       frameon=False)
@@ -270,7 +271,7 @@ def expert_coverage_plot(moe_fit, *, rps_points: int = 80):
         phi = expert_coverage(tokens, float(row["experts_active"]), float(row["experts_total"]))
         axis.plot(grid, phi, lw=1, label=row["label"] if g < 10 else None)
     axis.set_xscale("log")
-    axis.set_xlabel("RPS (log scale, up to 1.2 x the highest measured rate)")
+    axis.set_xlabel("RPS (log scale, up to 1.2 x the highest fitted rate)")
     axis.set_ylabel("expert coverage phi(T), T = RPS*L*tokens")
     axis.set_ylim(0, 1.02)
     axis.grid(alpha=0.3)

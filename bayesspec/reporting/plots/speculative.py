@@ -14,7 +14,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
-from bayesspec.reporting.plots.common import BAND_PROB, _measured_line, _quantiles, k_colour
+from bayesspec.reporting.plots.common import (BAND_PROB, EXTRAPOLATED_DASHES, _fitted_line,
+                                              _quantiles, k_colour)
 
 # Speedup draws where only the dense baseline is saturated are infinite; they are capped
 # at this value before quantiles (the plotted range is chosen from the medians anyway).
@@ -38,11 +39,18 @@ def _speedup_curve(costs, alpha: float, k: int, grid: np.ndarray, prob: float) -
     return {"lo": lo, "median": median, "hi": hi, "end": end, "band_end": min(band_end, end)}
 
 
-def _design_extrapolated(costs, alpha, k) -> bool:
-    """Whether (alpha, k) lies outside what the law's data measured (laws that do not
-    say are taken as measured)."""
+def _answer_bounds(costs, alpha, k, fallback: float | None) -> tuple[float | None, bool]:
+    """What the data measured for an answer about SD at (alpha, k) against the dense
+    baseline (:meth:`bayesspec.prediction.Law.measured`, the rule the decision documents
+    mark with): its highest fitted rate (``fallback`` where the law does not know it) and
+    whether (alpha, k) itself lies outside the measured design."""
     measured = getattr(costs, "measured", None)
-    return bool(measured(alpha, k)["design_extrapolated"]) if callable(measured) else False
+    if not callable(measured):
+        return fallback, False
+    answer = measured(alpha, k)
+    top = answer["rps_fitted_max"]
+    top = float(top) if top is not None and np.isfinite(top) else fallback
+    return top, bool(answer["design_extrapolated"])
 
 
 def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
@@ -62,9 +70,15 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
     - Each k's curve ends where SD saturates (more than half the draws have an infinite
       SD latency) with an X marker ("saturated"), never a flat zero or a spike; the band
       ends where more than its lower tail is saturated.
-    - ``rps_measured_max``: the highest rate measured in the data, a vertical dotted
-      line; the region beyond it is shaded, and an RPS* beyond it is drawn hollow and
-      dashed ("extrapolated").
+    - ``rps_measured_max``: the highest fitted rate to draw as a vertical dotted line
+      (name kept from older versions; it is the rate the fit reached, not a set-aside
+      point), the region beyond it shaded; by default the dense baseline's, where the
+      law knows it. What is extrapolated follows the decision
+      documents' rule per k (:meth:`~bayesspec.prediction.Law.extrapolated`): a k's curve
+      is dashed beyond the highest fitted rate of that k and the dense baseline (all of it
+      when (alpha, k) was not measured), and its RPS* drawn hollow ("extrapolated") where
+      ``crossover`` marks it. A law that does not know its fitted rates takes
+      ``rps_measured_max`` as that boundary for every k.
     - The lower strip holds each k's RPS* (median and ``prob`` interval) with its value.
     """
     ks = sorted({int(k) for k in ks} - {0})
@@ -75,6 +89,10 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
     top = min(rps_max * 1.05, dense_saturation) if rps_max else dense_saturation
     measured = (float(rps_measured_max) if rps_measured_max is not None
                 and np.isfinite(rps_measured_max) else None)
+    line_of = ""
+    if measured is None and rps_measured_max is None:
+        dense_top, _ = _answer_bounds(costs, None, 0, None)
+        measured, line_of = dense_top, " of the dense baseline"
     if measured is not None:
         top = max(top, min(measured * 1.08, dense_saturation))
     grid = np.linspace(0.0, top * 0.995, points)
@@ -87,8 +105,10 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
     if measured is not None and measured < right:
         for target in (axis, strip):
             target.axvspan(measured, right, color="0.92", lw=0, zorder=0,
-                           label="beyond the data (extrapolation)" if target is axis else None)
-    dense_style = {"color": "black", "lw": 1, "ls": "--", "zorder": 2}
+                           label=("beyond the highest fitted rate (extrapolation)"
+                                  if target is axis else None))
+    # solid: dashes mean "extrapolated" in this figure
+    dense_style = {"color": "0.25", "lw": 1, "zorder": 2}
     if recommended == 0:
         axis.axhline(1.0, color="black", lw=3, zorder=2,
                      label="k = 0: dense, do not speculate (recommended)")
@@ -97,6 +117,7 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
 
     curves = {}
     ended = False
+    dashed_any = False
     y_medians, y_highs = [1.0], [1.0]
     sane = grid <= 0.9 * dense_saturation
     for k in ks:
@@ -109,17 +130,28 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
             axis.fill_between(grid[:band_end], curve["lo"][:band_end], curve["hi"][:band_end],
                               color=colour, alpha=0.3 if is_recommended else 0.16, lw=0,
                               zorder=1)
+        boundary, unmeasured = _answer_bounds(costs, alpha, k, measured)
+        curve["boundary"], curve["unmeasured"] = boundary, unmeasured
         if end > 0:
-            # A k (or alpha) the data did not measure is the law's extrapolation: dashed.
-            unmeasured = _design_extrapolated(costs, alpha, k)
+            # A k (or alpha) the data did not measure is the law's extrapolation: dashed;
+            # so is a measured k's curve past its highest fitted rate (and the dense one's).
             label = (f"k = {k}" + (" (recommended)" if is_recommended else "")
                      + (": not measured (extrapolated)" if unmeasured else ""))
             style = ({"lw": 3.2, "zorder": 4, "path_effects": [
                 patheffects.withStroke(linewidth=5, foreground="black")]}
                 if is_recommended else {"lw": 1.7, "zorder": 3})
-            if unmeasured:
-                style["ls"] = (0, (4, 2))
-            axis.plot(grid[:end], curve["median"][:end], color=colour, label=label, **style)
+            solid = (0 if unmeasured else end if boundary is None
+                     else min(end, int(np.searchsorted(grid, boundary, side="right"))))
+            if solid > 0:
+                axis.plot(grid[:solid], curve["median"][:solid], color=colour, label=label,
+                          gid=f"k{k}", **style)
+            if solid < end:
+                dashed_style = {**style, "ls": EXTRAPOLATED_DASHES}
+                start = max(solid - 1, 0)
+                axis.plot(grid[start:end], curve["median"][start:end], color=colour,
+                          label=label if solid == 0 else f"_k = {k} extrapolated",
+                          gid=f"k{k}-extrapolated", **dashed_style)
+                dashed_any = True
             # The y range follows the curves up to 90% of the dense saturation rate:
             # beyond, a speedup can grow without bound as the dense baseline saturates.
             y_medians.append(float(np.nanmax(curve["median"][:end][sane[:end]]))
@@ -158,7 +190,8 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
             row_texts.append(f"no crossover ({1 - has.mean():.0%} of draws): {verdict}")
             continue
         s_lo, s_med, s_hi = np.quantile(star[has], [tail, 0.5, 1 - tail])
-        beyond_data = measured is not None and s_med > measured
+        boundary, unmeasured = curves[k]["boundary"], curves[k]["unmeasured"]
+        beyond_data = unmeasured or (boundary is not None and s_med > boundary)
         extrapolated |= beyond_data and s_med <= right
         text = f"RPS* {s_med:.3g} [{s_lo:.3g}, {s_hi:.3g}]"
         if has.mean() < 0.95:
@@ -168,25 +201,26 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
         if s_med > right:
             text += " (beyond the plot)"
         row_texts.append(text)
-        solid_end = min(s_hi, measured) if measured is not None else s_hi
+        solid_end = (s_lo if unmeasured else min(s_hi, boundary) if boundary is not None
+                     else s_hi)
         if s_lo < min(solid_end, right):
             strip.plot([s_lo, min(solid_end, right)], [row, row], color=colour, lw=5,
                        solid_capstyle="butt", zorder=3)
-        if measured is not None and s_hi > measured and max(s_lo, measured) < right:
-            strip.plot([max(s_lo, measured), min(s_hi, right)], [row, row], color=colour,
+        if solid_end < s_hi and max(s_lo, solid_end) < right:
+            strip.plot([max(s_lo, solid_end), min(s_hi, right)], [row, row], color=colour,
                        lw=2, ls=(0, (3, 1.5)), zorder=3)
         if s_med <= right:
             face = "white" if beyond_data else colour
             strip.plot([s_med], [row], marker="o", ms=8, mfc=face, mec="black", mew=1,
-                       zorder=4)
+                       zorder=4, gid=f"rps-star-k{k}")
             axis.plot([s_med], [1.0], marker="o", ms=8, mfc=face, mec=colour, mew=2,
-                      ls="none", zorder=6)
+                      ls="none", zorder=6, gid=f"rps-star-k{k}")
         if s_hi > right:  # the interval runs past the plot: an arrow at its edge
             strip.annotate("", xy=(1.0, row), xycoords=("axes fraction", "data"),
                            xytext=(-14, 0), textcoords="offset points", zorder=5,
                            arrowprops={"arrowstyle": "-|>", "color": "black", "lw": 1.2})
     for target in (axis, strip):
-        _measured_line(target, measured, label=target is axis)
+        _fitted_line(target, measured, label=target is axis, of=line_of)
     strip.set_ylim(len(ks) - 0.5, -0.5)
     strip.set_yticks(range(len(ks)), [f"k = {k}" for k in ks], fontsize=8)
     for tick, k in zip(strip.get_yticklabels(), ks):
@@ -213,6 +247,10 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
                                     "(speedup grows without bound)"))
     handles.append(Line2D([], [], marker="o", color="0.4", mfc="0.4", mec="black", ls="none",
                           ms=7, label="crossover RPS* (median)"))
+    if dashed_any:
+        handles.append(Line2D([], [], color="0.4", lw=1.7, ls=EXTRAPOLATED_DASHES,
+                              label="dashed: past the highest fitted rate of that k and\n"
+                                    "the dense baseline, or not measured (extrapolated)"))
     if extrapolated:
         handles.append(Line2D([], [], marker="o", mfc="white", mec="0.4", mew=1.5,
                               ls="none", ms=7, label="RPS* beyond the data (extrapolated)"))
@@ -231,17 +269,23 @@ def speedup_bands_plot(costs, alpha: float, ks, *, rps_max: float | None = None,
 
 
 def cost_ratio_plot(costs, alphas, ks, *, prob: float = BAND_PROB):
-    """C1R and C2R vs k for each alpha: the zero-load and the load cost of speculating."""
+    """C1R and C2R vs k for each alpha: the zero-load and the load cost of speculating;
+    an (alpha, k) outside the measured design is a hollow marker (extrapolated)."""
     figure, axes = plt.subplots(1, 2, figsize=(10, 4), sharex=True)
     ks = np.asarray(list(ks))
     colours = plt.cm.plasma(np.linspace(0.05, 0.85, len(alphas)))
     for colour, alpha in zip(colours, alphas):
         c1_sd, c2_sd = costs.costs(alpha, ks)
+        unmeasured = np.array([_answer_bounds(costs, alpha, int(k), None)[1] for k in ks])
         for axis, ratio in zip(axes, (c1_sd / costs.c1_dense[:, None],
                                       c2_sd / costs.c2_dense[:, None])):
             lo, median, hi = _quantiles(ratio, prob)
             axis.fill_between(ks, lo, hi, color=colour, alpha=0.25, lw=0)
-            axis.plot(ks, median, color=colour, marker="o", ms=3, label=f"alpha {alpha:g}")
+            axis.plot(ks, median, color=colour, lw=1, label=f"alpha {alpha:g}")
+            axis.plot(ks[~unmeasured], median[~unmeasured], color=colour, marker="o", ms=4,
+                      ls="none")
+            axis.plot(ks[unmeasured], median[unmeasured], marker="o", ms=4, ls="none",
+                      mfc="white", mec=colour, gid="extrapolated")
     for axis, name in zip(axes, ("C1R = C1_SD / C1_dense (zero load)",
                                  "C2R = C2_SD / C2_dense (load)")):
         axis.axhline(1.0, color="black", lw=1, ls="--")
@@ -251,7 +295,7 @@ def cost_ratio_plot(costs, alphas, ks, *, prob: float = BAND_PROB):
         axis.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     figure.suptitle(f"{costs.label}: the k that minimises C1R is not the one that minimises "
-                    "C2R", fontsize=9)
+                    "C2R (hollow: a k or alpha not measured)", fontsize=9)
     figure.tight_layout()
     return figure
 
