@@ -173,7 +173,7 @@ def profile_fit(tmp_path_factory):
                config={"decode_profile": str(path), "profile_law": "poisson"}), truth
 
 
-@pytest.mark.long
+@pytest.mark.slow
 def test_a_profile_fit_recovers_the_costs_and_predicts_past_the_kink(profile_fit):
     from bayesspec.checks.posterior_predictive import predictive_check
 
