@@ -70,3 +70,22 @@ def __getattr__(name: str):
 
 def __dir__():
     return sorted(__all__)
+
+
+def lazy_export(package: dict, submodules: tuple[str, ...], name: str):
+    """``name`` of a sub-package whose ``__init__`` re-exports its submodules' names on
+    first use: a submodule of that name, else the first of ``submodules`` that defines it
+    (cached in the package). ``package`` is the sub-package's ``globals()``."""
+    from importlib.util import find_spec
+
+    if name.startswith("__"):
+        raise AttributeError(name)
+    here = package["__name__"]
+    if find_spec(f"{here}.{name}") is not None:  # a submodule, never a same-named value
+        return import_module(f"{here}.{name}")
+    for submodule in submodules:
+        module = import_module(f"{here}.{submodule}")
+        if hasattr(module, name):
+            package[name] = value = getattr(module, name)
+            return value
+    raise AttributeError(f"module {here!r} has no attribute {name!r}")
