@@ -5,6 +5,9 @@ API's figures too, and "highest fitted" / "highest measured" mean one thing each
 
 from __future__ import annotations
 
+import fcntl
+import os
+
 import json
 import math
 import shlex
@@ -34,14 +37,21 @@ def walkthrough(tmp_path_factory):
     from bayesspec.bayes import load_fit
     from bayesspec.bayes.workflow import fit
 
-    folder = tmp_path_factory.mktemp("walkthrough")
-    sweeps = folder / "sweeps.csv"
-    assert main(["simulate", "--grid", str(EXAMPLES / "walkthrough.toml"), "-o", str(sweeps),
-                 "--quiet"]) == 0
+    # built once per test run and shared by the xdist workers (their base folders share
+    # this run's parent); the first worker to get the lock fits, the others read its file
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "walkthrough_marks"
+    folder.mkdir(exist_ok=True)
     path = folder / "fit.nc"
-    fit(read_tidy(sweeps), "speculative",
-        settings=SamplerSettings(draws=200, tune=300, chains=2, seed=1,
-                                 progress=False)).save(path)
+    with open(folder / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            sweeps = folder / "sweeps.csv"
+            assert main(["simulate", "--grid", str(EXAMPLES / "walkthrough.toml"), "-o",
+                         str(sweeps), "--quiet"]) == 0
+            fit(read_tidy(sweeps), "speculative",
+                settings=SamplerSettings(draws=200, tune=300, chains=2, seed=1,
+                                         progress=False)).save(path)
     fitted = load_fit(path)
     document = report_document([fitted], [str(path)])
     return fitted, path, document
