@@ -22,7 +22,7 @@ demo: install
 # Three workers on two cores: most of the fast suite's time is single-threaded
 # compilation (numba, PyTensor's C backend) or waiting on live test servers (tune, serve),
 # so a third process fills the idle time (measured 2026-12-04 on an idle 2-core machine,
-# warm caches: -n 2 5 min 24 s, -n 3 4 min 37 s).
+# warm caches: -n 2 5 min 24 s, -n 3 4 min 37 s; today's figures: benchmarks/README.md).
 test: install
 	$(BIN)/python -m pytest -q -n 3
 
