@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from bayesspec.data import catalog as cat_mod
-from bayesspec.data.catalog import default_catalog, load_catalog
+from bayesspec.data.catalog import load_catalog
 from bayesspec.data import SaturationRule, near_miss, prepare, read_tidy
 from bayesspec.errors import BadInput
 
@@ -25,16 +25,6 @@ INGEST_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "ingest"
 
 def fixture_bytes(name: str) -> bytes:
     return (INGEST_FIXTURES / name).read_bytes()
-
-
-@pytest.fixture(autouse=True)
-def _isolated_catalog(monkeypatch, tmp_path_factory):
-    """Only the bundled catalog: no $BAYESSPEC_CATALOG, an empty home."""
-    monkeypatch.delenv(cat_mod.ENV_VAR, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
-    default_catalog.cache_clear()
-    yield
-    default_catalog.cache_clear()
 
 
 @pytest.fixture(scope="module")

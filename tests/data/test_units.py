@@ -13,8 +13,6 @@ import pandas as pd
 import pytest
 
 from bayesspec.data import prepare
-from bayesspec.data import catalog as cat_mod
-from bayesspec.data.catalog import default_catalog
 from bayesspec.data.units import (FASTEST_SECONDS_PER_TOKEN, IN_FLIGHT_PER_REQUEST,
                                   LATENCY_COLUMNS, MAX_IN_FLIGHT, SLOWEST_SECONDS_PER_TOKEN,
                                   GroupEvidence, in_flight_problem, pace_problem)
@@ -23,16 +21,6 @@ from bayesspec.errors import BadInput
 ROOT = Path(__file__).resolve().parents[2]
 BAYESSPEC = Path(sys.executable).with_name("bayesspec")
 MINIMAL = ["verifier", "prefill_tokens", "decode_tokens", "rps", "latency_mean_s"]
-
-
-@pytest.fixture(autouse=True)
-def _isolated_catalog(monkeypatch, tmp_path_factory):
-    """Only the bundled catalog: no $BAYESSPEC_CATALOG, an empty home."""
-    monkeypatch.delenv(cat_mod.ENV_VAR, raising=False)
-    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
-    default_catalog.cache_clear()
-    yield
-    default_catalog.cache_clear()
 
 
 def simulated(verifier="Qwen3-8B", gpu="H100", *, n_points=9, n_requests=300, **options):
