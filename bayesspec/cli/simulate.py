@@ -18,7 +18,7 @@ from bayesspec.errors import BadInput
 from bayesspec.data.write import write_table
 from bayesspec.outputs import ProgressLine
 from bayesspec.cli.common import add_catalog, catalog_of
-from bayesspec.cli.common import rates as rate_list
+from bayesspec.cli.common import parse_list, rates as rate_list
 
 __all__ = ["register", "add_arguments", "run", "acceptance_rates_option",
            "token_persistence_option"]
@@ -222,12 +222,15 @@ def run(args: argparse.Namespace) -> int:
     arrivals = args.arrivals or "poisson"
     label = f"{s.verifier} p{s.workload.prefill} g{s.workload.decode}" + \
         (f" k{s.spec.k}" if s.spec.k else "")
+    if args.concurrency is not None:
+        levels = parse_list(args.concurrency, option="--concurrency")
+        if not all(c >= 1 and float(c).is_integer() for c in levels):
+            raise BadInput(f"must be whole numbers of clients >= 1, got {args.concurrency!r}",
+                           option="--concurrency")
+        levels = [int(c) for c in levels]
     progress(0, 1, label)
     if args.concurrency is not None:
-        levels = rate_list(args.concurrency, positive=True)
-        if not all(float(c).is_integer() for c in levels):
-            raise BadInput("must be whole numbers of clients", option="--concurrency")
-        result = at_concurrency(s, [int(c) for c in levels], n_requests=n, seed=seed)
+        result = at_concurrency(s, levels, n_requests=n, seed=seed)
     elif args.rps is not None:
         result = at_rates(s, rate_list(args.rps, positive=True).tolist(), n_requests=n, seed=seed,
                           arrivals=arrivals)

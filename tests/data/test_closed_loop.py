@@ -85,11 +85,14 @@ def test_the_column_is_read_back_as_written(tmp_path, closed_loop_sweep):
     assert list(data["max_concurrency"]) == list(LEVELS)
 
 
-def test_simulate_concurrency_writes_a_closed_loop_sweep(tmp_path):
+def test_simulate_concurrency_writes_a_closed_loop_sweep(tmp_path, capsys):
     out = tmp_path / "cl.csv"
     assert main(["simulate", "--verifier", "Qwen3-8B", "--concurrency", "1,4,16",
                  "--requests", "100", "--quiet", "-o", str(out)]) == 0
     rows = pd.read_csv(out)
     assert list(rows["max_concurrency"]) == [1, 4, 16]
-    assert main(["simulate", "--verifier", "Qwen3-8B", "--concurrency", "1.5",
-                 "-o", str(out)]) == 2
+    for bad in ("1.5", "0,4"):
+        assert main(["simulate", "--verifier", "Qwen3-8B", "--concurrency", bad,
+                     "-o", str(out)]) == 2
+        error = capsys.readouterr().err.strip()
+        assert error.splitlines() == [error] and "--concurrency" in error and "--rps" not in error
