@@ -66,6 +66,7 @@ pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first 
 import xarray as xr
 
 from bayesspec.data import has_mean_latency, reference_latency
+from bayesspec.data.columns import PERCENTILE_RULE_COLUMN
 from bayesspec.errors import BadInput
 from bayesspec.laws import (QUANTILE_RULES, RUN_EFFECT_SHARE, batch_count_loads,
                     batch_count_quantile_expr, count_spread_quantile_expr, latency_expr,
@@ -298,8 +299,10 @@ class TailLatencyModel(DenseLatencyModel):
         # the spread to excuse a curve's misfit (a spread of 0.59 where the truth has 0.35).
         "spread": "data",
         # How the percentiles were computed (QUANTILE_RULES): "linear" is numpy's, vllm
-        # bench's and the simulator's, "inverted_cdf" GuideLLM's.
-        "quantile_rule": "linear",
+        # bench's and the simulator's, "inverted_cdf" GuideLLM's. "auto": the data's
+        # ``percentile_rule`` column (ingest writes it), "linear" where it is absent; the
+        # fit stores what it resolved to.
+        "quantile_rule": "auto",
         # The law of the end-to-end latency percentiles (p50, p90, p99, ...) when the
         # mean is fitted: "power", q = A F^gamma (percentile_latency_expr), or "count",
         # the quantile of a request whose stall time spreads with the load it meets
@@ -353,7 +356,7 @@ class TailLatencyModel(DenseLatencyModel):
         if self.config["summary_run"] not in SUMMARY_RUNS:
             raise ValueError(f"summary_run must be one of {SUMMARY_RUNS}, got "
                              f"{self.config['summary_run']!r}")
-        if self.config["quantile_rule"] not in QUANTILE_RULES:
+        if self.config["quantile_rule"] not in ("auto", *QUANTILE_RULES):
             raise ValueError(f"quantile_rule must be one of {QUANTILE_RULES}, got "
                              f"{self.config['quantile_rule']!r}")
 
@@ -402,7 +405,7 @@ class TailLatencyModel(DenseLatencyModel):
                  if "n_requests" in rows.columns else np.full(len(rows), np.nan))
         if not self.config["sampling_error"]:
             count = np.full(len(rows), np.nan)
-        rule = self.config["quantile_rule"]
+        rule = self.config["quantile_rule"] = self._quantile_rule(rows, data)
         spreads = {family: data_spread(rows, inputs.group_index, family, rule)
                    for family in {metric_family(m) for m in metrics}}
         for family, values in spreads.items():
@@ -452,6 +455,22 @@ class TailLatencyModel(DenseLatencyModel):
         if not has_mean:
             inputs.extras["log_se"] = np.zeros(len(rows))
         return inputs
+
+    def _quantile_rule(self, rows: pd.DataFrame, data: pd.DataFrame) -> str:
+        """The percentile rule the fit reads its summaries with: the option when set, else
+        the rows' ``percentile_rule`` (one rule per fit: a report's percentiles share one)."""
+        if self.config["quantile_rule"] != "auto":
+            return self.config["quantile_rule"]
+        if PERCENTILE_RULE_COLUMN not in rows.columns:
+            return "linear"
+        stated = rows[PERCENTILE_RULE_COLUMN].dropna().astype(str).str.strip()
+        rules = sorted(set(stated[stated != ""]))
+        if len(rules) > 1:
+            raise BadInput(f"the rows' percentiles were computed by different rules "
+                           f"({', '.join(rules)}); fit each source on its own or state one "
+                           "with --option quantile_rule=...", column=PERCENTILE_RULE_COLUMN,
+                           file=data.attrs.get("source_file"))
+        return rules[0] if rules else "linear"
 
     @staticmethod
     def _data_centres(rows, group_index, n_groups: int, metrics: list[str]) -> np.ndarray:

@@ -33,8 +33,11 @@ DESIGN_DEFAULTS: dict[str, object] = {
     "decode_tokens": pd.NA,
 }
 
+# How the file's percentiles were computed from its requests (laws.QUANTILE_RULES):
+# GuideLLM reads the first value whose cumulative share reaches p, numpy interpolates.
+PERCENTILE_RULE_COLUMN = "percentile_rule"
 STRING_COLUMNS = ("verifier", "drafter", "gpu", "engine", "engine_version", "method",
-                  "source", "strategy", "run", "saturation_reason")
+                  "source", "strategy", "run", "saturation_reason", PERCENTILE_RULE_COLUMN)
 # The engine's limits on what shares a batch (vLLM's names): the concurrency cap comes
 # from them (``concurrency_caps``).
 ENGINE_LIMIT_COLUMNS = ("max_num_seqs", "kv_cache_tokens", "max_num_batched_tokens")

@@ -15,7 +15,7 @@ import pandas as pd
 
 from bayesspec.data.cells import (as_booleans, as_floats, as_integers, as_strings, blank_cells,
                                   first_bad_row, is_missing)
-from bayesspec.data.columns import (BOOLEAN_COLUMNS, DESIGN_DEFAULTS, ENGINE_LIMIT_COLUMNS,
+from bayesspec.data.columns import (PERCENTILE_RULE_COLUMN, BOOLEAN_COLUMNS, DESIGN_DEFAULTS, ENGINE_LIMIT_COLUMNS,
                                     INTEGER_COLUMNS, NONNEGATIVE_FLOAT_COLUMNS,
                                     POSITIVE_FLOAT_COLUMNS, REQUIRED_COLUMNS, STRING_COLUMNS,
                                     SUMMARY_COLUMNS, near_miss, with_clean_columns)
@@ -25,6 +25,7 @@ from bayesspec.data.groups import (assign_groups, check_one_acceptance_per_group
 from bayesspec.data.saturation import LAW_MIN_POINTS, SaturationRule, law_line, mark_saturated
 from bayesspec.data.units import convert as convert_units
 from bayesspec.errors import BadInput
+from bayesspec.laws.tails import QUANTILE_RULES
 
 
 def prepare(raw: pd.DataFrame, *, source: str = "<data>", catalog=None,
@@ -132,6 +133,14 @@ def _check_ranges(out: pd.DataFrame, source: str) -> None:
             row = first_bad_row(bad)
             raise BadInput(f"must be within [0, 1], got {out['alpha'].iloc[row - 1]:g}",
                            file=source, row=row, column="alpha")
+    if PERCENTILE_RULE_COLUMN in out.columns:
+        stated = out[PERCENTILE_RULE_COLUMN].fillna("").astype(str).str.strip()
+        bad = (stated != "") & ~stated.isin(QUANTILE_RULES)
+        if bad.any():
+            row = first_bad_row(bad)
+            raise BadInput(f"must be one of {', '.join(QUANTILE_RULES)}, got "
+                           f"{stated.iloc[row - 1]!r}", file=source, row=row,
+                           column=PERCENTILE_RULE_COLUMN)
     for column in INTEGER_COLUMNS:
         if column not in out.columns:
             continue

@@ -222,6 +222,9 @@ def _benchmark(bench: Field, name: str) -> Point:
     # a GuideLLM benchmark starts from an idle server and reports every request it sent;
     # the simulator's reports (with its extension) measure a window in the steady middle
     row["whole_run"] = extension is None
+    # GuideLLM's percentiles take the first value whose cumulative share reaches p; the
+    # simulator's reports interpolate as numpy does
+    row["percentile_rule"] = "inverted_cdf" if extension is None else "linear"
     if extension is not None:
         for column in ("num_drafts", "draft_tokens", "accepted_tokens"):
             value = extension[column].number(integer=True)

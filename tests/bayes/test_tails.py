@@ -695,3 +695,24 @@ def test_slo_on_thin_guidellm_style_runs_agrees_with_clear_margins():
     assert len(agree_measured) >= 100 and len(agree_true) >= 100
     assert np.mean(agree_measured) >= 0.95 and np.mean(agree_true) >= 0.95
     assert np.mean(covered) >= 0.6
+
+
+def test_the_percentile_rule_comes_from_the_rows_unless_stated(tail_data):
+    """GuideLLM's percentiles read the first value reaching p (ingest writes
+    ``percentile_rule``); the fit reads them so without being told, and refuses rows whose
+    rules differ rather than reading half of them wrongly."""
+    from bayesspec.bayes.tails import TailLatencyModel
+
+    guidellm = tail_data.assign(percentile_rule="inverted_cdf")
+    model = TailLatencyModel()
+    model.build(guidellm)
+    assert model.config["quantile_rule"] == "inverted_cdf"
+    plain = TailLatencyModel()
+    plain.build(tail_data)
+    assert plain.config["quantile_rule"] == "linear"
+    stated = TailLatencyModel({"quantile_rule": "linear"})
+    stated.build(guidellm)
+    assert stated.config["quantile_rule"] == "linear"
+    mixed = guidellm.assign(percentile_rule=["linear"] + ["inverted_cdf"] * (len(guidellm) - 1))
+    with pytest.raises(BadInput, match="different rules"):
+        TailLatencyModel().build(mixed)

@@ -267,6 +267,9 @@ BAD_CASES = [
     ("experts-active-above-total", "bad.csv",
      "verifier,rps,latency_mean_s,experts_active,experts_total\n"
      "gpt-oss-20b,1,2,4,32\ngpt-oss-20b,2,3,40,32\n", 2, "experts_active", "experts"),
+    ("unknown-percentile-rule", "bad.csv",
+     "rps,latency_mean_s,percentile_rule\n1,2,linear\n2,3,nearest\n", 2, "percentile_rule",
+     "inverted_cdf"),
     ("duplicate-column", "bad.csv", "rps,latency_mean_s,rps\n1,2,3\n", None, "rps", "twice"),
     ("ragged-row", "bad.csv", rows(OK_ROW.strip(), "Qwen3-8B,2,0.8,1.0,2.0,7"), 2, None,
      "fields"),

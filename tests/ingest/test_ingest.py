@@ -197,12 +197,15 @@ def test_three_formats_ingest_to_identical_rows(three_formats):
     # a GuideLLM v1 or vllm bench file is a whole run from an idle server
     assert not frames["v2"]["whole_run"].any()
     assert frames["v1"]["whole_run"].all() and frames["vllm"]["whole_run"].all()
+    # GuideLLM's percentiles read the first value reaching p; the simulator's interpolate
+    assert set(frames["v2"]["percentile_rule"]) == {"linear"}
+    assert set(frames["v1"]["percentile_rule"]) == {"inverted_cdf"}
     # the in-flight limit is what each client states: GuideLLM's throughput run holds at
     # most its max_concurrency, `vllm bench serve` at an infinite rate none
     assert list(frames["v2"]["max_concurrency"].fillna(0)) == [1, 0, 0, 0, 512]
     assert list(frames["vllm"]["max_concurrency"].fillna(0)) == [1, 0, 0, 0, 0]
     common = (set.intersection(*(set(f.columns) for f in frames.values()))
-              - {"source", "whole_run", "max_concurrency"})
+              - {"source", "whole_run", "max_concurrency", "percentile_rule"})
     assert set(KEY_COLUMNS) <= common
     columns = [c for c in frames["v2"].columns if c in common]
     reference = frames["v2"][columns]
@@ -820,6 +823,7 @@ def test_real_guidellm_081_report_with_real_scrapes_ingests():
     assert (rows["draft_tokens"] == 3 * rows["num_drafts"]).all()
     assert rows["acceptance_rate_pos1"].between(0.7, 0.9).all()   # forced alpha 0.8
     assert rows["num_drafts"].min() > 100
+    assert set(rows["percentile_rule"]) == {"inverted_cdf"}
 
 
 # ---------------------------------------------------------------------------------------

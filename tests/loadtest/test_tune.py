@@ -122,8 +122,11 @@ def test_builtin_driver_measures_a_live_point(servers):
 def test_unreachable_endpoint_exits_2_after_saving(servers, tmp_path):
     dense, _ = servers
     points = tmp_path / "points.csv"
+    # small points: what is checked is the refusal and the points saved before it
     run = subprocess.run(tune_command(points, f"k=0={dense.url}",
-                                      f"k=3=http://127.0.0.1:{closed_port()}"),
+                                      f"k=3=http://127.0.0.1:{closed_port()}",
+                                      extra=("--seed-requests", "30",
+                                             "--burst-requests", "60")),
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
