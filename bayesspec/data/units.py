@@ -42,6 +42,7 @@ from bayesspec.errors import BadInput
 
 __all__ = ["UNITS", "parse_units", "convert", "RATE_COLUMNS", "LATENCY_COLUMNS",
            "GroupEvidence", "plausibility_problem", "pace_problem", "in_flight_problem",
+           "measured_in_flight_problem",
            "compute_ceiling_rps", "weights_read_seconds"]
 
 #: --units names and what each converts.
@@ -229,6 +230,52 @@ def pace_problem(evidence: GroupEvidence, units=()) -> tuple[str, str] | None:
         return (column, f"{said}, faster than any GPU serves (at least "
                         f"{FASTEST_SECONDS_PER_TOKEN:g} s a token): {advice}")
     return None
+
+
+#: RPS x mean latency over the measured mean in flight, median over a file's points: Little's
+#: law makes it 1 (a window's edges move it by a few percent); a unit mistake makes it 60
+#: (rates per minute), 1,000 (milliseconds) or their inverses, far outside this factor.
+LITTLE_LAW_FACTOR = 4.0
+
+
+def measured_in_flight_problem(rps, latency, mean_concurrency, units=(),
+                               latency_column: str = "latency_mean_s",
+                               fitted=None) -> tuple[int, str, str] | None:
+    """(index, column, message) when the file's own measured requests in flight
+    (``mean_concurrency``, GuideLLM's and the simulator's) disagree with RPS x latency by
+    more than ``LITTLE_LAW_FACTOR`` at the median of its fitted points: the one unit check
+    a light sweep cannot pass by being light. None when they agree or nothing says."""
+    rps = np.asarray(rps, dtype=float)
+    latency = np.asarray(latency, dtype=float)
+    measured = np.asarray(mean_concurrency, dtype=float)
+    fitted = np.ones(len(rps), bool) if fitted is None else np.asarray(fitted, bool)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = rps * latency / measured
+    judged = fitted & np.isfinite(ratio) & (ratio > 0) & (measured > 0)
+    if not judged.any():
+        return None
+    typical = float(np.median(ratio[judged]))
+    if 1.0 / LITTLE_LAW_FACTOR <= typical <= LITTLE_LAW_FACTOR:
+        return None
+    i = int(np.flatnonzero(judged)[np.argmin(np.abs(np.log(ratio[judged] / typical)))])
+    return (i, "rps",
+            f"RPS {rps[i]:.4g} x {latency_column} {latency[i]:.4g} s puts "
+            f"{rps[i] * latency[i]:,.4g} requests in flight (Little's law) where the point "
+            f"measured {measured[i]:,.4g} (mean_concurrency), {typical:,.3g} times off over "
+            "the file: " + _units_hint(units, **_factor_units(typical)))
+
+
+def _factor_units(factor: float) -> dict[str, bool]:
+    """Which conversions a factor RPS x latency / measured in flight points to: 60 rates
+    per minute, 1,000 milliseconds, 60,000 both; anything else names both to check."""
+    near = {"rates": (60.0,), "latencies": (1000.0,), "both": (60_000.0,)}
+    close = {name: any(abs(math.log(factor / f)) < math.log(LITTLE_LAW_FACTOR) for f in fs)
+             for name, fs in near.items()}
+    if close["rates"] and not close["latencies"]:
+        return {"rates": True, "latencies": False}
+    if close["latencies"] and not close["rates"]:
+        return {"rates": False, "latencies": True}
+    return {"rates": True, "latencies": True}
 
 
 def in_flight_problem(rps, latency, requests=None, units=(),

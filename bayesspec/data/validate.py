@@ -238,7 +238,8 @@ def _check_units(out: pd.DataFrame, catalog, source: str, units) -> None:
     unit mistake: each group against the roofline of its verifier on its GPU where the
     catalog knows both, every group's pace per output token, and every point's requests
     in flight (Little's law), cards or not (:mod:`bayesspec.data.units`)."""
-    from bayesspec.data.units import (GroupEvidence, in_flight_problem, pace_problem,
+    from bayesspec.data.units import (GroupEvidence, in_flight_problem,
+                                      measured_in_flight_problem, pace_problem,
                                       plausibility_problem)
 
     rps = out["rps"].to_numpy(float)
@@ -287,6 +288,10 @@ def _check_units(out: pd.DataFrame, catalog, source: str, units) -> None:
     requests = (pd.to_numeric(out["n_requests"], errors="coerce").to_numpy(float)
                 if "n_requests" in out.columns else None)
     crowded = in_flight_problem(rps, latency, requests, units, latency_column, fitted=kept)
+    if crowded is None and "mean_concurrency" in out.columns:
+        crowded = measured_in_flight_problem(
+            rps, latency, pd.to_numeric(out["mean_concurrency"], errors="coerce"), units,
+            latency_column, fitted=kept)
     if crowded is not None:
         i, column, message = crowded
         raise BadInput(message, file=source, row=i + 1, column=column)

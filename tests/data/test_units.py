@@ -15,7 +15,8 @@ import pytest
 from bayesspec.data import prepare
 from bayesspec.data.units import (FASTEST_SECONDS_PER_TOKEN, IN_FLIGHT_PER_REQUEST,
                                   LATENCY_COLUMNS, MAX_IN_FLIGHT, SLOWEST_SECONDS_PER_TOKEN,
-                                  GroupEvidence, in_flight_problem, pace_problem)
+                                  GroupEvidence, in_flight_problem, measured_in_flight_problem,
+                                  pace_problem)
 from bayesspec.errors import BadInput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -236,3 +237,31 @@ def test_fit_refuses_other_units_in_one_line(tmp_path, dense_sweep, make):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"bayesspec: error: {path}")
     assert ("--units rpm" if "rpm" in make else "--units ms") in lines[0]
+
+
+def test_a_light_sweep_per_minute_is_refused_by_its_measured_in_flight(dense_sweep):
+    """A light sweep in requests per minute puts few requests in flight, within any server's
+    bounds; the file's own measured mean in flight gives the factor away (Little's law)."""
+    light = dense_sweep.loc[dense_sweep["rps"] < 0.25 * dense_sweep["rps"].max()]
+    columns = ["verifier", "rps", "latency_mean_s", "mean_concurrency"]
+    assert len(light) >= 2 and len(prepare(light[columns])) == len(light)
+    slipped = per_minute(light)[columns]
+    assert in_flight_problem(slipped["rps"], slipped["latency_mean_s"]) is None
+    message = refusal(slipped)
+    assert "mean_concurrency" in message and "--units rpm" in message
+    assert "--units ms" not in message
+    assert len(prepare(slipped, units=("rpm",))) == len(light)
+    milliseconds = in_milliseconds(light)[columns]
+    message = refusal(milliseconds)
+    assert "--units ms" in message and "--units rpm" not in message
+
+
+def test_measured_in_flight_bounds():
+    latency = np.array([2.0, 2.0, 2.0])
+    rps = np.array([1.0, 2.0, 3.0])
+    assert measured_in_flight_problem(rps, latency, rps * latency * 1.05) is None
+    assert measured_in_flight_problem(rps, latency, rps * latency / 60.0) is not None
+    assert measured_in_flight_problem(rps, latency, [np.nan] * 3) is None
+    # set-aside points are not the evidence
+    assert measured_in_flight_problem(rps, latency, rps * latency / 60.0,
+                                      fitted=[False] * 3) is None
