@@ -245,7 +245,10 @@ def test_demo_quick_writes_fits_decisions_and_figures(tmp_path, capsys, mock_sam
     assert Path(document["dense"]["fit"]).exists()
     assert Path(document["speculative"]["fit"]).exists()
     assert document["dense"]["groups"] == 64 and document["speculative"]["setups"] == 2
-    assert len(document["figures"]) >= 6
+    names = {Path(f).name for f in document["figures"]}
+    # a smoke run draws one page of the 64 groups' panels, and every other figure
+    assert {"collapse.png", "dense_group_fits_1.png", "kstar_map.png",
+            "cost_ratios.png"} <= names and "dense_group_fits_2.png" not in names
     assert all(Path(f).stat().st_size > 10_000 for f in document["figures"])
     assert all(Path(f).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for f in document["figures"])
     decisions = document["speculative"]["decisions"]

@@ -117,13 +117,15 @@ def collapse_plot(fit, *, seed: int = 0, max_draws: int = 1000):
 
 
 def group_fit_plots(fit, *, per_figure: int = 16, prob: float = BAND_PROB, seed: int = 0,
-                    max_draws: int = 1000):
+                    max_draws: int = 1000, pages: int | None = None):
     """One panel per group: data, posterior median curve, bands, saturation rate, the highest
     fitted rate (points set aside are drawn as crosses); under it the same divided by the
     posterior median curve, where the bands' widths (a few percent) are visible at every
-    load."""
+    load. ``pages``: at most that many figures (the first groups), None: every group."""
     data = fit.data
     groups = fit.groups
+    if pages is not None:
+        groups = groups.iloc[: pages * per_figure]
     figures = []
     rng = np.random.default_rng(seed)
     row_labels = data["group"].to_numpy()
