@@ -24,7 +24,7 @@ DEFAULT_WITHIN = {"crossover": 0.05, "kstar": 0.01, "slo": 0.05, "ceiling": 0.05
 DEFAULT_SPREAD = 0.3
 #: Words in an exclusion reason saying the rate itself was past what the configuration
 #: sustains (the data layer's saturation reasons): then every higher rate is past it too.
-PAST_CEILING_WORDS = ("ceiling", "stopped rising", "of target", "preempt")
+from bayesspec.prediction.ceilings import PAST_CEILING_WORDS  # noqa: E402  (one definition)
 
 
 def measurement_spread(data, columns: tuple[str, str] = ("latency_std_s", "latency_mean_s")

@@ -14,7 +14,9 @@ draw, then the fitted noise with the standard error N requests give:
 ``se = spread / sqrt(N)``, as ``latency_std_s`` and ``n_requests`` enter the likelihood),
 reweight every posterior draw by the likelihood of each simulated measurement
 (importance weights), and recompute the loss. A measurement past a draw's saturation is
-set aside by the fit, so a simulated saturated outcome leaves the weights as they are.
+set aside by the fit, but it bounds the ceiling from above (the answered ceiling reads
+such points, :mod:`bayesspec.prediction.ceilings`): a simulated saturated outcome keeps
+the draws that saturate at that rate too.
 Candidates are ranked by value per minute. A question is settled only when, besides,
 no answer is an extrapolation (:class:`~bayesspec.loadtest.questions.Extrapolation`, the
 verbs' rule), every answer a verb rules on has its verdict, and the fits behind it
@@ -67,6 +69,9 @@ __all__ = ["Configuration", "Candidate", "DiscreteAnswer", "RateAnswer", "Questi
            "guidellm_version", "Candidate", "observation_log_weights",
            "outcome_weights", "unsettled_reasons", "Extrapolation", "Ruling"]
 
+#: For the ceiling question, candidate rates at these quantiles of each configuration's
+#: ceiling draws besides the fractions of its median.
+CEILING_QUANTILES = (0.1, 0.25, 0.5, 0.75)
 #: Request counts considered per candidate rate.
 DEFAULT_REQUESTS = (100, 300, 1000)
 #: At each rate the fewest requests that give a steady window, rounded up to a multiple
@@ -228,17 +233,25 @@ def outcome_weights(configuration: Configuration, rps: float, requests: int,
     truth = rng.integers(0, draws, outcomes)
     observed = np.zeros((len(configuration.curves), outcomes))
     saturated = np.zeros(outcomes, dtype=bool)
+    draw_saturated = np.zeros(draws, dtype=bool)
     for row, (curve, spread) in enumerate(zip(configuration.curves, configuration.spreads)):
         latency, sigma, noise, _, _ = _measured(configuration, curve, spread, rps, requests)
         at_truth = latency[truth]
         saturated |= ~np.isfinite(at_truth)
+        draw_saturated |= ~np.isfinite(latency)
         standard = (rng.standard_normal(outcomes) if noise.nu is None
                     else rng.standard_t(noise.nu[truth]))
         with np.errstate(invalid="ignore", divide="ignore"):
             observed[row] = np.log(at_truth) + sigma[truth] * standard
     log_w = observation_log_weights(configuration, rps, requests,
                                     np.where(np.isfinite(observed), observed, 0.0))
-    log_w[:, saturated] = 0.0
+    # A saturated outcome is set aside by the fit, but it says the ceiling lies below the
+    # rate: the draws that saturate there too keep their weight (the ceiling's answer
+    # learns from it; the others' stays as it was when every draw saturates).
+    if draw_saturated.all() or not draw_saturated.any():
+        log_w[:, saturated] = 0.0
+    else:
+        log_w[:, saturated] = np.where(draw_saturated, 0.0, -np.inf)[:, None]
     return _normalised(log_w), saturated
 
 
@@ -256,6 +269,11 @@ def candidate_rates(question: Question, configuration: Configuration,
     median = float(np.median(ceiling[np.isfinite(ceiling)])) if np.isfinite(ceiling).any() \
         else float("nan")
     rates = [f * median for f in fractions] if np.isfinite(median) else []
+    if question.name == "ceiling" and np.isfinite(ceiling).any():
+        # inside the span the ceiling may lie in: a point there that holds (or saturates)
+        # cuts it, which points below the span never do
+        rates += [float(q) for q in np.quantile(ceiling[np.isfinite(ceiling)],
+                                                CEILING_QUANTILES)]
     rates += [r for r in question.extra_rates
               if r > 0 and (not np.isfinite(median) or r < median)]
     rates = list(np.round([r for r in rates if r > 0], 4))
@@ -355,9 +373,14 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0
         zero_load = float(np.median(np.asarray(curve.zero_load, float)[configuration.index]))
         for rate in grid:
             with np.errstate(invalid="ignore"):
-                at_rate = configuration.latency(curve, rate)
-                slow = float(np.quantile(at_rate, 0.9))
-                typical = float(np.median(at_rate))
+                at_rate = np.asarray(configuration.latency(curve, rate), dtype=float)
+                # a point runs as long as the draws in which it holds need (where it
+                # saturates, the run says so whatever its length)
+                holds = at_rate[np.isfinite(at_rate)]
+                if not holds.size:
+                    continue
+                slow = float(np.quantile(holds, 0.9))
+                typical = float(np.median(holds))
             # A point must run long enough to reach steady state: its measured window
             # holds several lifetimes of a request, at the slow end of what the posterior
             # expects. The fewest such requests (rounded up to REQUEST_STEP) is a count of
@@ -367,6 +390,10 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0
             if np.isfinite(fewest) and min(requests) < fewest <= max(requests):
                 counts.append(min(max(requests),
                                   int(REQUEST_STEP * math.ceil(fewest / REQUEST_STEP))))
+            elif question.name == "ceiling" and np.isfinite(fewest) and fewest > max(requests):
+                # near the ceiling a steady window needs more requests than any count
+                # asked for: the ceiling is settled there or nowhere, so at its own count
+                counts.append(int(REQUEST_STEP * math.ceil(fewest / REQUEST_STEP)))
             for n in sorted(set(counts)):
                 if any(point.covers(configuration, float(rate), n)
                        for point in question.set_aside):
