@@ -14,9 +14,7 @@ draw, then the fitted noise with the standard error N requests give:
 ``se = spread / sqrt(N)``, as ``latency_std_s`` and ``n_requests`` enter the likelihood),
 reweight every posterior draw by the likelihood of each simulated measurement
 (importance weights), and recompute the loss. A measurement past a draw's saturation is
-set aside by the fit, but it bounds the ceiling from above (the answered ceiling reads
-such points, :mod:`bayesspec.prediction.ceilings`): a simulated saturated outcome keeps
-the draws that saturate at that rate too.
+set aside by the fit, so a simulated saturated outcome leaves the weights as they are.
 Candidates are ranked by value per minute. A question is settled only when, besides,
 no answer is an extrapolation (:class:`~bayesspec.loadtest.questions.Extrapolation`, the
 verbs' rule), every answer a verb rules on has its verdict, and the fits behind it
@@ -233,25 +231,17 @@ def outcome_weights(configuration: Configuration, rps: float, requests: int,
     truth = rng.integers(0, draws, outcomes)
     observed = np.zeros((len(configuration.curves), outcomes))
     saturated = np.zeros(outcomes, dtype=bool)
-    draw_saturated = np.zeros(draws, dtype=bool)
     for row, (curve, spread) in enumerate(zip(configuration.curves, configuration.spreads)):
         latency, sigma, noise, _, _ = _measured(configuration, curve, spread, rps, requests)
         at_truth = latency[truth]
         saturated |= ~np.isfinite(at_truth)
-        draw_saturated |= ~np.isfinite(latency)
         standard = (rng.standard_normal(outcomes) if noise.nu is None
                     else rng.standard_t(noise.nu[truth]))
         with np.errstate(invalid="ignore", divide="ignore"):
             observed[row] = np.log(at_truth) + sigma[truth] * standard
     log_w = observation_log_weights(configuration, rps, requests,
                                     np.where(np.isfinite(observed), observed, 0.0))
-    # A saturated outcome is set aside by the fit, but it says the ceiling lies below the
-    # rate: the draws that saturate there too keep their weight (the ceiling's answer
-    # learns from it; the others' stays as it was when every draw saturates).
-    if draw_saturated.all() or not draw_saturated.any():
-        log_w[:, saturated] = 0.0
-    else:
-        log_w[:, saturated] = np.where(draw_saturated, 0.0, -np.inf)[:, None]
+    log_w[:, saturated] = 0.0
     return _normalised(log_w), saturated
 
 
@@ -379,8 +369,11 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0
                 holds = at_rate[np.isfinite(at_rate)]
                 if not holds.size:
                     continue
-                slow = float(np.quantile(holds, 0.9))
-                typical = float(np.median(holds))
+                slow = float(np.quantile(at_rate, 0.9))
+                typical = float(np.median(at_rate))
+                if not np.isfinite(slow) or not np.isfinite(typical):
+                    slow = float(np.quantile(holds, 0.9))
+                    typical = float(np.median(holds))
             # A point must run long enough to reach steady state: its measured window
             # holds several lifetimes of a request, at the slow end of what the posterior
             # expects. The fewest such requests (rounded up to REQUEST_STEP) is a count of
