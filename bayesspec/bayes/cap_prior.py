@@ -64,7 +64,8 @@ def learned_cap_priors(groups: pd.DataFrame, catalog, how: str):
                 kv_by_setup[key] = _catalog_kv_tokens(catalog, *key)
             kv, why = kv_by_setup[key]
             footprint = kv_tokens_per_request(_number(row.get("prefill_tokens")),
-                                              _number(row.get("decode_tokens")))
+                                              _number(row.get("decode_tokens")),
+                                              int(row.get("k", 0) or 0))
             if kv is not None and np.isfinite(footprint) and footprint > 0:
                 by_kv = kv / float(footprint)
                 centre, sd = min(seqs, by_kv), CATALOG_LOG_SD

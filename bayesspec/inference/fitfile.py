@@ -267,15 +267,31 @@ class Fit:
                                   self.data, getattr(model, "curve_parameters", 2))
 
     # ---------------------------------------------------------------- predictions
-    def law(self, selection: dict | None = None, *, metric: str | None = None):
+    def law(self, selection: dict | None = None, *, metric: str | None = None,
+            admit_unmeasured: bool = True):
         """The :class:`~bayesspec.prediction.Law` of the setup the group options in
         ``selection`` name (the model's prediction contract); ``metric`` (e.g. "p99",
-        "ttft_p99") asks for the law of a latency summary instead of the mean."""
-        return self.model().law(self, dict(selection or {}), metric=metric)
+        "ttft_p99") asks for the law of a latency summary instead of the mean. Its
+        ceilings admit a limit the data did not measure above each configuration's
+        highest fitted rate (:mod:`bayesspec.prediction.ceilings`); ``admit_unmeasured``
+        False gives the fitted law alone."""
+        from bayesspec.prediction.ceilings import answering_law
 
-    def group_curve(self, group: int):
-        """One fitted group's :class:`~bayesspec.prediction.Curve`."""
-        return self.model().group_curve(self, group)
+        model = self.model()
+        law = model.law(self, dict(selection or {}), metric=metric)
+        if not admit_unmeasured:
+            return law
+        mean_law = None if metric is None else model.law(self, dict(selection or {}))
+        return answering_law(self, law, mean_law)
+
+    def group_curve(self, group: int, *, admit_unmeasured: bool = True):
+        """One fitted group's :class:`~bayesspec.prediction.Curve`, its ceiling admitting
+        a limit the data did not measure above its highest fitted rate (``admit_unmeasured``
+        False: the fitted law alone)."""
+        from bayesspec.prediction.ceilings import answering_curve
+
+        curve = self.model().group_curve(self, group)
+        return answering_curve(self, group, curve) if admit_unmeasured else curve
 
     def rps_measured_max(self, groups) -> float:
         """The highest rate the data reached in these groups (indices), saturated points

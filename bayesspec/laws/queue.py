@@ -164,18 +164,20 @@ def capped_load_elasticity(rps, c1, c2, cap, *, wait_scale=1.0):
     return np.where(np.isnan(value), np.inf, value)[()]
 
 
-def kv_tokens_per_request(prefill, decode):
+def kv_tokens_per_request(prefill, decode, k=0):
     """KV cache a running request holds on average, in tokens: its prompt and, over its
-    decode, half its output (a request's cache grows linearly while it decodes)."""
-    prefill, decode = _as_float(prefill, decode)
-    return (prefill + 0.5 * decode)[()]
+    decode, half its output (a request's cache grows linearly while it decodes); with
+    speculation, the k lookahead slots the engine reserves for every running request's
+    next verification (vLLM allocates them before the step)."""
+    prefill, decode, k = _as_float(prefill, decode, k)
+    return (prefill + 0.5 * decode + np.maximum(k, 0.0))[()]
 
 
 def concurrency_cap(max_num_seqs=np.nan, kv_cache_tokens=np.nan,
                     max_num_batched_tokens=np.nan, prefill=np.nan, decode=np.nan, k=0):
     """The engine's effective cap on requests in the batch: the smallest of
     ``max_num_seqs``; the KV cache over a running request's average footprint
-    (``kv_cache_tokens`` / (prefill + decode/2)); and, with speculation, the step's token
+    (``kv_cache_tokens`` / (prefill + decode/2 + k), :func:`kv_tokens_per_request`); and, with speculation, the step's token
     budget over the k + 1 tokens each verification carries
     (``max_num_batched_tokens`` / (k + 1); for plain decoding the budget holds one token
     per request and never binds before ``max_num_seqs`` does in practice, so it counts
@@ -184,7 +186,7 @@ def concurrency_cap(max_num_seqs=np.nan, kv_cache_tokens=np.nan,
         *_as_float(max_num_seqs, kv_cache_tokens, max_num_batched_tokens, prefill, decode,
                    k))
     with np.errstate(divide="ignore", invalid="ignore"):
-        by_kv = kv / kv_tokens_per_request(prefill, decode)
+        by_kv = kv / kv_tokens_per_request(prefill, decode, k)
         by_budget = np.where(k > 0, budget / (k + 1.0), np.nan)
     candidates = np.stack([seqs, by_kv, by_budget])
     candidates = np.where(np.isfinite(candidates) & (candidates > 0), candidates, np.inf)

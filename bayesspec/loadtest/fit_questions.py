@@ -24,7 +24,7 @@ DEFAULT_WITHIN = {"crossover": 0.05, "kstar": 0.01, "slo": 0.05, "ceiling": 0.05
 DEFAULT_SPREAD = 0.3
 #: Words in an exclusion reason saying the rate itself was past what the configuration
 #: sustains (the data layer's saturation reasons): then every higher rate is past it too.
-PAST_CEILING_WORDS = ("ceiling", "stopped rising", "of target", "preempt")
+from bayesspec.prediction.ceilings import PAST_CEILING_WORDS  # noqa: E402  (one definition)
 
 
 def measurement_spread(data, columns: tuple[str, str] = ("latency_std_s", "latency_mean_s")
@@ -174,12 +174,15 @@ def _question_from_fit(fit, question: str, *, selection: dict | None = None,
                            f"rows too; fit a sweep at k = {int(k)}, alpha {alpha:g} with the "
                            "dense one (`bayesspec simulate --k K --alpha A` or your load test "
                            "of that configuration)", argument="fit")
-        law = fit.law(selection)
+        law = fit.law(selection, admit_unmeasured=False)
         return crossover_question(law, float(alpha), int(k), within=within, **options)
     if question == "kstar":
         if rps is None:
             raise BadInput("k* needs the rates to choose at (--rps R1,R2)", argument="rps")
-        law = fit.law(selection)
+        # the fitted law: a refit's likelihood reads a new point by it, and the
+        # pre-posterior must weigh the draws as a refit would (the ceiling question reads
+        # the admitted ceilings, which only a point past the top one settles)
+        law = fit.law(selection, admit_unmeasured=False)
         if ks is None:
             if law.answers_any_configuration:
                 if alpha is None:
@@ -211,8 +214,8 @@ def _question_from_fit(fit, question: str, *, selection: dict | None = None,
         if missing:
             raise BadInput(f"this fit has no law for {', '.join(missing)}; it answers "
                            f"{', '.join(known)}", argument="targets")
-        mean_law = fit.law(selection)
-        laws = {m: fit.law(selection, metric=m) for m in targets}
+        mean_law = fit.law(selection, admit_unmeasured=False)
+        laws = {m: fit.law(selection, metric=m, admit_unmeasured=False) for m in targets}
         return slo_question(mean_law, laws, targets, _fitted_configurations(fit, mean_law),
                             within=within, **options)
     if question == "compare":

@@ -67,6 +67,9 @@ __all__ = ["Configuration", "Candidate", "DiscreteAnswer", "RateAnswer", "Questi
            "guidellm_version", "Candidate", "observation_log_weights",
            "outcome_weights", "unsettled_reasons", "Extrapolation", "Ruling"]
 
+#: For the ceiling question, candidate rates at these quantiles of each configuration's
+#: ceiling draws besides the fractions of its median.
+CEILING_QUANTILES = (0.1, 0.25, 0.5, 0.75)
 #: Request counts considered per candidate rate.
 DEFAULT_REQUESTS = (100, 300, 1000)
 #: At each rate the fewest requests that give a steady window, rounded up to a multiple
@@ -256,6 +259,11 @@ def candidate_rates(question: Question, configuration: Configuration,
     median = float(np.median(ceiling[np.isfinite(ceiling)])) if np.isfinite(ceiling).any() \
         else float("nan")
     rates = [f * median for f in fractions] if np.isfinite(median) else []
+    if question.name == "ceiling" and np.isfinite(ceiling).any():
+        # inside the span the ceiling may lie in: a point there that holds (or saturates)
+        # cuts it, which points below the span never do
+        rates += [float(q) for q in np.quantile(ceiling[np.isfinite(ceiling)],
+                                                CEILING_QUANTILES)]
     rates += [r for r in question.extra_rates
               if r > 0 and (not np.isfinite(median) or r < median)]
     rates = list(np.round([r for r in rates if r > 0], 4))
@@ -355,9 +363,17 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0
         zero_load = float(np.median(np.asarray(curve.zero_load, float)[configuration.index]))
         for rate in grid:
             with np.errstate(invalid="ignore"):
-                at_rate = configuration.latency(curve, rate)
+                at_rate = np.asarray(configuration.latency(curve, rate), dtype=float)
+                # a point runs as long as the draws in which it holds need (where it
+                # saturates, the run says so whatever its length)
+                holds = at_rate[np.isfinite(at_rate)]
+                if not holds.size:
+                    continue
                 slow = float(np.quantile(at_rate, 0.9))
                 typical = float(np.median(at_rate))
+                if not np.isfinite(slow) or not np.isfinite(typical):
+                    slow = float(np.quantile(holds, 0.9))
+                    typical = float(np.median(holds))
             # A point must run long enough to reach steady state: its measured window
             # holds several lifetimes of a request, at the slow end of what the posterior
             # expects. The fewest such requests (rounded up to REQUEST_STEP) is a count of
@@ -367,6 +383,10 @@ def plan(question: Question, *, requests=DEFAULT_REQUESTS, warmup_s: float = 5.0
             if np.isfinite(fewest) and min(requests) < fewest <= max(requests):
                 counts.append(min(max(requests),
                                   int(REQUEST_STEP * math.ceil(fewest / REQUEST_STEP))))
+            elif question.name == "ceiling" and np.isfinite(fewest) and fewest > max(requests):
+                # near the ceiling a steady window needs more requests than any count
+                # asked for: the ceiling is settled there or nowhere, so at its own count
+                counts.append(int(REQUEST_STEP * math.ceil(fewest / REQUEST_STEP)))
             for n in sorted(set(counts)):
                 if any(point.covers(configuration, float(rate), n)
                        for point in question.set_aside):

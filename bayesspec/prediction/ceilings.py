@@ -1,0 +1,434 @@
+"""Ceilings that admit what was not measured (docs/ceilings.md).
+
+A fitted law's ceiling (eq. (1)'s pole 1/C2, or the engine cap's throughput) is read off
+a straight line through the measured points. Past the highest fitted rate nothing in the
+data says the line holds: a compute roof past its knee, KV-cache preemption, a CUDA-graph
+or token-budget edge each make a request's marginal cost grow with the batch, and each
+brings the ceiling down (never up) from the law's. The data cannot exclude such a limit
+anywhere between the batch the top fitted point held and the largest batch the engine
+can hold; so the answered ceiling spans that range instead of a tight interval around the
+extrapolated pole.
+
+Per posterior draw, an unmeasured limit acts as a cap of N_lim requests, drawn uniformly
+between N_top, the batch whose full throughput is the top fitted rate, and the largest
+batch (the engine's cap where known, else the catalog's KV cache over a request's
+footprint, else vLLM's largest default ``max_num_seqs``). Its throughput
+N/(C1 + C2 (N - 1)) (at most the law's own ceiling) is the draw's ceiling. The same
+uniform fraction serves every curve of a fit at a given draw (the fractions come from
+one fixed seed), so comparisons between configurations do not gain noise the data never
+had.
+
+Below the top fitted rate the curve is the law's, exactly (the fit's evidence is
+untouched). Above it the law's unmeasured stretch is compressed to end at the admitted
+limit: the latency at rate r is the law's at top + (r - top) (law ceiling - top) /
+(limit - top), so the load factor keeps rising from where the data left it and diverges
+at the limit (for eq. (1) this is a steeper marginal cost past a knee at the top point).
+A new measurement past the top point is then informative about the limit, which is how
+``plan --question ceiling`` finds the point that settles it.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pandas as pd
+
+from bayesspec.laws import load_elasticity_expr
+from bayesspec.prediction.curves import Curve, _lift
+
+__all__ = ["LARGEST_DEFAULT_BATCH", "UNMEASURED_LIMIT_SEED", "unmeasured_fractions",
+           "admitted_limit", "admit_unmeasured_limit", "is_admitting", "law_ceiling",
+           "catalog_largest_batch", "answering_curve", "answering_metric_curve",
+           "answering_law"]
+
+#: The largest batch an engine holds where neither its cap nor the catalog says: vLLM V1's
+#: default ``max_num_seqs`` on large GPUs.
+LARGEST_DEFAULT_BATCH = 1024.0
+#: One fixed seed for the fractions, so that every curve of a fit (and every answer from
+#: it) reads the same fraction at the same draw.
+UNMEASURED_LIMIT_SEED = 20261211
+
+
+def unmeasured_fractions(draws: int) -> np.ndarray:
+    """(draws,) uniform fractions in (0, 1): where, between the batch the data reached
+    and the largest one, each draw's unmeasured limit sits."""
+    return np.random.default_rng(UNMEASURED_LIMIT_SEED).uniform(size=int(draws))
+
+
+def law_ceiling(curve) -> np.ndarray:
+    """The fitted law's own ceiling of ``curve`` (its admitted one's upper end)."""
+    return np.asarray(getattr(curve, "law_ceiling", curve.ceiling), dtype=float)
+
+
+def _batch_at(rate, c1, c2):
+    """The batch whose full throughput N/(C1 + C2 (N - 1)) is ``rate`` (at least 1;
+    ``inf`` at or past 1/C2)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        batch = rate * (c1 - c2) / (1.0 - rate * c2)
+    return np.where(rate * c2 < 1.0, np.maximum(batch, 1.0), np.inf)
+
+
+def admitted_limit(curve, top, largest_batch=np.nan, *, floor=np.nan,
+                   bound=np.nan) -> np.ndarray:
+    """Per draw (the shape of the curve's cost arrays), the highest rate the server may
+    sustain given what was measured up to ``top`` (scalar, or one per k): the throughput
+    of a batch of N_lim requests, N_lim uniform between the batch whose full throughput
+    is the highest rate the server was seen to sustain (``top``, or ``floor`` where a
+    throughput run completed more) and the largest batch (the curve's cap where it has
+    one, else ``largest_batch``, else :data:`LARGEST_DEFAULT_BATCH`; at most the batch
+    whose throughput is ``bound``, a rate the server was seen not to sustain), and at
+    most the law's ceiling. The law's ceiling where ``top`` is unknown or not below
+    it."""
+    law = law_ceiling(curve)
+    c1 = np.broadcast_to(np.asarray(curve.zero_load, dtype=float), law.shape)
+    c2 = np.broadcast_to(np.asarray(curve.saturation_cost, dtype=float), law.shape)
+    top = np.broadcast_to(np.asarray(top, dtype=float), law.shape)
+    seen = np.fmax(top, np.broadcast_to(np.asarray(floor, dtype=float), law.shape))
+    fallback = float(largest_batch) if np.isfinite(largest_batch) and largest_batch >= 1 \
+        else LARGEST_DEFAULT_BATCH
+    cap = getattr(curve, "cap", None)
+    largest = (np.full(law.shape, fallback) if cap is None
+               else np.where(np.isfinite(cap), cap, fallback))
+    bound = np.broadcast_to(np.asarray(bound, dtype=float), law.shape)
+    largest = np.where(np.isfinite(bound) & (bound > seen),
+                       np.fmin(largest, _batch_at(bound, c1, c2)), largest)
+    fraction = unmeasured_fractions(law.shape[0]).reshape((-1,) + (1,) * (law.ndim - 1))
+    reached = _batch_at(np.minimum(seen, law), c1, c2)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        batch = reached + fraction * np.maximum(largest - reached, 0.0)
+        limit = np.minimum(law, batch / (c1 + c2 * (batch - 1.0)))
+    usable = np.isfinite(top) & (top > 0) & np.isfinite(limit) & (law > top) & (top * c2 < 1)
+    return np.where(usable, np.clip(limit, np.minimum(seen, law), law), law)
+
+
+def is_admitting(curve) -> bool:
+    """Whether ``curve`` answers with an admitted (unmeasured) limit."""
+    return getattr(curve, "law_ceiling", None) is not None
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _admitting_class(base: type) -> type:
+    if base in _CLASSES:
+        return _CLASSES[base]
+
+    class Admitting(base):
+        """A curve whose ceiling admits an unmeasured limit above its top fitted rate."""
+
+        law_ceiling: np.ndarray | None = None
+        _limit: np.ndarray
+        _top: np.ndarray
+
+        @property
+        def ceiling(self) -> np.ndarray:
+            return self._limit
+
+        @property
+        def ceiling_binding(self) -> str:
+            return base.ceiling_binding.fget(self)
+
+        @property
+        def has_fluid_run(self) -> bool:
+            return False
+
+        def _stretched(self, rps: np.ndarray):
+            top, limit, law = (_lift(v, rps) for v in (self._top, self._limit,
+                                                        self.law_ceiling))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                scale = np.where(limit < law, (law - top) / (limit - top), 1.0)
+                stretched = np.where(rps <= top, rps, top + (rps - top) * scale)
+            return np.where(rps >= limit, np.inf, stretched)
+
+        def latency(self, rps) -> np.ndarray:
+            rps = np.asarray(rps, dtype=float)
+            stretched = self._stretched(rps)
+            past = ~np.isfinite(stretched)
+            safe = np.where(past, 0.0, stretched)
+            if base is Curve:
+                value = _plain_latency(self, safe, rps)
+            elif rps.ndim == 0:
+                value = base.latency(self, safe[:, None])[:, 0]
+            else:
+                value = base.latency(self, safe)
+            return np.where(past, np.inf, value)
+
+        def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
+            rps = np.asarray(rps, dtype=float)
+            own = base.amplification(self, rps, curve)
+            if not np.any(rps > np.min(self._top)):
+                return own
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                beyond = load_elasticity_expr(self.latency, rps)
+            beyond = np.where(np.isnan(beyond), np.inf, beyond)
+            return np.where(rps > _lift(self._top, rps), np.broadcast_to(beyond, np.shape(own)),
+                            own)
+
+        def utilisation(self, rps, curve: np.ndarray) -> np.ndarray:
+            return np.asarray(rps, dtype=float) / np.median(self.ceiling)
+
+    Admitting.__name__ = Admitting.__qualname__ = f"Admitting{base.__name__}"
+    _CLASSES[base] = Admitting
+    return Admitting
+
+
+def _plain_latency(curve, rates: np.ndarray, rps: np.ndarray) -> np.ndarray:
+    """Eq. (1) (or its slot queue) at ``rates`` already aligned with the draws the way
+    ``rps`` asks (any cost-array shape)."""
+    from bayesspec.laws import capped_latency, latency
+
+    c1, c2 = _lift(curve.c1, rps), _lift(curve.c2, rps)
+    if curve.cap is None:
+        return latency(rates, c1, c2)
+    return capped_latency(rates, c1, c2, _lift(curve.cap, rps), wait_scale=curve.wait_scale)
+
+
+def admit_unmeasured_limit(curve, top, limit=None, *, largest_batch=np.nan):
+    """A copy of ``curve`` whose ceiling is the admitted limit (``limit`` draws, or
+    :func:`admitted_limit` of the curve itself) above ``top``, its highest fitted rate
+    (scalar or one per k), and whose latency above ``top`` ends there. ``curve`` itself
+    where ``top`` is unknown, where the curve already admits one, or where its cost arrays
+    hold several k at once for a law other than eq. (1) (those answer with the law's
+    ceiling)."""
+    if curve is None or is_admitting(curve):
+        return curve
+    top_array = np.asarray(top, dtype=float)
+    if not np.all(np.isfinite(top_array)) or not np.all(top_array > 0):
+        return curve
+    law = np.asarray(curve.ceiling, dtype=float)
+    if law.ndim != 1 and type(curve) is not Curve:
+        return curve
+    if limit is None:
+        limit = admitted_limit(curve, top_array, largest_batch)
+    limit = np.broadcast_to(np.asarray(limit, dtype=float), law.shape)
+    admitted = copy.copy(curve)
+    admitted.__class__ = _admitting_class(type(curve))
+    admitted.law_ceiling = law
+    admitted._top = np.broadcast_to(top_array, law.shape)
+    admitted._limit = np.minimum(np.where(np.isfinite(limit), limit, law), law)
+    return admitted
+
+
+# --------------------------------------------------------------------------- a fit's answers
+
+def catalog_largest_batch(verifier, gpu, drafter, prefill, decode, k=0,
+                          catalog=None) -> float:
+    """The largest batch the catalog's cards allow: the KV cache that fits next to the
+    verifier's (and drafter's) weights on the GPU, over a running request's footprint
+    with its k lookahead slots (:func:`bayesspec.laws.kv_tokens_per_request`); nan where
+    a card is missing or the weights do not fit on one GPU."""
+    from bayesspec.data.catalog import default_catalog, kv_cache_tokens_estimate
+    from bayesspec.laws import kv_tokens_per_request
+
+    if not verifier or not gpu:
+        return float("nan")
+    catalog = default_catalog() if catalog is None else catalog
+    verifier_card, gpu_card = catalog.find_model(str(verifier)), catalog.find_gpu(str(gpu))
+    if verifier_card is None or gpu_card is None:
+        return float("nan")
+    drafter_card = catalog.find_model(str(drafter)) if drafter and int(k) > 0 else None
+    tokens = kv_cache_tokens_estimate(verifier_card, gpu_card, drafter_card)
+    footprint = float(kv_tokens_per_request(prefill, decode, k))
+    if tokens is None or not np.isfinite(footprint) or footprint <= 0:
+        return float("nan")
+    return float(tokens) / footprint
+
+
+class _LargestBatch:
+    """The largest batch of a fit's configurations where the engine's cap is unknown,
+    from the catalog (loaded only when asked: most fits know their cap)."""
+
+    def __init__(self, fit):
+        self.fit = fit
+        self._cache: dict = {}
+
+    def _setup(self, rows) -> dict:
+        data = self.fit.data
+        values = {}
+        for column in ("verifier", "drafter", "prefill_tokens", "decode_tokens"):
+            values[column] = rows[column].iloc[0] if column in rows.columns else None
+        labels = set(rows["label"].astype(str))
+        gpu = None
+        if "gpu" in data.columns and "group" in data.columns:
+            seen = data.loc[data["group"].astype(str).isin(labels), "gpu"].dropna()
+            gpu = str(seen.iloc[0]) if len(seen) else None
+        values["gpu"] = gpu
+        return values
+
+    def __call__(self, rows, k) -> float:
+        if rows is None or not len(rows):
+            return float("nan")
+        k = int(k)
+        key = (tuple(rows["label"].astype(str)), k)
+        if key not in self._cache:
+            setup = self._setup(rows)
+            try:
+                self._cache[key] = catalog_largest_batch(
+                    setup["verifier"], setup["gpu"], setup["drafter"],
+                    float(setup["prefill_tokens"]), float(setup["decode_tokens"]), k)
+            except (TypeError, ValueError):
+                self._cache[key] = float("nan")
+        return self._cache[key]
+
+
+def _largest(fit):
+    batch = getattr(fit, "_largest_batch", None)
+    if batch is None:
+        batch = _LargestBatch(fit)
+        try:
+            fit._largest_batch = batch
+        except AttributeError:
+            pass
+    return batch
+
+
+#: Words in a set-aside point's reason saying its rate was past what the configuration
+#: sustains (the data layer's saturation reasons): a bound on the ceiling from above.
+PAST_CEILING_WORDS = ("ceiling", "stopped rising", "of target", "preempt")
+
+
+def seen_rates(data, labels) -> tuple[float, float]:
+    """(the highest rate a throughput run of these groups completed, the lowest target
+    rate of an open-loop point of theirs set aside as past the ceiling), nan where none:
+    what the data say of the ceiling beyond the fitted points."""
+    if data is None or "group" not in data.columns or "excluded" not in data.columns:
+        return float("nan"), float("nan")
+    rows = data[data["group"].astype(str).isin({str(v) for v in labels})
+                & data["excluded"].astype(bool)]
+    if not len(rows):
+        return float("nan"), float("nan")
+    strategy = (rows["strategy"].astype(str).str.lower() if "strategy" in rows.columns
+                else rows["rps"].map(lambda _: ""))
+    rates = pd.to_numeric(rows["rps"], errors="coerce")
+    throughput = rates[strategy.eq("throughput")]
+    floor = float(throughput.max()) if throughput.notna().any() else float("nan")
+    reason = (rows["exclusion_reason"].astype(str).str.lower()
+              if "exclusion_reason" in rows.columns else strategy.map(lambda _: ""))
+    past = ~strategy.isin(["throughput", "synchronous", "concurrent"]) & reason.map(
+        lambda text: any(word in text for word in PAST_CEILING_WORDS))
+    target = (pd.to_numeric(rows["rps_target"], errors="coerce")
+              if "rps_target" in rows.columns else rates * np.nan)
+    target = target.where(target > 0, rates)[past]
+    bound = float(target.min()) if target.notna().any() else float("nan")
+    return floor, bound
+
+
+def answering_curve(fit, group: int, curve):
+    """``curve`` of fitted group ``group`` as answers read it: its ceiling admits an
+    unmeasured limit above the group's highest fitted rate."""
+    top = float(getattr(curve, "rps_fitted_max", np.nan))
+    if not np.isfinite(top) or is_admitting(curve):
+        return curve
+    cap = getattr(curve, "cap", None)
+    largest = np.nan
+    if cap is None or not np.all(np.isfinite(cap)):
+        rows = fit.groups.iloc[[group]]
+        largest = _largest(fit)(rows, int(rows["k"].iloc[0]) if "k" in rows.columns else 0)
+    floor, bound = seen_rates(fit.data, [fit.groups["label"].iloc[group]])
+    return admit_unmeasured_limit(curve, top, admitted_limit(curve, top, largest, floor=floor,
+                                                             bound=bound))
+
+
+def answering_metric_curve(fit, group: int, curve, mean_curve):
+    """A latency summary's curve whose ceiling is its mean law's admitted one."""
+    mean = answering_curve(fit, group, mean_curve)
+    if not is_admitting(mean):
+        return curve
+    return admit_unmeasured_limit(curve, mean._top, mean.ceiling)
+
+
+_LAW_CLASSES: dict[type, type] = {}
+
+
+def _admitting_law_class(base: type) -> type:
+    if base in _LAW_CLASSES:
+        return _LAW_CLASSES[base]
+
+    class AdmittingLaw(base):
+        """A law whose curves' ceilings admit an unmeasured limit above what was
+        measured of each configuration."""
+
+        _mean_law = None
+        _largest = None
+        _setup_rows = None
+        _data = None
+
+        @property
+        def dense(self):
+            curve = base.dense.fget(self)
+            cached = self.__dict__.get("_admitted_dense")
+            if cached is not None and cached[0] is curve:
+                return cached[1]
+            top = self.configuration_fitted_max(None, 0)
+            mean = curve if self._mean_law is None else self._mean_law.dense
+            floor, bound = seen_rates(self._data, [curve.label])
+            admitted = admit_unmeasured_limit(curve, top, admitted_limit(
+                mean, top, self._largest_of(0, mean), floor=floor, bound=bound))
+            self.__dict__["_admitted_dense"] = (curve, admitted)
+            return admitted
+
+        def sd(self, alpha, k):
+            curve = base.sd(self, alpha, k)
+            ks = np.asarray(k)
+            if ks.ndim:
+                top = np.array([self.configuration_fitted_max(alpha, int(v)) for v in
+                                ks.ravel()], dtype=float).reshape((1,) + ks.shape)
+            else:
+                top = self.configuration_fitted_max(alpha, int(k))
+            if not np.all(np.isfinite(top)):
+                return curve
+            mean = curve if self._mean_law is None else self._mean_law.sd(alpha, k)
+            largest = self._largest_of(int(np.max(ks)), mean)
+            seen = [seen_rates(self._data, self._labels_of(alpha, int(v)))
+                    for v in np.atleast_1d(ks).ravel()]
+            floor, bound = (np.array(v, dtype=float).reshape(np.shape(top)) for v in zip(*seen))
+            return admit_unmeasured_limit(curve, top, admitted_limit(
+                mean, top, largest, floor=floor, bound=bound))
+
+        def _labels_of(self, alpha, k: int) -> list[str]:
+            rows = self._setup_rows
+            if rows is None or "alpha" not in rows.columns:
+                return []
+            alphas = pd.to_numeric(rows["alpha"], errors="coerce").to_numpy(float)
+            same = rows["k"].to_numpy(int) == int(k)
+            if alpha is not None and np.isfinite(float(alpha)):
+                same &= np.isnan(alphas) | (np.abs(alphas - float(alpha)) < 1e-9)
+            return rows.loc[same, "label"].astype(str).tolist()
+
+        def _largest_of(self, k: int, curve) -> float:
+            cap = getattr(curve, "cap", None)
+            if self._largest is None or (cap is not None and np.all(np.isfinite(cap))):
+                return float("nan")
+            rows = self._setup_rows
+            if rows is None:
+                return float("nan")
+            chosen = rows[rows["k"].to_numpy(int) > 0] if k > 0 else rows[
+                rows["k"].to_numpy(int) == 0]
+            return self._largest(chosen if len(chosen) else rows, k)
+
+    AdmittingLaw.__name__ = AdmittingLaw.__qualname__ = f"Admitting{base.__name__}"
+    _LAW_CLASSES[base] = AdmittingLaw
+    return AdmittingLaw
+
+
+def answering_law(fit, law, mean_law=None):
+    """A copy of ``law`` (one setup of ``fit``) whose dense and SD curves admit an
+    unmeasured limit above what was measured of each configuration; ``mean_law``: the
+    setup's mean law where ``law`` is a latency summary's (the limit is the mean's)."""
+    if isinstance(law, tuple(_LAW_CLASSES.values())):
+        return law
+    admitted = copy.copy(law)
+    admitted.__class__ = _admitting_law_class(type(law))
+    admitted._last_speedups = None
+    admitted._mean_law = mean_law
+    admitted._largest = _largest(fit)
+    groups = fit.groups
+    rows = groups
+    if law.has_dense and "setup" in groups.columns:
+        same = groups["label"].astype(str) == str(law._dense.label)
+        if same.any():
+            rows = groups[groups["setup"] == groups.loc[same, "setup"].iloc[0]]
+    admitted._setup_rows = rows
+    admitted._data = fit.data
+    return admitted
