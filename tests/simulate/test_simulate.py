@@ -12,7 +12,7 @@ import pytest
 from scipy.optimize import curve_fit
 
 from bayesspec.errors import BadInput
-from bayesspec.simulate import (Arrivals, ForwardCost, RooflineParams, SpecConfig, StepModel, Workload, at_rates, default_step_model,
+from bayesspec.simulate import (Arrivals, ForwardCost, RooflineParams, SpecConfig, StepModel, Workload, at_concurrency, at_rates, default_step_model,
                                 expected_cycles, guidellm_report, public_llama8b_h100,
                                 roofline, setup, simulate_point, sweep, zero_load_latency)
 from bayesspec.cli import simulate as sim_cli
@@ -58,6 +58,20 @@ def test_littles_law_on_every_unsaturated_point(dense_sweep, sd_sweep):
         assert len(u) >= 5
         ratio = u["mean_concurrency"] / (u["rps"] * u["latency_mean_s"])
         assert np.all(np.abs(ratio - 1.0) <= 0.03), ratio.to_numpy()
+
+
+@pytest.mark.parametrize("length_dist", ["fixed", "lognormal"])
+def test_littles_law_holds_exactly_in_a_closed_loop_window(length_dist):
+    """Clients finishing in bursts (fixed lengths: whole cohorts; a cap at 64 slots) put
+    window edges chosen by completion counts at different phases of a burst; the window
+    ends where the requests in flight carry the same total age as at its start."""
+    s = setup("Llama-3.1-8B-Instruct", k=3, alpha=0.7, prefill=512, decode=512,
+              length_dist=length_dist, length_cv=0.5 if length_dist != "fixed" else 0.0,
+              max_num_seqs=64)
+    rows = at_concurrency(s, [4, 32, 64, 128], n_requests=400, seed=1).rows
+    ratio = rows["mean_concurrency"] / (rows["rps"] * rows["latency_mean_s"])
+    np.testing.assert_allclose(ratio, 1.0, rtol=1e-9)
+    np.testing.assert_allclose(rows["mean_concurrency"], [4, 32, 64, 128], rtol=1e-9)
 
 
 def test_latency_law_fits_dense_and_speculative_sweeps(dense_sweep, sd_sweep):
