@@ -665,6 +665,13 @@ def _misfit(section: _Section, fit, path: str, prob: float, draw: bool) -> dict:
                     else metric_description(next(iter(check["summaries"]))))
         section.figure("collapse", "every group normalised onto y = 1/(1 - x) (the law's "
                        "collapse), with the fitted noise band", lambda: collapse_plot(fit))
+        from bayesspec.reporting.plots import closed_loop_groups, concurrency_plot
+
+        if has_mean and closed_loop_groups(fit):
+            section.figure("concurrency", "closed-loop sweeps on the axis they were measured "
+                           "on: mean latency and throughput against the clients' concurrency "
+                           f"N, with the law's {prob:.0%} band (L = C1 + C2 N)",
+                           lambda: concurrency_plot(fit, prob=prob))
         section.figure("ppc", "posterior predictive check per group: observed / predicted "
                        f"against utilisation ({prob:.0%} predictive intervals)",
                        lambda: predictive_check_plot(points, check["groups"], prob=prob,
