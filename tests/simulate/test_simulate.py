@@ -475,6 +475,27 @@ def test_cli_rates_and_grid_file(tmp_path):
     assert len(list(folder.glob("*.json"))) == 3
 
 
+def test_a_grid_with_concurrency_runs_closed_loop_sweeps(tmp_path):
+    grid = tmp_path / "closed.toml"
+    grid.write_text('requests = 60\nconcurrency = [1, 4, 8]\nmax_num_seqs = 4\n\n'
+                    '[[configs]]\nverifier = "Qwen3-1.7B"\nlengths = [[128, 64]]\n'
+                    'k = [0, 2]\nalpha = [0.8]\n')
+    folder = tmp_path / "reports"
+    assert _run(["--grid", str(grid), "-o", str(tmp_path / "g.csv"), "--guidellm-json",
+                 str(folder), "--quiet"]) == 0
+    rows = pd.read_csv(tmp_path / "g.csv")
+    assert list(rows["max_concurrency"]) == [1, 4, 8] * 2
+    assert (rows["max_num_seqs"] == 4).all()
+    # past the batch cap of 4 the eighth client waits for a slot: the simulator says so
+    assert list(rows["saturated"]) == [False, False, True] * 2
+    np.testing.assert_allclose(rows["mean_concurrency"], rows["max_concurrency"])
+    for bad, column in (("concurrency = [0, 4]", "concurrency"),
+                        ("max_num_seqs = 2.5", "max_num_seqs")):
+        grid.write_text(f'{bad}\n\n[[configs]]\nverifier = "Qwen3-1.7B"\n')
+        with pytest.raises(BadInput, match=column):
+            expand_grid(load_grid(str(grid)))
+
+
 @pytest.mark.parametrize("argv", [
     ["--verifier", "Qwen3-9B"],                                   # unknown model
     ["--verifier", "Qwen3-8B", "--k", "3"],                       # no alpha
