@@ -4,6 +4,7 @@ on the concurrency axis.
     nice -n 10 python benchmarks/closed_loop_validation.py simulator --replicates 20 \
         --kstar-replicates 3 --json closed_loop_sim.json            # about 30 min, 2 cores
     nice -n 10 python benchmarks/closed_loop_validation.py public --json closed_loop_public.json
+    nice -n 10 python benchmarks/closed_loop_validation.py little                # about 1 min
 
 ``simulator``: bayesspec's serving simulator (not the law), Llama-3.1-8B on an H100 with
 its EAGLE-3 head at alpha 0.7, prompts 512 / outputs 256 tokens, a batch cap of 64
@@ -24,6 +25,10 @@ Per replicate (seeds 0..R-1, the data tested on):
   and ``bayesspec kstar --alpha 0.7 --concurrency ...``: the k it picks per level against
   the simulator's best k (lowest long-run latency), and where they differ, the chosen
   k's long-run latency over the best one's.
+
+``little``: Little's law in the simulator's closed-loop windows, mean in flight /
+(rps x mean latency), over four servers (fixed and log-normal lengths, k 0 and 3, batch
+caps 64 to 1024), C = 1 .. 256, 1,000 requests per point, 3 seeds each.
 
 ``public``: the vLLM-Omni nightly perf artifacts in
 ``shared/data/public/vllm_omni_nightly_qwen3omni_text_2builds`` (Qwen3-Omni-30B-A3B, text
@@ -58,8 +63,9 @@ CAP = 64
 KS = tuple(range(7))
 ALPHA = 0.7
 VERIFIER, PREFILL, DECODE = "Llama-3.1-8B-Instruct", 512, 256
-PUBLIC = Path("/work/shared/data/public/vllm_omni_nightly_qwen3omni_text_2builds/"
-              "latency_vs_concurrency_two_builds.csv")
+# the public data sets sit beside the repository (shared/data/public/)
+PUBLIC = (ROOT.parent / "shared" / "data" / "public" / "vllm_omni_nightly_qwen3omni_text_2builds"
+          / "latency_vs_concurrency_two_builds.csv")
 PUBLIC_CSV = ROOT / "examples" / "closed_loop_vllm_omni.csv"
 
 
@@ -129,8 +135,7 @@ def cli_json(*argv) -> dict:
 def kstar_check(rows: pd.DataFrame, true: dict, seed: int, folder: Path) -> dict:
     path = folder / f"spec_{seed}.nc"
     fitted = fit(prepare(rows), "speculative",
-                 settings=SamplerSettings(draws=1000, tune=1000, chains=2, seed=seed,
-                                          progress=False))
+                 settings=SamplerSettings(seed=seed, progress=False))
     fitted.save(path)
     answer = cli_json("kstar", path, "--alpha", ALPHA, "--concurrency",
                       ",".join(map(str, LEVELS)), "--kmax", max(KS))
@@ -194,6 +199,25 @@ def run_simulator(args) -> dict:
             "seconds": time.time() - started}
 
 
+def run_little(args) -> dict:
+    worst = []
+    for verifier, k, dist, cap in (("Llama-3.1-8B-Instruct", 0, "fixed", 64),
+                                   ("Llama-3.1-8B-Instruct", 3, "lognormal", 64),
+                                   ("Qwen3-8B", 0, "fixed", 1024), ("Qwen3-8B", 3, "fixed", 128)):
+        s = setup(verifier, "H100", k=k, alpha=ALPHA if k else None, prefill=512, decode=512,
+                  length_dist=dist, length_cv=0.5 if dist != "fixed" else 0.0,
+                  max_num_seqs=cap)
+        for seed in range(3):
+            rows = at_concurrency(s, [1, 4, 16, 32, 64, 128, 256], n_requests=1000,
+                                  seed=seed).rows
+            ratio = rows["mean_concurrency"] / (rows["rps"] * rows["latency_mean_s"])
+            worst.append(float(np.max(np.abs(ratio - 1))))
+            print(f"{verifier} k {k} {dist} cap {cap} seed {seed}: "
+                  + " ".join(f"{v:.4f}" for v in ratio))
+    print(f"largest |ratio - 1| over {len(worst)} sweeps: {max(worst):.2e}")
+    return {"worst": worst}
+
+
 def public_rows() -> pd.DataFrame:
     """The two builds' points as tidy rows (the README's mapping)."""
     src = pd.read_csv(PUBLIC)
@@ -238,16 +262,36 @@ def run_public(args) -> dict:
         print(f"{build}: {args.model} fit converged {result.diagnostics['converged']}; "
               "law / measured - 1 at C = 1, 4, 8, 16, 32: "
               + ", ".join(f"{v:+.1%}" for v in ratio))
-    verdict = cli_json("compare", *paths)
-    out["compare"] = {key: verdict.get(key) for key in ("verdict", "outcome", "parameters")
-                      if key in verdict}
-    print("compare:", json.dumps(out["compare"], default=str)[:2000])
+    for name, argv in (("compare_fits", paths),
+                       ("compare_by_version", [PUBLIC_CSV if PUBLIC_CSV.exists() else
+                                               _written(rows, folder), "--by",
+                                               "engine_version", "--seed", 0])):
+        verdict = cli_json("compare", *argv)
+        outcome = verdict.get("outcome")
+        out[name] = {"outcome": outcome, "verdict": verdict.get("verdict"),
+                     "outcome_text": verdict.get("outcome_text"),
+                     "curve": verdict.get("curve"),
+                     "C1": verdict["parameters"]["C1"]["ratio"],
+                     "C2": verdict["parameters"]["C2"]["ratio"]}
+        words = outcome.get("outcome") if isinstance(outcome, dict) else outcome
+        print(f"{name}: outcome {words}; C1 B/A {_interval(out[name]['C1'])}, "
+              f"C2 B/A {_interval(out[name]['C2'])}")
     return out
+
+
+def _written(rows: pd.DataFrame, folder: Path) -> Path:
+    path = folder / "omni.csv"
+    rows.to_csv(path, index=False)
+    return path
+
+
+def _interval(u: dict) -> str:
+    return f"{u['median']:.3f} [{u['lo']:.3f}, {u['hi']:.3f}]"
 
 
 def main_cli() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("part", choices=("simulator", "public"))
+    parser.add_argument("part", choices=("simulator", "public", "little"))
     parser.add_argument("--replicates", type=int, default=20)
     parser.add_argument("--first-replicate", type=int, default=0)
     parser.add_argument("--kstar-replicates", type=int, default=3)
@@ -257,7 +301,8 @@ def main_cli() -> int:
     parser.add_argument("--work", default="closed_loop_work", help="folder for fit files")
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args()
-    result = run_simulator(args) if args.part == "simulator" else run_public(args)
+    result = {"simulator": run_simulator, "public": run_public,
+              "little": run_little}[args.part](args)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1, default=str))
     return 0

@@ -108,3 +108,15 @@ def test_a_closed_loop_at_exactly_the_cap_is_not_past_it(closed_loop_sweep):
     assert not data.loc[at_cap, "excluded"], data.loc[at_cap, "exclusion_reason"]
     raw.loc[at_cap, "max_concurrency"] = np.nan          # an open-loop reading of it
     assert prepare(raw).loc[at_cap, "excluded"]
+
+
+def test_the_public_closed_loop_example_is_read_as_one_with_nothing_set_aside():
+    """vLLM-Omni's nightly `vllm bench serve --max-concurrency C` points (C = 1..32, two
+    builds): every achieved rate is far below the request rate of inf, by design."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "closed_loop_vllm_omni.csv"
+    data = read_tidy(path)
+    assert closed_loop_rows(data).all() and len(data) == 10
+    assert not data["excluded"].any(), data["exclusion_reason"].tolist()
+    assert sorted(data["engine_version"].unique()) == ["nightly-10037", "nightly-10122"]
