@@ -41,3 +41,16 @@ def test_an_open_loop_fit_has_no_concurrency_figure(dense_fit_factory):
     assert closed_loop_groups(fit) == []
     with pytest.raises(BadInput, match="closed loop"):
         concurrency_plot(fit)
+
+
+def test_the_report_answers_closed_loop_groups_at_their_levels(dense_fit_factory):
+    from bayesspec.reporting.pages import _closed_loop_table, _Section
+
+    section = _Section()
+    _closed_loop_table(section, closed_loop_fit(draws=200), "closed.nc", 0.9)
+    (table,) = section.tables
+    assert [row[1] for row in table["rows"]] == ["1", "2", "4", "8", "16", "32"]
+    assert section.commands == ["bayesspec predict closed.nc --concurrency 1,2,4,8,16,32"]
+    section = _Section()
+    _closed_loop_table(section, dense_fit_factory(n_groups=1, draws=100), "open.nc", 0.9)
+    assert section.tables == [] and section.commands == []
