@@ -14,9 +14,11 @@ point of the curves an answer rests on, read on the axis it was measured on: whe
 curves were fitted to closed-loop points (``max_concurrency``), a level above their
 highest fitted level is marked; otherwise (open-loop sweeps) a level whose throughput
 (its median over the draws) lies above their highest fitted rate (``rps_fitted_max``).
-A closed-loop point's fitted throughput and the law's at its level differ by the
-point's noise, so the rate alone would mark the highest measured level in about half of
-the fits. A configuration outside the measured design is marked at every level.
+A closed-loop point's measured throughput and the law's at its level differ by the
+point's noise, so the rate alone marks the highest measured level itself whenever the
+law's throughput there comes out above the measured one (seen on a simulated sweep fitted
+up to 64 clients: 19.66 against 19.63 RPS). A configuration outside the measured design
+is marked at every level.
 """
 
 from __future__ import annotations
