@@ -2,7 +2,7 @@
 on the concurrency axis.
 
     nice -n 10 python benchmarks/closed_loop_validation.py simulator --replicates 20 \
-        --kstar-replicates 3 --json closed_loop_sim.json            # about 30 min, 2 cores
+        --kstar-replicates 3 --json closed_loop_sim.json    # about 10 min, warm compile caches
     nice -n 10 python benchmarks/closed_loop_validation.py public --json closed_loop_public.json
     nice -n 10 python benchmarks/closed_loop_validation.py little                # about 1 min
 
