@@ -15,6 +15,7 @@ import pandas as pd
 
 from bayesspec.bayes.cap_prior import LEARNED_CAP
 from bayesspec.data import ENGINE_LIMIT_COLUMNS, concurrency_caps
+from bayesspec.data.saturation import closed_loop_rows
 from bayesspec.laws import capped_latency, latency, queue_wait_scale
 
 if TYPE_CHECKING:
@@ -83,8 +84,14 @@ def cap_reaches_the_data(rows: pd.DataFrame, group_index: np.ndarray, caps: np.n
     ``slope`` "top": C2 the load term the top point itself implies instead of the steepest
     (one noisy light point can imply a steep one; ``fit``'s check of the draws backs this
     reading). Decisions keep the cap either way (the ceiling is the cap's throughput when
-    that is lower than 1/C2)."""
+    that is lower than 1/C2). A group measured in a closed loop (``max_concurrency``) never
+    queues for a slot at its fitted points (those past the cap are set aside), which
+    follow eq. (1) exactly, L = C1 + C2 N: the open-loop slot queue would put a wait of
+    several lifetimes at a point at the cap that has none."""
     reaches = np.isfinite(caps)
+    closed = closed_loop_rows(rows).to_numpy()
+    for g in np.flatnonzero(reaches):
+        reaches[g] = not closed[group_index == g].all()
     if "latency_mean_s" not in rows.columns:
         return reaches
     rps = rows["rps"].to_numpy(float)

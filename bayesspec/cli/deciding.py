@@ -1,5 +1,4 @@
-"""``bayesspec predict``, ``speedup``, ``crossover``, ``kstar`` and ``slo``: answers from a
-fit."""
+"""``bayesspec predict``, ``speedup``, ``crossover``, ``kstar`` and ``slo``: answers from a fit."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from bayesspec.data.schema import metric_description
 from bayesspec.cli.common import (add_common, add_group_options, check_alpha_k, check_output_path,
                      check_prob, finish, fmt, group_criteria, load_fit, parse_list, rates,
                      strict_exit)
+from bayesspec.cli import concurrency
 
 STRICT_HELP = "exit with status 3 when the posterior did not converge"
 ALPHA_HELP = ("acceptance rate (required by a speculative fit, which answers any; a fit per "
@@ -23,7 +23,7 @@ def register(verbs) -> None:
     predict = verbs.add_parser("predict", help="mean latency (or, with --metric, a latency "
                                               "summary) with intervals at given rates")
     predict.add_argument("fit", help="fit file")
-    predict.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
+    concurrency.add_load_axis(predict)
     add_metric_option(predict, compared=False)
     predict.add_argument("--requests", type=float, metavar="N",
                          help="the new measurement is a load test of N requests per rate: "
@@ -36,7 +36,7 @@ def register(verbs) -> None:
     add_group_options(predict)
     predict.add_argument("--strict", action="store_true", help=STRICT_HELP)
     add_common(predict)
-    predict.set_defaults(handler=run_predict)
+    predict.set_defaults(handler=concurrency.on_load_axis(run_predict, concurrency.predict))
 
     speedup = verbs.add_parser("speedup", help="speedup curve of SD vs dense with intervals")
     speedup.add_argument("fit", help="fit file")
@@ -68,7 +68,7 @@ def register(verbs) -> None:
                        help="instead of --alpha: a tidy file with the drafter's per-position "
                             "counters (num_drafts, accepted_tokens_pos1..k): k* from the "
                             "acceptance length E(k) they imply, any k up to --kmax")
-    kstar.add_argument("--rps", required=True, help="LIST of rates")
+    concurrency.add_load_axis(kstar)
     kstar.add_argument("--kmax", type=int, default=10, help="largest k considered (default 10)")
     kstar.add_argument("--objective", choices=("mean", "q10"), default="mean",
                        help="maximise expected speedup (mean) or its 10%% quantile (q10)")
@@ -82,7 +82,7 @@ def register(verbs) -> None:
     add_group_options(kstar, design=False)
     kstar.add_argument("--strict", action="store_true", help=STRICT_HELP)
     add_common(kstar)
-    kstar.set_defaults(handler=run_kstar)
+    kstar.set_defaults(handler=concurrency.on_load_axis(run_kstar))
 
     slo = verbs.add_parser(
         "slo", help="goodput under a latency SLO: the highest RPS each configuration meets "
@@ -436,8 +436,8 @@ def run_kstar(args) -> int:
                 "another")
         law = law.with_acceptance_lengths(lengths, measured_ks=counted_ks)
         verdicts.append(verdict)
-    document = kstar_table(law, alphas, rps, ks=range(0, args.kmax + 1),
-                           objective=args.objective, prob=args.prob)
+    document = concurrency.kstar_on_axis(args, kstar_table, fit)(
+        law, alphas, rps, ks=range(0, args.kmax + 1), objective=args.objective, prob=args.prob)
     if args.vllm:
         from bayesspec.decisions import vllm_schedule
 
@@ -460,9 +460,8 @@ def run_kstar(args) -> int:
 
         check_output_path(args.plot)
         document["plot"] = save_figure(kstar_map_plot(document), args.plot)
-    if args.json:
-        emit_json(document)
-        return strict_exit(args, verdicts)
+    if args.json or args.concurrency is not None:
+        return concurrency.answer_kstar(document, args, verdicts)
     if args.acceptance is not None:
         print(f"acceptance: E(k) from the per-position counters of {setup} in "
               f"{args.acceptance} (alpha column: measured)")

@@ -46,12 +46,17 @@ class SaturationRule:
 def _in_system(data: pd.DataFrame) -> np.ndarray:
     """Requests in the system per row: the measured time-average where the file has it,
     otherwise RPS x mean latency (Little's law; a file without a mean: its reference
-    latency, :func:`reference_latency`)."""
-    little = data["rps"].to_numpy(float) * reference_latency(data)
-    if "mean_concurrency" not in data.columns:
-        return little
-    measured = pd.to_numeric(data["mean_concurrency"], errors="coerce").to_numpy(float)
-    return np.where(np.isfinite(measured), measured, little)
+    latency, :func:`reference_latency`); in a closed loop at most the client's limit
+    (``max_concurrency``), which a time average of exactly that many reads a rounding
+    above."""
+    in_system = data["rps"].to_numpy(float) * reference_latency(data)
+    if "mean_concurrency" in data.columns:
+        measured = pd.to_numeric(data["mean_concurrency"], errors="coerce").to_numpy(float)
+        in_system = np.where(np.isfinite(measured), measured, in_system)
+    if CLOSED_LOOP_COLUMN in data.columns:
+        limit = pd.to_numeric(data[CLOSED_LOOP_COLUMN], errors="coerce").to_numpy(float)
+        in_system = np.where(np.isfinite(limit), np.fmin(in_system, limit), in_system)
+    return in_system
 
 
 def _past_the_cap(out: pd.DataFrame, reason: pd.Series) -> pd.Series:

@@ -642,6 +642,36 @@ def _groups_table(fit, prob: float) -> tuple[dict, list[str]]:
     return table, notes
 
 
+def _closed_loop_table(section: _Section, fit, path: str, prob: float) -> None:
+    """The groups measured in a closed loop, answered on their axis: latency and
+    throughput at each measured concurrency level (``predict --concurrency``)."""
+    from bayesspec.decisions.concurrency import predict_concurrency
+    from bayesspec.reporting.plots.concurrency import closed_loop_groups
+
+    groups = closed_loop_groups(fit) if fit.model().has_mean(fit) else []
+    rows = []
+    for g in groups[:MAX_SETUPS]:
+        label = fit.groups["label"].iloc[g]
+        levels = sorted({int(v) for v in fit.data.loc[fit.data["group"] == label,
+                                                      "max_concurrency"].astype(float)})
+        for point in predict_concurrency(fit, g, levels, prob=prob)["points"]:
+            mark = "*" if point["extrapolated"] else ""
+            rows.append([label, f"{point['concurrency']}{mark}",
+                         interval(point["latency_s"]), interval(point["rps"]),
+                         number(point["p_past_cap"])])
+    if not rows:
+        return
+    section.tables.append(_table(
+        "Closed-loop groups on their axis: latency and throughput per concurrency level",
+        ["group", "concurrency N", "mean latency s", "throughput RPS", "P(past the cap)"],
+        rows, f"At N clients L = C1 + C2 N, throughput N / L ({prob:.0%} intervals); *: "
+              "above the group's highest fitted concurrency (set aside or not measured), "
+              "read off the law."))
+    if len(fit.groups) == 1:
+        section.commands.append(f"bayesspec predict {shlex.quote(path)} --concurrency "
+                                + ",".join(row[1].rstrip("*") for row in rows))
+
+
 def _misfit(section: _Section, fit, path: str, prob: float, draw: bool) -> dict:
     from bayesspec import checks
 
@@ -665,6 +695,13 @@ def _misfit(section: _Section, fit, path: str, prob: float, draw: bool) -> dict:
                     else metric_description(next(iter(check["summaries"]))))
         section.figure("collapse", "every group normalised onto y = 1/(1 - x) (the law's "
                        "collapse), with the fitted noise band", lambda: collapse_plot(fit))
+        from bayesspec.reporting.plots import closed_loop_groups, concurrency_plot
+
+        if has_mean and closed_loop_groups(fit):
+            section.figure("concurrency", "closed-loop sweeps on the axis they were measured "
+                           "on: mean latency and throughput against the clients' concurrency "
+                           f"N, with the law's {prob:.0%} band (L = C1 + C2 N)",
+                           lambda: concurrency_plot(fit, prob=prob))
         section.figure("ppc", "posterior predictive check per group: observed / predicted "
                        f"against utilisation ({prob:.0%} predictive intervals)",
                        lambda: predictive_check_plot(points, check["groups"], prob=prob,
@@ -821,6 +858,7 @@ def fit_section(fit, path: str, *, prob: float = DEFAULT_PROB, slo_targets: dict
                              "--ttft-p99 0.5 --itl-p99 0.05) for goodput and the SLO bands")
     groups_table, saturation_notes = _groups_table(fit, prob)
     section.tables.insert(0, groups_table)
+    _closed_loop_table(section, fit, path, prob)
     section.extrapolated.extend(saturation_notes)
     misfit_part = _misfit(section, fit, path, prob, draw=True)
     refit = _refit_command(fit, path)

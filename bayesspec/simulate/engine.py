@@ -554,6 +554,50 @@ def _matching_end(arrival: np.ndarray, finish: np.ndarray, t0: float, t1: float,
     return float(min(0.5 * (times[j] + times[j + 1]), t1)), int(target), int(level[j])
 
 
+def _equal_age_window(arrival: np.ndarray, finish: np.ndarray, t0: float, t1: float,
+                      slack: float = 0.25) -> tuple[float, float]:
+    """Window edges, each moved inward by at most ``slack`` of [t0, t1], at which the
+    requests in the system carry the same total age.
+
+    Over a window, the time integral of N(t) equals the measured requests' summed latency
+    plus A(end) - A(start), where A(t) is the total age of the requests in the system at
+    t (a request in flight at an edge carries in the part of its latency before the
+    window and out the part after). A closed loop's clients finish in bursts, so edges
+    picked by completion counts sit at different phases of a burst (one just as a burst
+    begins, the other just after one), and A(end) - A(start) stays a few percent of the
+    integral however long the window. A(t) rises continuously (slope N(t)) and drops only
+    at completions, so it crosses its own time average upwards again and again: opening
+    the window at the first such crossing and closing it at the last makes the
+    time-average N equal throughput x mean latency exactly (Little's law over the
+    window). Returns ``(t0, t1)`` unchanged when either span holds no crossing.
+    """
+    times = np.concatenate([arrival, finish])
+    steps = np.concatenate([np.ones(arrival.size), -np.ones(finish.size)])
+    weights = np.concatenate([arrival, -arrival])      # the arrival times of those present
+    order = np.argsort(times, kind="stable")
+    times, level, arrived_sum = times[order], np.cumsum(steps[order]), np.cumsum(weights[order])
+    lo = np.searchsorted(times, t0, side="right") - 1
+    hi = np.searchsorted(times, t1, side="right") - 1
+    if lo < 0 or hi <= lo:
+        return t0, t1
+    # Segments of constant N between events, clipped to [t0, t1]; A(t) = N t - (sum of the
+    # present requests' arrival times) is linear on each.
+    start = np.maximum(times[lo:hi + 1], t0)
+    end = np.minimum(np.append(times[lo + 1:hi + 1], t1), t1)
+    n = level[lo:hi + 1]
+    age = n * start - arrived_sum[lo:hi + 1]
+    width = end - start
+    mean_age = float((age * width + 0.5 * n * width ** 2).sum() / (t1 - t0))
+    up = np.flatnonzero((n > 0) & (age <= mean_age) & (mean_age < age + n * width))
+    first = up[start[up] <= t0 + slack * (t1 - t0)]
+    last = up[end[up] >= t1 - slack * (t1 - t0)]
+    if first.size == 0 or last.size == 0 or last[-1] <= first[0]:
+        return t0, t1
+    a, b = first[0], last[-1]
+    return (float(start[a] + (mean_age - age[a]) / n[a]),
+            float(start[b] + (mean_age - age[b]) / n[b]))
+
+
 def _measure(res: PointResult, *, warm: int, cool: int, tolerance: float,
              min_lifetimes: float = 5.0) -> None:
     """Steady-state metrics over a window that leaves out the ramp-up and the drain.
@@ -562,7 +606,9 @@ def _measure(res: PointResult, *, warm: int, cool: int, tolerance: float,
     the later of the first measured arrival and the ``warm``-th completion, and closes
     while clients are still sending: near the arrival of the first cool-down request (open
     loop; moved back to equal occupancy, see :func:`_matching_end`) or at the last arrival
-    (closed loop). The measured requests are those completing inside the window;
+    (closed loop; a concurrent run's two edges then move in to equal total age of the
+    requests in flight, see :func:`_equal_age_window`, so that its mean concurrency is
+    exactly ``rps`` x mean latency). The measured requests are those completing inside the window;
     ``rps`` is their number over its length (a throughput run counts decode progress
     instead); ``mean_concurrency`` is the time average of the number of requests in the
     system, counting every request, measured or not.
@@ -595,6 +641,10 @@ def _measure(res: PointResult, *, warm: int, cool: int, tolerance: float,
         # The load never reached steady state (too few requests for this much
         # concurrency): fall back to the completions between the two trimmed ends.
         t0, t1 = done_sorted[w], done_sorted[n - c - 1]
+    elif res.arrivals.strategy == "concurrent":
+        # (a synchronous run's edges hold one fresh request each, A = 0 at both already;
+        # a throughput run counts decode progress, not completions)
+        t0, t1 = _equal_age_window(res.arrival, res.finish, t0, t1)
     elif res.arrivals.open_loop:
         t1, start_level, end_level = _matching_end(res.arrival, res.finish, t0, t1)
         # A stationary queue's occupancy wanders, by about sqrt(N) at light load and by a

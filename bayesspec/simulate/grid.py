@@ -21,8 +21,12 @@ A grid is a TOML file (or one of the built-in grids below, by name)::
     alpha = [0.6, 0.8]
 
 Top-level ``length_dist`` ("fixed", "uniform", "lognormal") and ``length_cv`` make
-request lengths vary. A ``[[configs]]`` table may also override ``requests``, ``seed``,
-``sweep``, ``arrivals``, ``gpu``, ``length_dist`` and ``length_cv``.
+request lengths vary. ``concurrency = [1, 4, 16, 64]`` runs each configuration as a
+closed-loop sweep at those client counts instead (``vllm bench serve --max-concurrency``,
+GuideLLM's concurrent profile; ``sweep`` and ``arrivals`` then do not apply), and
+``max_num_seqs`` sets the engine's batch cap. A ``[[configs]]`` table may also override
+``requests``, ``seed``, ``sweep``, ``arrivals``, ``gpu``, ``length_dist``, ``length_cv``,
+``concurrency`` and ``max_num_seqs``.
 """
 
 from __future__ import annotations
@@ -38,14 +42,15 @@ import pandas as pd
 
 from bayesspec.errors import BadInput
 
-from bayesspec.simulate.sweep import SweepResult, setup, sweep
+from bayesspec.simulate.sweep import SweepResult, at_concurrency, setup, sweep
 
 __all__ = ["GridItem", "BUILTIN_GRIDS", "load_grid", "expand_grid", "run_grid"]
 
 _TOP_KEYS = {"requests", "seed", "sweep", "arrivals", "gpu", "configs", "name", "description",
-             "length_dist", "length_cv"}
+             "length_dist", "length_cv", "concurrency", "max_num_seqs"}
 _CONFIG_KEYS = {"verifier", "gpu", "drafter", "prefill", "decode", "lengths", "k", "alpha",
-                "requests", "seed", "sweep", "arrivals", "length_dist", "length_cv"}
+                "requests", "seed", "sweep", "arrivals", "length_dist", "length_cv",
+                "concurrency", "max_num_seqs"}
 
 PAPER_LENGTHS = [256, 512, 768, 1024]
 
@@ -94,6 +99,9 @@ class GridItem:
     arrivals: str
     length_dist: str = "fixed"
     length_cv: float = 0.0
+    #: client counts of a closed-loop sweep; empty: a GuideLLM-style rate sweep
+    concurrency: tuple[int, ...] = ()
+    max_num_seqs: int = 1024
 
     def label(self) -> str:
         text = f"{self.verifier} p{self.prefill} g{self.decode}"
@@ -124,6 +132,18 @@ def load_grid(spec: str) -> dict:
 
 def _as_list(value):
     return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _whole(value, n: int, where: str, key: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
+            or value < 1:
+        raise BadInput(f"configs entry {n}: {key} must be a whole number >= 1, got {value!r}",
+                       file=where, column=key)
+    return int(value)
+
+
+def _levels(value, n: int, where: str) -> tuple[int, ...]:
+    return tuple(_whole(v, n, where, "concurrency") for v in _as_list(value))
 
 
 def expand_grid(grid: dict) -> list[GridItem]:
@@ -181,7 +201,10 @@ def expand_grid(grid: dict) -> list[GridItem]:
                                 sweep=int(get("sweep", 9)),
                                 arrivals=str(get("arrivals", "poisson")),
                                 length_dist=str(get("length_dist", "fixed")),
-                                length_cv=float(get("length_cv", 0.0)))
+                                length_cv=float(get("length_cv", 0.0)),
+                                concurrency=_levels(get("concurrency", []), n, where),
+                                max_num_seqs=_whole(get("max_num_seqs", 1024), n, where,
+                                                    "max_num_seqs"))
                 if item not in seen:
                     seen.add(item)
                     items.append(item)
@@ -199,9 +222,13 @@ def run_grid(grid: dict, *, catalog=None,
             progress(i, len(items), item.label())
         s = setup(item.verifier, item.gpu, drafter=item.drafter, k=item.k, alpha=item.alpha,
                   prefill=item.prefill, decode=item.decode, length_dist=item.length_dist,
-                  length_cv=item.length_cv, catalog=catalog)
-        results.append(sweep(s, item.sweep, n_requests=item.requests, seed=item.seed,
-                             arrivals=item.arrivals))
+                  length_cv=item.length_cv, catalog=catalog, max_num_seqs=item.max_num_seqs)
+        if item.concurrency:
+            results.append(at_concurrency(s, item.concurrency, n_requests=item.requests,
+                                          seed=item.seed))
+        else:
+            results.append(sweep(s, item.sweep, n_requests=item.requests, seed=item.seed,
+                                 arrivals=item.arrivals))
     if progress is not None:
         progress(len(items), len(items), "done")
     rows = pd.concat([r.rows for r in results], ignore_index=True)

@@ -127,6 +127,32 @@ def generate_sweeps(truth: pd.DataFrame, *, n_rates: int = 9, n_requests: int = 
     return pd.DataFrame(rows)
 
 
+def generate_closed_loop_sweeps(truth: pd.DataFrame, levels=(1, 2, 4, 8, 16, 32), *,
+                                n_requests: int = 600, cv: float = 0.15,
+                                drift: float = 0.01, seed: int | None = 0) -> pd.DataFrame:
+    """Closed-loop sweeps (``levels`` clients each, ``vllm bench serve --max-concurrency``)
+    for every row of ``truth`` (columns C1, C2 plus any design columns): at N requests in
+    flight eq. (1) reads L = C1 + C2 N; each point's mean latency is that times its
+    sampling error over ``n_requests`` requests (per-request spread ``cv``) and a run's
+    drift, and its rate follows from Little's law, N / L, as a closed loop's does. Rows
+    carry ``max_concurrency`` and ``mean_concurrency`` (both N)."""
+    rng = np.random.default_rng(seed)
+    design = [c for c in truth.columns if c not in {"C1", "C2"}]
+    rows = []
+    for _, group in truth.iterrows():
+        c1, c2 = float(group["C1"]), float(group["C2"])
+        for level in levels:
+            mean = (c1 + c2 * level) * np.exp(rng.normal(0.0, cv / np.sqrt(n_requests))
+                                               + rng.normal(0.0, drift))
+            row = {name: group[name] for name in design}
+            row.update({"rps": level / mean, "latency_mean_s": mean,
+                        "latency_std_s": cv * mean, "n_requests": n_requests,
+                        "max_concurrency": int(level), "mean_concurrency": float(level),
+                        "strategy": "synchronous" if level == 1 else "concurrent"})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def generate_shared_run_sweeps(truth: pd.DataFrame, *, n_rates: int = 9,
                                n_requests: int = 1000, latency_cv: float = 0.3,
                                share: float | None = None, top_utilisation: float = 0.9,

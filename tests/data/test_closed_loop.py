@@ -96,3 +96,27 @@ def test_simulate_concurrency_writes_a_closed_loop_sweep(tmp_path, capsys):
                      "-o", str(out)]) == 2
         error = capsys.readouterr().err.strip()
         assert error.splitlines() == [error] and "--concurrency" in error and "--rps" not in error
+
+
+def test_a_closed_loop_at_exactly_the_cap_is_not_past_it(closed_loop_sweep):
+    """The clients' limit bounds what is in flight: a time average of 128 requests that
+    reads a rounding above 128 is a loop at the cap, not past it."""
+    raw = closed_loop_sweep.drop(columns=["saturated", "saturation_reason"]).copy()
+    at_cap = raw.index[raw["max_concurrency"] == 128][0]
+    raw.loc[at_cap, "mean_concurrency"] = 128 * (1 + 1e-12)
+    data = prepare(raw)
+    assert not data.loc[at_cap, "excluded"], data.loc[at_cap, "exclusion_reason"]
+    raw.loc[at_cap, "max_concurrency"] = np.nan          # an open-loop reading of it
+    assert prepare(raw).loc[at_cap, "excluded"]
+
+
+def test_the_public_closed_loop_example_is_read_as_one_with_nothing_set_aside():
+    """vLLM-Omni's nightly `vllm bench serve --max-concurrency C` points (C = 1..32, two
+    builds): every achieved rate is far below the request rate of inf, by design."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "closed_loop_vllm_omni.csv"
+    data = read_tidy(path)
+    assert closed_loop_rows(data).all() and len(data) == 10
+    assert not data["excluded"].any(), data["exclusion_reason"].tolist()
+    assert sorted(data["engine_version"].unique()) == ["nightly-10037", "nightly-10122"]

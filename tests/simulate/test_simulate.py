@@ -12,7 +12,7 @@ import pytest
 from scipy.optimize import curve_fit
 
 from bayesspec.errors import BadInput
-from bayesspec.simulate import (Arrivals, ForwardCost, RooflineParams, SpecConfig, StepModel, Workload, at_rates, default_step_model,
+from bayesspec.simulate import (Arrivals, ForwardCost, RooflineParams, SpecConfig, StepModel, Workload, at_concurrency, at_rates, default_step_model,
                                 expected_cycles, guidellm_report, public_llama8b_h100,
                                 roofline, setup, simulate_point, sweep, zero_load_latency)
 from bayesspec.cli import simulate as sim_cli
@@ -58,6 +58,20 @@ def test_littles_law_on_every_unsaturated_point(dense_sweep, sd_sweep):
         assert len(u) >= 5
         ratio = u["mean_concurrency"] / (u["rps"] * u["latency_mean_s"])
         assert np.all(np.abs(ratio - 1.0) <= 0.03), ratio.to_numpy()
+
+
+@pytest.mark.parametrize("length_dist", ["fixed", "lognormal"])
+def test_littles_law_holds_exactly_in_a_closed_loop_window(length_dist):
+    """Clients finishing in bursts (fixed lengths: whole cohorts; a cap at 64 slots) put
+    window edges chosen by completion counts at different phases of a burst; the window
+    ends where the requests in flight carry the same total age as at its start."""
+    s = setup("Llama-3.1-8B-Instruct", k=3, alpha=0.7, prefill=512, decode=512,
+              length_dist=length_dist, length_cv=0.5 if length_dist != "fixed" else 0.0,
+              max_num_seqs=64)
+    rows = at_concurrency(s, [4, 32, 64, 128], n_requests=400, seed=1).rows
+    ratio = rows["mean_concurrency"] / (rows["rps"] * rows["latency_mean_s"])
+    np.testing.assert_allclose(ratio, 1.0, rtol=1e-9)
+    np.testing.assert_allclose(rows["mean_concurrency"], [4, 32, 64, 128], rtol=1e-9)
 
 
 def test_latency_law_fits_dense_and_speculative_sweeps(dense_sweep, sd_sweep):
@@ -459,6 +473,27 @@ def test_cli_rates_and_grid_file(tmp_path):
     assert len(rows) == 3 * 4
     assert sorted(rows["alpha"].dropna().unique()) == [0.6, 0.9]
     assert len(list(folder.glob("*.json"))) == 3
+
+
+def test_a_grid_with_concurrency_runs_closed_loop_sweeps(tmp_path):
+    grid = tmp_path / "closed.toml"
+    grid.write_text('requests = 60\nconcurrency = [1, 4, 8]\nmax_num_seqs = 4\n\n'
+                    '[[configs]]\nverifier = "Qwen3-1.7B"\nlengths = [[128, 64]]\n'
+                    'k = [0, 2]\nalpha = [0.8]\n')
+    folder = tmp_path / "reports"
+    assert _run(["--grid", str(grid), "-o", str(tmp_path / "g.csv"), "--guidellm-json",
+                 str(folder), "--quiet"]) == 0
+    rows = pd.read_csv(tmp_path / "g.csv")
+    assert list(rows["max_concurrency"]) == [1, 4, 8] * 2
+    assert (rows["max_num_seqs"] == 4).all()
+    # past the batch cap of 4 the eighth client waits for a slot: the simulator says so
+    assert list(rows["saturated"]) == [False, False, True] * 2
+    np.testing.assert_allclose(rows["mean_concurrency"], rows["max_concurrency"])
+    for bad, column in (("concurrency = [0, 4]", "concurrency"),
+                        ("max_num_seqs = 2.5", "max_num_seqs")):
+        grid.write_text(f'{bad}\n\n[[configs]]\nverifier = "Qwen3-1.7B"\n')
+        with pytest.raises(BadInput, match=column):
+            expand_grid(load_grid(str(grid)))
 
 
 @pytest.mark.parametrize("argv", [
