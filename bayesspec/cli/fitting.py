@@ -3,6 +3,8 @@ PSIS-LOO between fits of the same data."""
 
 from __future__ import annotations
 
+from bayesspec.data.groups import labels_in_short  # noqa: F401  (re-exported)
+
 import json
 import os
 
@@ -142,19 +144,6 @@ def concurrency_cap_note(data, cap_prior: str | None = None) -> str:
     unknown = list(dict.fromkeys(labels[~known]))
     missing = f"; unknown for {labels_in_short(unknown)}" if unknown else ""
     return f"concurrency cap: {text}{missing}: the law kinks at it and its ceiling binds"
-
-
-def labels_in_short(labels: list[str]) -> str:
-    """Group labels said once: one label as it is; several as the words they share and,
-    in parentheses, what sets each apart ('Qwen3-8B +EAGLE3 p512 g512 (k2 a0.7, k3 a0.8)')."""
-    if len(labels) == 1:
-        return labels[0]
-    words = [label.split() for label in labels]
-    shared = [w for w in words[0] if all(w in other for other in words[1:])]
-    own = [" ".join(w for w in split if w not in shared) for split in words]
-    if not shared or not all(own):       # one label inside another: say them whole
-        return ", ".join(labels)
-    return f"{' '.join(shared)} ({', '.join(own)})"
 
 
 def cap_left_out_note(result) -> str | None:

@@ -287,3 +287,16 @@ def check_one_acceptance_per_group(data: pd.DataFrame, source: str = "<data>") -
         raise BadInput(f"group '{label}' pools windows that are not one configuration: "
                        f"{spread.sentence()}; {fix}", file=source,
                        row=spread.split[1][0], column="alpha")
+
+
+def labels_in_short(labels: list[str]) -> str:
+    """Group labels said once: one label as it is; several as the words they share and,
+    in parentheses, what sets each apart ('Qwen3-8B +EAGLE3 p512 g512 (k2 a0.7, k3 a0.8)')."""
+    if len(labels) == 1:
+        return labels[0]
+    words = [label.split() for label in labels]
+    shared = [w for w in words[0] if all(w in other for other in words[1:])]
+    own = [" ".join(w for w in split if w not in shared) for split in words]
+    if not shared or not all(own):       # one label inside another: say them whole
+        return ", ".join(labels)
+    return f"{' '.join(shared)} ({', '.join(own)})"

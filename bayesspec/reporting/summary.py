@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from bayesspec.data import plain_value
+from bayesspec.data.groups import labels_in_short
 from bayesspec.uncertainty import uncertain
 
 GROUP_FIELDS = ("verifier", "drafter", "k", "alpha", "prefill_tokens", "decode_tokens",
@@ -130,11 +131,19 @@ def summary_text(document: dict) -> str:
                      f"{ceiling if ceiling is None else f'{ceiling:.4g}':>12}")
     capped = [e for e in document["groups"] if e.get("cap") is not None]
     if capped:
-        caps = sorted({(e["cap"], e["cap_source"]) for e in capped
-                       if "cap_interval" not in e})
-        if caps:
+        by_cap: dict[tuple, list[str]] = {}
+        for e in capped:
+            if "cap_interval" not in e:
+                by_cap.setdefault((e["cap"], e["cap_source"]), []).append(e["label"])
+        if len(by_cap) == 1:
+            (cap, source), = by_cap
+            lines.append(f"c: the engine's concurrency cap binds first ({cap:.0f} requests "
+                         f"from {source})")
+        elif by_cap:
             lines.append("c: the engine's concurrency cap binds first ("
-                         + ", ".join(f"{c:.0f} requests from {src}" for c, src in caps)
+                         + "; ".join(f"{cap:.0f} requests from {source} for "
+                                     f"{labels_in_short(labels)}"
+                                     for (cap, source), labels in sorted(by_cap.items()))
                          + ")")
         for e in capped:
             if "cap_interval" in e:

@@ -47,3 +47,22 @@ def test_labels_in_short():
     assert labels_in_short(["x"]) == "x"
     assert labels_in_short(["x k2", "y k3"]) == "x k2, y k3"
     assert labels_in_short(["a p512", "a +d k3 p512"]) == "a p512, a +d k3 p512"
+
+
+def test_summary_names_the_groups_of_each_cap():
+    from bayesspec.reporting.summary import summary_text
+
+    cell = {"median": 1.0, "lo": 0.9, "hi": 1.1}
+    groups = [{"label": label, "C1": cell, "C2": cell, "saturation_rps": cell,
+               "rps_fitted_max": 10.0, "rps_measured_max": 12.0, "ceiling_binding": "cap",
+               "cap": cap, "cap_source": "kv_cache_tokens"}
+              for label, cap in (("m p512", 464), ("m +d k2 p512", 445), ("m +d k3 p512", 445))]
+    document = {"model": "speculative", "groups": groups, "n_rows": 30, "n_excluded": 0,
+                "prob": 0.9, "coefficients": {}, "summaries": [],
+                "diagnostics": {"rhat_max": 1.0, "ess_bulk_min": 1000, "divergences": 0},
+                "convergence": {"method": "nuts", "converged": True, "status": "converged",
+                                "text": "converged", "rhat_max": 1.0, "ess_bulk_min": 1000,
+                                "divergences": 0}}
+    line = next(l for l in summary_text(document).splitlines() if l.startswith("c:"))
+    assert "445 requests from kv_cache_tokens for m +d p512 (k2, k3)" in line
+    assert "464 requests from kv_cache_tokens for m p512" in line
