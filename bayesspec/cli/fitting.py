@@ -220,6 +220,9 @@ def run_fit(args) -> int:
     profile_note = decode_profile_note(result) if args.decode_profile else None
     if profile_note:
         log(profile_note)
+    auto = result.auto_choices
+    if auto:
+        log(auto_line(auto))
     verdict = result.diagnostics
     if not args.no_loo:
         _store_loo(result)
@@ -240,6 +243,7 @@ def run_fit(args) -> int:
                 "set_aside": set_aside(data), "concurrency_cap": cap_note,
                 **({"learned_cap_chains": cap_chains} if cap_chains else {}),
                 **({"decode_profile": profile_note} if profile_note else {}),
+                **({"auto": auto} if auto else {}),
                 "questions": questions, "thin_groups": thin,
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),
                 "diagnostics": diagnostics_json(verdict),
@@ -259,6 +263,13 @@ def run_fit(args) -> int:
                   f"{design_advice(thin)}")
         print(verdict_line(verdict))
     return strict_exit(args, verdict)
+
+
+def auto_line(choices: dict) -> str:
+    """What the options left at "auto" chose on these data, said once, in one line."""
+    said = "; ".join(f"{name}={choice['value']} ({choice['why']})"
+                     for name, choice in choices.items())
+    return f"auto: {said}"
 
 
 def decode_profile_option(path: str, model: str, options: dict) -> str:
