@@ -289,8 +289,10 @@ def _answers(args, fit):
         if not ks:
             raise BadInput("the fit measured no draft length for this setup: give one",
                            option="--k")
-        asked = MeasuredAcceptance(f"alpha {args.alpha:g} (asked)", eq3_law(law),
-                                   float(args.alpha), ks, "what-if")
+        stated = any(abs(a - args.alpha) < 1e-9 for a in law.measured_alphas)
+        asked = MeasuredAcceptance(f"alpha {args.alpha:g}" + ("" if stated else " (asked)"),
+                                   eq3_law(law), float(args.alpha), ks,
+                                   "stated" if stated else "what-if")
         return law, [(asked, k) for k in ks], ""
     if args.alpha is not None:
         fitted = getattr(law, "configurations", {})

@@ -222,11 +222,14 @@ def test_alpha_outside_the_measured_acceptance_is_marked(latent_fit, token_fits,
     assert what_if["k"] == 3 and what_if["alpha"] == 0.7
 
 
-def test_a_fit_without_measured_acceptance_asks_for_one(tmp_path, capsys):
-    """A law of fitted configurations answers them all; where nothing about acceptance was
-    measured the verb says what to give."""
+def test_one_measured_configuration_is_one_document_as_before(tmp_path, capsys):
     path = mock_fit(prepare(sweeps(alphas=(0.7,), ks=(2,))), tmp_path / "one.nc")
-    assert cli_json(capsys, "speedup", path, "--rps", "1")["alpha"] == 0.7
+    curve = cli_json(capsys, "speedup", path, "--rps", "1")
+    assert "answers" not in curve and (curve["alpha"], curve["k"]) == (0.7, 2)
+    assert curve["acceptance_source"] == "stated"
+    # the stated alpha asked again is the measured configuration, not a what-if
+    assert cli_json(capsys, "speedup", path, "--rps", "1", "--alpha", "0.7")[
+        "acceptance_source"] == "stated"
 
 
 # ------------------------------------------------------------------ vLLM's schedule
@@ -245,8 +248,10 @@ def test_schedule_rules_are_those_vllm_checks():
                            ([[1, 8, 0]], 0)):                          # K max 0
         with pytest.raises(ValueError):
             check_vllm_schedule(entries, k_max)
-    assert contiguous_entries([[1, 4, 3], [6, 5, 2], [5, 40, 2], [30, 99, 0]]) == \
-        [[1, 40, 3], [41, 99, 0]][:0] + [[1, 4, 3], [5, 40, 2], [41, 99, 0]]
+    # an empty range dropped, an overlap cut, the result a schedule vLLM takes
+    entries = contiguous_entries([[1, 4, 3], [6, 5, 2], [5, 40, 2], [30, 99, 0]])
+    assert entries == [[1, 4, 3], [5, 40, 2], [41, 99, 0]]
+    check_vllm_schedule(entries, 3)
 
 
 def test_context_axis_joins_prompt_length_schedules_into_one_vllm_grid():
@@ -294,3 +299,28 @@ def test_kstar_vllm_json_is_pasteable_with_and_without_the_context_axis(tmp_path
     single = cli_json(capsys, "kstar", path, "--rps", "0.5:12:0.5", "--vllm",
                       "--prefill", "2048")["vllm"]
     assert "context_axis" not in single and single["ranges"]
+
+
+def test_slo_judges_the_configuration_the_counters_measured_without_an_alpha():
+    """A fit of the configurations (``--model tails``) whose SD group has counters and no
+    alpha: `slo` judges it as measured, named by its k alone."""
+    from bayesspec.decisions import slo_decision
+    from bayesspec.prediction import Curve
+    from bayesspec.prediction.setups import ConfigurationLaw
+
+    rng = np.random.default_rng(0)
+
+    def curve(c1, c2):
+        fitted = Curve(c1 * np.exp(rng.normal(0, 0.01, 400)),
+                       c2 * np.exp(rng.normal(0, 0.01, 400)))
+        fitted.rps_fitted_max = 10.0
+        return fitted
+
+    law = ConfigurationLaw("Qwen3-8B p512 g512", curve(4.0, 0.035),
+                           {(None, 3): curve(2.6, 0.045)})
+    document = slo_decision({"mean": law}, law, {"mean": 4.0}, [1.0, 8.0])
+    judged = {entry["configuration"]: entry for entry in document["configurations"]}
+    assert set(judged) == {"dense (k = 0)", "k = 3"}
+    assert judged["k = 3"]["alpha"] is None and judged["k = 3"]["k"] == 3
+    # at low load the faster SD configuration is the best one, with no alpha to give
+    assert document["best_by_rps"][0]["configuration"] == "k = 3"
