@@ -1,5 +1,9 @@
 """``bayesspec predict``, ``speedup``, ``crossover``, ``kstar`` and ``slo``: answers from a
-fit."""
+fit.
+
+Kept whole: the five verbs share how a question is resolved to the configuration the data
+measured (acceptance and k, or a what-if) and how every answer marks what it
+extrapolates, and split apart they would each carry a copy of that resolution."""
 
 from __future__ import annotations
 
