@@ -324,3 +324,18 @@ def test_slo_judges_the_configuration_the_counters_measured_without_an_alpha():
     assert judged["k = 3"]["alpha"] is None and judged["k = 3"]["k"] == 3
     # at low load the faster SD configuration is the best one, with no alpha to give
     assert document["best_by_rps"][0]["configuration"] == "k = 3"
+
+
+def test_report_recommends_at_each_learned_alpha_never_at_an_unmeasured_one(latent_fit):
+    """The report's decision of a fit whose acceptance is known only from counters: one
+    recommendation per measured acceptance, none at an alpha the data did not give."""
+    from bayesspec.bayes import load_fit
+    from bayesspec.reporting.pages import _coefficient_setup, _Section
+
+    fit = load_fit(latent_fit)
+    section = _Section()
+    _coefficient_setup(section, fit, str(latent_fit), {}, fit.law({}), 0.9, False)
+    assert [choice["alpha"] for choice in section.choices] == [None, None]
+    assert len({choice["label"] for choice in section.choices}) == 2
+    assert not any("alpha 0.8" in sentence for sentence in section.decision)
+    assert all("from its counters" in sentence for sentence in section.decision)
