@@ -339,3 +339,27 @@ def test_report_recommends_at_each_learned_alpha_never_at_an_unmeasured_one(late
     assert len({choice["label"] for choice in section.choices}) == 2
     assert not any("alpha 0.8" in sentence for sentence in section.decision)
     assert all("from its counters" in sentence for sentence in section.decision)
+
+
+def test_a_decode_profiles_auto_law_is_said_and_kept():
+    """With a decode profile, the profile's law "auto" chose joins the auto line and the
+    fit file's record; options the user set are not "auto" choices."""
+    from types import SimpleNamespace
+
+    from bayesspec.bayes import DenseLatencyModel
+    from bayesspec.cli.fitting import auto_line, resolved_auto_choices
+
+    model_obj = DenseLatencyModel({"decode_profile": "profile.csv"})
+    result = SimpleNamespace(auto_choices={}, model=lambda: model_obj,
+                             model_config=model_obj.config, tree=SimpleNamespace(attrs={}))
+    chosen = resolved_auto_choices(result, {"decode_profile": "profile.csv",
+                                            "noise_load_at": "curve"})
+    assert chosen["profile_law"]["value"] == model_obj.config["profile_law"] != "auto"
+    assert "noise_load_at" not in chosen
+    assert json.loads(result.tree.attrs["auto_choices"]) == chosen
+    assert auto_line(chosen).startswith("auto: profile_law=")
+    # without a profile there is nothing to say
+    plain = DenseLatencyModel()
+    result = SimpleNamespace(auto_choices={}, model=lambda: plain,
+                             model_config=plain.config, tree=SimpleNamespace(attrs={}))
+    assert resolved_auto_choices(result, {}) == {}
