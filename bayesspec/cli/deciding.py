@@ -265,6 +265,41 @@ def _setup_law(args, fit):
     return fit.law(group_criteria(args), metric=getattr(args, "metric", None))
 
 
+#: Group options -> the setup column each one names (k and alpha name configurations).
+SETUP_OPTIONS = {"verifier": "verifier", "drafter": "drafter", "prefill": "prefill_tokens",
+                 "decode": "decode_tokens", "gpu": "gpu"}
+
+
+def _each_setup(args, fit) -> list:
+    """The arguments of every SD setup the group options leave (one per setup, its
+    options filled in): a question about several setups answers each, never one picked
+    silently. [args] when they name one setup (or the fit has no setup table)."""
+    import copy
+
+    setups = fit.setups
+    if setups.empty:
+        return [args]
+    mask = np.ones(len(setups), dtype=bool)
+    for option, column in SETUP_OPTIONS.items():
+        value = getattr(args, option, None)
+        if value is not None and column in setups.columns:
+            mask &= setups[column].astype(str).to_numpy() == str(value)
+    chosen = setups.loc[mask]
+    if len(chosen) <= 1:
+        return [args]
+    each = []
+    for _, row in chosen.iterrows():
+        named = copy.copy(args)
+        for option, column in SETUP_OPTIONS.items():
+            if column in row.index and row[column] is not None and str(row[column]) not in (
+                    "", "nan", "<NA>"):
+                value = row[column]
+                setattr(named, option, int(value) if option in ("prefill", "decode")
+                        else str(value))
+        each.append(named)
+    return each
+
+
 def _speculative_law(args, fit):
     """The six-coefficient law k* and its schedule compare draft lengths with."""
     law = _setup_law(args, fit)
@@ -334,7 +369,9 @@ def _several(law, answers: list[dict], metric: str) -> dict:
     its own document, as before."""
     if len(answers) == 1:
         return answers[0]
-    return {"setup": law.label, "metric": metric, "answers": answers}
+    setups = list(dict.fromkeys(answer["setup"] for answer in answers))
+    return {"setup": setups[0] if len(setups) == 1 else "; ".join(setups),
+            "metric": metric, "answers": answers}
 
 
 def _acceptance_words(document: dict, law=None) -> str:
@@ -353,17 +390,23 @@ def run_speedup(args) -> int:
     check_alpha_k(0.5 if args.alpha is None else args.alpha, 1 if args.k is None else args.k)
     rps = rates(args.rps)
     fit = load_fit(args.fit)
-    law, answers, ignored = _answers(args, fit)
-    documents = [_answered(speedup_curve(acceptance.law, acceptance.alpha, k, rps,
-                                         prob=args.prob), acceptance, metric=args.metric,
-                           note=ignored)
-                 for acceptance, k in answers]
+    law, answers, documents = None, [], []
+    for setup_args in _each_setup(args, fit):
+        law, answered, ignored = _answers(setup_args, fit)
+        answers += answered
+        documents += [_answered(speedup_curve(acceptance.law, acceptance.alpha, k, rps,
+                                              prob=args.prob), acceptance,
+                                metric=args.metric, note=ignored)
+                      for acceptance, k in answered]
     document = finish(_several(law, documents, args.metric), fit.diagnostics, args)
     if args.plot:
         from bayesspec.reporting.plots import save_figure, speedup_bands_plot
 
         check_output_path(args.plot)
         acceptance, k = answers[0]
+        if len({d["setup"] for d in documents}) > 1:
+            raise BadInput("the plot draws one setup and the group options leave several: "
+                           "choose one with the group options", option="--plot")
         if len({a.name for a, _ in answers}) > 1:
             raise BadInput("the plot draws one acceptance and the fit measured several ("
                            + ", ".join(dict.fromkeys(a.name for a, _ in answers))
@@ -415,10 +458,14 @@ def run_crossover(args) -> int:
     check_prob(args)
     check_alpha_k(0.5 if args.alpha is None else args.alpha, 1 if args.k is None else args.k)
     fit = load_fit(args.fit)
-    law, answers, ignored = _answers(args, fit)
-    documents = [_answered(crossover(acceptance.law, acceptance.alpha, k, prob=args.prob),
-                           acceptance, metric=args.metric, note=ignored)
-                 for acceptance, k in answers]
+    law, answers, documents = None, [], []
+    for setup_args in _each_setup(args, fit):
+        law, answered, ignored = _answers(setup_args, fit)
+        answers += answered
+        documents += [_answered(crossover(acceptance.law, acceptance.alpha, k,
+                                          prob=args.prob), acceptance, metric=args.metric,
+                                note=ignored)
+                      for acceptance, k in answered]
     document = finish(_several(law, documents, args.metric), fit.diagnostics, args)
     if args.json:
         emit_json(document)
@@ -551,10 +598,19 @@ def run_kstar(args) -> int:
     prompts = _prompt_lengths(args, fit) if args.vllm else None
     ks = range(0, args.kmax + 1)
     table, schedules, document = [], [], None
-    for prefill in prompts or [args.prefill]:
-        band = copy.copy(args)
-        band.prefill = prefill
+    if prompts:
+        selections = []
+        for prefill in prompts:
+            band = copy.copy(args)
+            band.prefill = prefill
+            selections.append(band)
+    else:
+        selections = _each_setup(args, fit)
+    labels = []
+    for band in selections:
+        prefill = band.prefill
         law = _speculative_law(band, fit)
+        labels.append(law.label)
         acceptances, asked = _kstar_acceptances(args, fit, law, alphas, verdicts)
         groups = ([(acceptances[0], asked)] if asked is not None else
                   [(a, np.array([a.alpha])) for a in acceptances])
@@ -566,6 +622,8 @@ def run_kstar(args) -> int:
                                      else f"alpha {row['alpha']:g} (asked)")
                 if prompts:
                     row["prefill_tokens"] = prefill
+                if len(selections) > 1:
+                    row["setup"] = law.label
             table += part["table"]
             document = document or part
             if not args.vllm:
@@ -575,6 +633,7 @@ def run_kstar(args) -> int:
                                          min_gain=args.min_gain, prob=args.prob)
                 schedule["acceptance"] = (acceptance.name if acceptance.source != "what-if"
                                           else f"alpha {alpha:g} (asked)")
+                schedule["setup"] = law.label
                 if prompts:
                     row = fit.setups.iloc[fit.select_setup(**group_criteria(band))]
                     schedule["prefill_tokens"] = int(prefill)
@@ -584,6 +643,8 @@ def run_kstar(args) -> int:
     if prompts:
         document["setup"] += (f" (and the same setup at {len(prompts) - 1} other prompt "
                               "length(s))")
+    elif len(labels) > 1:
+        document["setup"] = "; ".join(labels)
     if args.vllm:
         document["vllm"] = _vllm_document(schedules, prompts, context_schedule)
     if args.acceptance is not None:
@@ -612,7 +673,8 @@ def run_kstar(args) -> int:
     several = len(sources) > 1 and alphas is None
     print(f"{'alpha':>6} {'RPS':>10} {'k*':>5} {'P(best)':>8} {'speedup [interval]':>28} "
           f"{'batch-1 k':>9} {'loss vs batch-1 k (speedup points)':>35}"
-          + ("  acceptance" if several else "") + ("  prompt" if prompts else ""))
+          + ("  acceptance" if several else "") + ("  prompt" if prompts else "")
+          + ("  setup" if len(labels) > 1 and not prompts else ""))
     for row in table:
         k = f">={row['k']}" if row["at_max_k"] else str(row["k"])
         alpha = "meas." if np.isnan(row["alpha"]) else f"{row['alpha']:.3g}"
@@ -620,7 +682,8 @@ def run_kstar(args) -> int:
               f"{row['p_best']:>8.2f} {fmt(row['speedup']):>28} {row['k_batch1']:>9} "
               f"{row['loss_vs_batch1']:>35.3f}"
               + (f"  {row['acceptance']}" if several else "")
-              + (f"  {row['prefill_tokens']}" if prompts else ""))
+              + (f"  {row['prefill_tokens']}" if prompts else "")
+              + (f"  {row['setup']}" if "setup" in row and not prompts else ""))
     if any(row["at_max_k"] for row in table):
         print(f">={args.kmax}: the best k is the largest searched; raise --kmax to look further")
     if kstar_note(document):
@@ -650,7 +713,7 @@ def vllm_text(vllm) -> str:
     import json
 
     if isinstance(vllm, list):
-        return "\n\n".join(f"acceptance: {s['acceptance']}"
+        return "\n\n".join(f"setup: {s.get('setup', '')}, acceptance: {s['acceptance']}"
                            + (f", prompt {s['prefill_tokens']} tokens"
                               if "prefill_tokens" in s else "")
                            + "\n" + schedule_text(s) for s in vllm)

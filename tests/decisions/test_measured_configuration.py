@@ -363,3 +363,23 @@ def test_a_decode_profiles_auto_law_is_said_and_kept():
     result = SimpleNamespace(auto_choices={}, model=lambda: plain,
                              model_config=plain.config, tree=SimpleNamespace(attrs={}))
     assert resolved_auto_choices(result, {}) == {}
+
+
+def test_several_setups_are_each_answered_never_one_picked(tmp_path, capsys):
+    """Two drafters of one verifier, each measured at its own k: without group options
+    every verb answers both setups."""
+    first = sweeps(ks=(3,), alphas=(0.7,))
+    second = sweeps(ks=(2,), alphas=(0.8,), seed=2)
+    second = second[second["k"] > 0].assign(drafter="EAGLE-other")
+    path = mock_fit(prepare(pd.concat([first, second], ignore_index=True)),
+                    tmp_path / "two_drafters.nc")
+    both = cli_json(capsys, "crossover", path)
+    assert sorted((a["k"], a["alpha"]) for a in both["answers"]) == [(2, 0.8), (3, 0.7)]
+    assert len({a["setup"] for a in both["answers"]}) == 2
+    rows = cli_json(capsys, "kstar", path, "--rps", "1")["table"]
+    assert len({row["setup"] for row in rows}) == 2
+    schedules = cli_json(capsys, "kstar", path, "--rps", "0.5:8:0.5", "--vllm")["vllm"]
+    assert len(schedules) == 2 and len({s["setup"] for s in schedules}) == 2
+    # the group options still pick one
+    one = cli_json(capsys, "speedup", path, "--rps", "1", "--drafter", "EAGLE-other")
+    assert (one["k"], one["alpha"]) == (2, 0.8)
