@@ -279,8 +279,10 @@ class SpeculativeLatencyModel(LatencyModel):
         "acceptance": "auto",        # auto | totals | per_position (counters used)
         "acceptance_dispersion": "learned",   # learned | none (plain Binomial counts)
         # iid: eq. (3)'s alpha (known, or latent from the counters); token: E(k) from the
-        # token process fitted to the SD rows' per-position counters (bayes.acceptance)
-        "acceptance_law": "iid",
+        # token process fitted to the SD rows' per-position counters (bayes.acceptance);
+        # auto: token where every SD group has per-position counters and each setup one
+        # acceptance (resolved per data set: `resolve_acceptance_law`), else iid
+        "acceptance_law": "auto",
         "acceptance_structure": "auto",   # token: auto (by drafter kind) or a structure
         "acceptance_k_max": 16,           # token: E(k) kept for k = 0..this, per draw
         # prior of log kappa: kappa ~ 1100, window-to-window sd of alpha ~ 0.013 at 0.8
@@ -348,7 +350,7 @@ class SpeculativeLatencyModel(LatencyModel):
             latent = is_sd & has_counters
         else:
             latent = is_sd & has_counters & np.isnan(alpha)
-        token = self._token_law()
+        token = self.resolve_acceptance_law(groups, counters, counter_group) == "token"
         if token:
             latent = np.zeros(len(groups), dtype=bool)   # alpha is a label, E(k) is fitted
         missing = is_sd & np.isnan(alpha) & ~latent & (not token)
@@ -616,12 +618,52 @@ class SpeculativeLatencyModel(LatencyModel):
         from bayesspec.bayes.acceptance import STRUCTURES
 
         law, structure = self.config["acceptance_law"], self.config["acceptance_structure"]
-        if law not in {"iid", "token"}:
-            raise ValueError(f"acceptance_law must be iid or token, got {law!r}")
+        if law not in {"iid", "token", "auto"}:
+            raise ValueError(f"acceptance_law must be auto, iid or token, got {law!r}")
         if structure != "auto" and structure not in STRUCTURES:
             raise ValueError(f"acceptance_structure must be auto or one of "
                              f"{', '.join(STRUCTURES)}, got {structure!r}")
-        return law == "token"
+        return getattr(self, "acceptance_law_used", law) == "token"
+
+    def resolve_acceptance_law(self, groups, counters, counter_group) -> str:
+        """The acceptance law of this data set: the option when set; for ``auto`` the
+        token process where every SD group has per-position counter windows and each
+        setup one acceptance (the token process is one per setup: groups told apart by a
+        stated alpha are different acceptances it cannot hold), and iid otherwise, with
+        why in ``auto_reasons`` (stored in the fit file and said once by ``fit``)."""
+        self._token_law()            # a bad option is refused before any data is read
+        law = self.config["acceptance_law"]
+        if law != "auto":
+            self.acceptance_law_used = law
+            return law
+        is_sd = groups["is_sd"].to_numpy(bool)
+        usable = counters["complete"] & (counter_group >= 0)
+        counted = np.array([bool((usable & (counter_group == g)).any())
+                            for g in range(len(groups))], dtype=bool)
+        alphas = pd.to_numeric(groups["alpha"], errors="coerce")
+        several = [setup for setup, values in alphas[is_sd].groupby(groups["setup"][is_sd])
+                   if values.dropna().round(9).nunique() > 1]
+        iid_options = [name for name in ("latent_alpha", "acceptance")
+                       if self.config[name] != "auto"]
+        if not is_sd.any():
+            law, why = "iid", "no speculative rows"
+        elif iid_options:
+            law, why = "iid", (f"{', '.join(iid_options)} set: options of eq. (3)'s i.i.d. "
+                               "alpha")
+        elif not counted[is_sd].all():
+            law, why = "iid", ("not every SD group has per-position counters "
+                               "(accepted_tokens_pos1..k)" if counted[is_sd].any() else
+                               "no per-position counters (accepted_tokens_pos1..k)")
+        elif several:
+            law, why = "iid", (f"setup '{several[0]}' holds groups at several stated alphas "
+                               "(one token process per setup cannot be several acceptances)")
+        else:
+            law, why = "token", ("per-position counters on every SD group: E(k) of the token "
+                                 "process, fitted with the costs")
+        self.acceptance_law_used = law
+        self.auto_reasons = {**getattr(self, "auto_reasons", {}),
+                             "acceptance_law": {"value": law, "why": why}}
+        return law
 
     def check_config(self) -> None:
         super().check_config()

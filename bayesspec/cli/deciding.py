@@ -1,4 +1,9 @@
-"""``bayesspec predict``, ``speedup``, ``crossover``, ``kstar`` and ``slo``: answers from a fit."""
+"""``bayesspec predict``, ``speedup``, ``crossover``, ``kstar`` and ``slo``: answers from a
+fit.
+
+Kept whole: the five verbs share how a question is resolved to the configuration the data
+measured (acceptance and k, or a what-if) and how every answer marks what it
+extrapolates, and split apart they would each carry a copy of that resolution."""
 
 from __future__ import annotations
 
@@ -7,15 +12,17 @@ import numpy as np
 from bayesspec.errors import BadInput
 from bayesspec.outputs import emit_json, log
 from bayesspec.data.schema import metric_description
+from bayesspec.cli import concurrency
 from bayesspec.cli.common import (add_common, add_group_options, check_alpha_k, check_output_path,
                      check_prob, finish, fmt, group_criteria, load_fit, parse_list, rates,
                      strict_exit)
-from bayesspec.cli import concurrency
 
 STRICT_HELP = "exit with status 3 when the posterior did not converge"
-ALPHA_HELP = ("acceptance rate (required by a speculative fit, which answers any; a fit per "
-              "configuration answers its fitted groups, and needs it only to choose "
-              "between groups at one k)")
+ALPHA_HELP = ("acceptance rate to answer at, a what-if (default: the acceptance the data "
+              "measured, from the alpha column or the counters, each measured one in turn; "
+              "an alpha outside the measured range is marked extrapolated)")
+K_HELP = ("draft length (default: the measured k, each in turn where several were "
+          "measured)")
 EXTRAPOLATED = "*"   # Law.extrapolated: past the fitted rates or the measured design
 
 
@@ -42,7 +49,7 @@ def register(verbs) -> None:
     speedup.add_argument("fit", help="fit file")
     speedup.add_argument("--alpha", type=float, default=None,
                          help=ALPHA_HELP)
-    speedup.add_argument("--k", type=int, required=True, help="draft length")
+    speedup.add_argument("--k", type=int, default=None, help=K_HELP)
     speedup.add_argument("--rps", required=True, help="LIST: 1,2,5 or start:stop:step")
     speedup.add_argument("--plot", help="write speedup bands for several k to this PNG")
     add_metric_option(speedup)
@@ -54,7 +61,7 @@ def register(verbs) -> None:
     cross = verbs.add_parser("crossover", help="RPS* above which SD stops paying")
     cross.add_argument("fit", help="fit file")
     cross.add_argument("--alpha", type=float, default=None, help=ALPHA_HELP)
-    cross.add_argument("--k", type=int, required=True, help="draft length")
+    cross.add_argument("--k", type=int, default=None, help=K_HELP)
     add_metric_option(cross)
     add_group_options(cross, design=False)
     cross.add_argument("--strict", action="store_true", help=STRICT_HELP)
@@ -245,12 +252,9 @@ def _recommended_k(law, alpha: float, rps: np.ndarray) -> int | None:
     return row["k"] if row["k"] > 0 else None
 
 
-def _speculative_law(args, fit, *, any_k: bool = False):
+def _setup_law(args, fit):
     """The setup's law for a question comparing SD with dense, refused at once (with what
-    to add) when the fit has no SD rows, and with ``--alpha`` resolved: required where
-    the fit answers any alpha; where it answers only its fitted groups, taken from the
-    group at ``--k`` when not given, and said to be unused when that group has none.
-    Returns (law, alpha, note): the note says what was ignored ("" when nothing)."""
+    to add) when the fit has no SD rows."""
     groups = fit.groups
     fit.model().check_metric(fit, getattr(args, "metric", None))   # a metric the fit lacks
     if not (groups["k"].to_numpy(int) > 0).any():
@@ -259,64 +263,179 @@ def _speculative_law(args, fit, *, any_k: bool = False):
                        "verifier and lengths. Add load tests with speculation (rows with "
                        "k > 0 and their alpha, or vLLM's acceptance counters), put them in "
                        "one file with these and fit --model speculative", file=args.fit)
-    law = fit.law(group_criteria(args), metric=getattr(args, "metric", None))
-    if getattr(law, "joint_acceptance", False) and not any_k:
-        # acceptance_law=token: E(k) comes from the fit's counters, drawn with the costs
-        if args.alpha is not None:
-            raise BadInput("this fit's acceptance comes from its counters (acceptance_law="
-                           "token: E(k) per draw); drop --alpha", option="--alpha")
-        return law, float("nan"), ""
-    if any_k:
-        if not law.answers_any_configuration:
-            raise BadInput("k* compares draft lengths, which needs the six cycle "
-                           "coefficients shared by every alpha and k: refit the same data "
-                           "with --model speculative", file=args.fit)
-        return law, args.alpha, ""
-    alpha, note = args.alpha, ""
-    if law.answers_any_configuration:
-        if alpha is None:
-            raise BadInput("required: the speculative fit answers any acceptance rate",
-                           option="--alpha")
-        return law, alpha, note
-    fitted = [a for a, k in getattr(law, "configurations", {}) if k == args.k]
-    if alpha is None:
-        if len(fitted) > 1:
-            raise BadInput(f"the fit has groups at k {args.k} with alpha "
-                           + ", ".join(f"{a:g}" for a in sorted(fitted))
-                           + ": choose one", option="--alpha")
-        alpha = fitted[0] if fitted else None
-    elif fitted == [None]:
-        note = (f"--alpha {alpha:g} is not used: the fitted group at k {args.k} has no "
-                "alpha (its acceptance is what was measured); the answer is that group's")
-        log(f"note: {note}")
-    return law, (float("nan") if alpha is None else alpha), note
+    return fit.law(group_criteria(args), metric=getattr(args, "metric", None))
+
+
+#: Group options -> the setup column each one names (k and alpha name configurations).
+SETUP_OPTIONS = {"verifier": "verifier", "drafter": "drafter", "prefill": "prefill_tokens",
+                 "decode": "decode_tokens", "gpu": "gpu"}
+
+
+def _each_setup(args, fit) -> list:
+    """The arguments of every SD setup the group options leave (one per setup, its
+    options filled in): a question about several setups answers each, never one picked
+    silently. [args] when they name one setup (or the fit has no setup table)."""
+    import copy
+
+    setups = fit.setups
+    if setups.empty:
+        return [args]
+    mask = np.ones(len(setups), dtype=bool)
+    for option, column in SETUP_OPTIONS.items():
+        value = getattr(args, option, None)
+        if value is not None and column in setups.columns:
+            mask &= setups[column].astype(str).to_numpy() == str(value)
+    chosen = setups.loc[mask]
+    if len(chosen) <= 1:
+        return [args]
+    each = []
+    for _, row in chosen.iterrows():
+        named = copy.copy(args)
+        for option, column in SETUP_OPTIONS.items():
+            if column in row.index and row[column] is not None and str(row[column]) not in (
+                    "", "nan", "<NA>"):
+                value = row[column]
+                setattr(named, option, int(value) if option in ("prefill", "decode")
+                        else str(value))
+        each.append(named)
+    return each
+
+
+def _speculative_law(args, fit):
+    """The six-coefficient law k* and its schedule compare draft lengths with."""
+    law = _setup_law(args, fit)
+    if not law.answers_any_configuration:
+        raise BadInput("k* compares draft lengths, which needs the six cycle "
+                       "coefficients shared by every alpha and k: refit the same data "
+                       "with --model speculative", file=args.fit)
+    return law
+
+
+def _answers(args, fit):
+    """The (acceptance, k) pairs a speedup or crossover question answers, and what was
+    ignored. By default the configuration measured: every acceptance the data measured
+    for the setup (stated alphas; the counters' token process or learned alphas), each
+    at its measured k (``--k``: at that k instead). ``--alpha`` is a what-if on eq. (3)
+    at the measured k (or ``--k``), marked extrapolated outside the measured acceptance.
+    A fit of the configurations alone answers only its fitted groups."""
+    from bayesspec.decisions.speculative import (MeasuredAcceptance, eq3_law,
+                                                 mark_measured_acceptance,
+                                                 measured_acceptances)
+
+    law = _setup_law(args, fit)
+    if args.alpha is not None and law.answers_any_configuration:
+        mark_measured_acceptance(fit, law, prob=args.prob)
+        ks = [args.k] if args.k is not None else law.measured_ks
+        if not ks:
+            raise BadInput("the fit measured no draft length for this setup: give one",
+                           option="--k")
+        stated = any(abs(a - args.alpha) < 1e-9 for a in law.measured_alphas)
+        asked = MeasuredAcceptance(f"alpha {args.alpha:g}" + ("" if stated else " (asked)"),
+                                   eq3_law(law), float(args.alpha), ks,
+                                   "stated" if stated else "what-if")
+        return law, [(asked, k) for k in ks], ""
+    if args.alpha is not None:
+        fitted = getattr(law, "configurations", {})
+        ks = ([args.k] if args.k is not None else
+              sorted({k for a, k in fitted if a is None or abs(a - args.alpha) < 1e-9}))
+        note = ""
+        if args.k is not None and [a for a, k in fitted if k == args.k] == [None]:
+            note = (f"--alpha {args.alpha:g} is not used: the fitted group at k {args.k} "
+                    "has no alpha (its acceptance is what was measured); the answer is that "
+                    "group's")
+            log(f"note: {note}")
+        asked = MeasuredAcceptance(f"alpha {args.alpha:g}", law, float(args.alpha),
+                                   ks, "stated")
+        return law, [(asked, k) for k in ks or [1]], note
+    measured = measured_acceptances(fit, law)
+    if args.k is not None and not law.answers_any_configuration:
+        measured = [m for m in measured if args.k in m.ks] or measured
+    if not measured:
+        raise BadInput(f"the fit has no measured acceptance for '{law.label}' (no alpha "
+                       "column, no counters): give the acceptance rate to answer at",
+                       option="--alpha")
+    return law, [(m, k) for m in measured
+                 for k in ([args.k] if args.k is not None else m.ks)], ""
+
+
+def _answered(document: dict, acceptance, *, metric: str, note: str) -> dict:
+    """One answer's document, saying which acceptance it is at and where that came from."""
+    return {**document, "acceptance": acceptance.name,
+            "acceptance_source": acceptance.source, "metric": metric,
+            **({"ignored": note} if note else {})}
+
+
+def _several(law, answers: list[dict], metric: str) -> dict:
+    """Several answers (one per measured configuration) in one document; one answer is
+    its own document, as before."""
+    if len(answers) == 1:
+        return answers[0]
+    setups = list(dict.fromkeys(answer["setup"] for answer in answers))
+    return {"setup": setups[0] if len(setups) == 1 else "; ".join(setups),
+            "metric": metric, "answers": answers}
+
+
+def _acceptance_words(document: dict, law=None) -> str:
+    source = document.get("acceptance_source")
+    if source == "counters":
+        return f"acceptance as measured ({document['acceptance']})"
+    if source == "what-if":
+        return f"alpha {document['alpha']:g} (asked, eq. 3)"
+    return _alpha_text(document["alpha"], law)
 
 
 def run_speedup(args) -> int:
     from bayesspec.decisions import speedup_curve
 
     check_prob(args)
-    check_alpha_k(0.5 if args.alpha is None else args.alpha, args.k)
+    check_alpha_k(0.5 if args.alpha is None else args.alpha, 1 if args.k is None else args.k)
     rps = rates(args.rps)
     fit = load_fit(args.fit)
-    law, args.alpha, ignored = _speculative_law(args, fit)
-    document = finish({**speedup_curve(law, args.alpha, args.k, rps, prob=args.prob),
-                       "metric": args.metric, **({"ignored": ignored} if ignored else {})},
-                      fit.diagnostics, args)
+    law, answers, documents = None, [], []
+    for setup_args in _each_setup(args, fit):
+        law, answered, ignored = _answers(setup_args, fit)
+        answers += answered
+        documents += [_answered(speedup_curve(acceptance.law, acceptance.alpha, k, rps,
+                                              prob=args.prob), acceptance,
+                                metric=args.metric, note=ignored)
+                      for acceptance, k in answered]
+    document = finish(_several(law, documents, args.metric), fit.diagnostics, args)
     if args.plot:
         from bayesspec.reporting.plots import save_figure, speedup_bands_plot
 
         check_output_path(args.plot)
-        recommended = _recommended_k(law, args.alpha, rps)
-        ks = (sorted({args.k, 1, 2, 4, 8} | ({recommended} if recommended else set()))
-              if law.answers_any_configuration else [args.k])
+        acceptance, k = answers[0]
+        if len({d["setup"] for d in documents}) > 1:
+            raise BadInput("the plot draws one setup and the group options leave several: "
+                           "choose one with the group options", option="--plot")
+        if len({a.name for a, _ in answers}) > 1:
+            raise BadInput("the plot draws one acceptance and the fit measured several ("
+                           + ", ".join(dict.fromkeys(a.name for a, _ in answers))
+                           + "): give --alpha", option="--plot")
+        recommended = _recommended_k(acceptance.law, acceptance.alpha, rps)
+        shown = sorted({kk for _, kk in answers})
+        ks = (sorted(set(shown) | {1, 2, 4, 8} | ({recommended} if recommended else set()))
+              if law.answers_any_configuration else shown)
         document["plot"] = save_figure(speedup_bands_plot(
-            law, args.alpha, ks, rps_max=float(rps.max()), prob=args.prob,
+            acceptance.law, acceptance.alpha, ks, rps_max=float(rps.max()), prob=args.prob,
             recommended_k=recommended, metric=args.metric), args.plot)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
-    print(f"setup: {document['setup']}   {_alpha_text(args.alpha, law)}, k {args.k}   "
+    for n, (answer, (acceptance, k)) in enumerate(zip(documents, answers)):
+        if n:
+            print()
+        _print_speedup(answer, acceptance.law, k, args)
+    if len(documents) > 1:
+        print(f"\n{len(documents)} measured configurations answered (--alpha/--k for one, "
+              "or for a what-if)")
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return strict_exit(args, fit.diagnostics)
+
+
+def _print_speedup(document: dict, law, k: int, args) -> None:
+    print(f"setup: {document['setup']}   {_acceptance_words(document, law)}, k {k}   "
           f"({args.prob:.0%} intervals)")
     if args.metric != "mean":
         print(f"speedup of {metric_description(args.metric)}: dense over SD")
@@ -332,25 +451,35 @@ def run_speedup(args) -> int:
     note = _ceiling_note(document)
     if note:
         print(note)
-    if args.plot:
-        print(f"plot: {args.plot}")
-    return strict_exit(args, fit.diagnostics)
 
 
 def run_crossover(args) -> int:
     from bayesspec.decisions import crossover
 
     check_prob(args)
-    check_alpha_k(0.5 if args.alpha is None else args.alpha, args.k)
+    check_alpha_k(0.5 if args.alpha is None else args.alpha, 1 if args.k is None else args.k)
     fit = load_fit(args.fit)
-    law, args.alpha, ignored = _speculative_law(args, fit)
-    document = finish({**crossover(law, args.alpha, args.k, prob=args.prob),
-                       "metric": args.metric, **({"ignored": ignored} if ignored else {})},
-                      fit.diagnostics, args)
+    law, answers, documents = None, [], []
+    for setup_args in _each_setup(args, fit):
+        law, answered, ignored = _answers(setup_args, fit)
+        answers += answered
+        documents += [_answered(crossover(acceptance.law, acceptance.alpha, k,
+                                          prob=args.prob), acceptance, metric=args.metric,
+                                note=ignored)
+                      for acceptance, k in answered]
+    document = finish(_several(law, documents, args.metric), fit.diagnostics, args)
     if args.json:
         emit_json(document)
         return strict_exit(args, fit.diagnostics)
-    print(f"setup: {document['setup']}   {_alpha_text(args.alpha, law)}, k {args.k}")
+    for n, (answer, (acceptance, k)) in enumerate(zip(documents, answers)):
+        if n:
+            print()
+        _print_crossover(answer, acceptance.law, k, args)
+    return strict_exit(args, fit.diagnostics)
+
+
+def _print_crossover(document: dict, law, k: int, args) -> None:
+    print(f"setup: {document['setup']}   {_acceptance_words(document, law)}, k {k}")
     if args.metric != "mean":
         print(f"crossover of {metric_description(args.metric)}: the rate above which SD "
               "makes it worse")
@@ -378,54 +507,27 @@ def run_crossover(args) -> int:
     if note:
         print(note)
     print(f"C1R {fmt(document['C1R'])}   C2R {fmt(document['C2R'])}")
-    return strict_exit(args, fit.diagnostics)
 
 
-def run_kstar(args) -> int:
-    from bayesspec.decisions import kstar_table
+def _kstar_acceptances(args, fit, law, alphas, verdicts: list):
+    """The acceptances k* is asked at, as :class:`MeasuredAcceptance` (law, alphas):
+    ``--alpha`` (what-ifs on eq. (3), marked outside the measured acceptance);
+    ``--acceptance`` (E(k) of another file's counters); by default every acceptance
+    the data measured for the setup."""
+    from bayesspec.decisions.speculative import (MeasuredAcceptance, eq3_law,
+                                                 mark_measured_acceptance,
+                                                 measured_acceptances)
 
-    check_prob(args)
-    if args.alpha is not None and args.acceptance is not None:
-        raise BadInput("give one of --alpha (acceptance rates) and --acceptance (a file of "
-                       "per-position counters)", option="--alpha")
-    if args.alpha is not None:
-        alphas = parse_list(args.alpha, option="--alpha")
-        if np.any((alphas < 0) | (alphas > 1)):
-            raise BadInput("values must be within [0, 1]", option="--alpha")
-    else:
-        alphas = np.array([np.nan])  # the measured acceptance: alpha does not enter
-        if args.plot:
-            raise BadInput("the k* map is over alpha; with --acceptance see `bayesspec "
-                           "acceptance --plot`", option="--plot")
-    rps = rates(args.rps)
-    if not 1 <= args.kmax <= 64:
-        raise BadInput(f"must be within 1..64, got {args.kmax}", option="--kmax")
-    fit = load_fit(args.fit)
-    law, _, _ = _speculative_law(args, fit, any_k=True)
-    verdicts = [fit.diagnostics]
-    joint = getattr(law, "joint_acceptance", False)
-    if args.alpha is None and args.acceptance is None:
-        if not joint:
-            raise BadInput("give one of --alpha (acceptance rates) and --acceptance (a file "
-                           "of per-position counters), or fit with --option "
-                           "acceptance_law=token on rows with per-position counters",
-                           option="--alpha")
-        alphas = np.array([np.nan])   # the fit's own E(k), drawn with its costs
-        if args.plot:
-            raise BadInput("the k* map is over alpha; this fit's acceptance comes from its "
-                           "counters (see `bayesspec acceptance --plot`)", option="--plot")
-    elif joint:
-        raise BadInput("this fit's acceptance comes from its counters (acceptance_law=token: "
-                       "E(k) per draw); drop " + ("--alpha" if args.alpha is not None
-                                                  else "--acceptance"),
-                       option="--alpha" if args.alpha is not None else "--acceptance")
+    if alphas is not None:
+        mark_measured_acceptance(fit, law, prob=args.prob)
+        return [MeasuredAcceptance("alpha (asked)", eq3_law(law), float(a), [], "what-if")
+                for a in alphas], alphas
     if args.acceptance is not None:
         from bayesspec.bayes.acceptance import acceptance_length_draws
         from bayesspec.data import read_counters
-
-        counters = read_counters(args.acceptance)   # every window counts, saturated too
         from bayesspec.inference import SamplerSettings
 
+        counters = read_counters(args.acceptance)   # every window counts, saturated too
         lengths, setup, verdict, counted_ks = acceptance_length_draws(
             counters, args.kmax, drafter=getattr(args, "drafter", None),
             settings=SamplerSettings(seed=0, progress=False))
@@ -434,23 +536,121 @@ def run_kstar(args) -> int:
             log(f"warning: the counters are of drafter '{counted_drafter}', the fitted setup "
                 f"is '{law.label}': the acceptance of one drafter is applied to the costs of "
                 "another")
-        law = law.with_acceptance_lengths(lengths, measured_ks=counted_ks)
         verdicts.append(verdict)
-    document = concurrency.kstar_on_axis(args, kstar_table, fit)(
-        law, alphas, rps, ks=range(0, args.kmax + 1), objective=args.objective, prob=args.prob)
-    if args.vllm:
-        from bayesspec.decisions import vllm_schedule
+        args.acceptance_setup, args.acceptance_verdict = setup, verdict
+        counted = eq3_law(law).with_acceptance_lengths(lengths, measured_ks=counted_ks)
+        return [MeasuredAcceptance(f"counters of {args.acceptance}", counted, float("nan"),
+                                   sorted(counted_ks), "counters")], None
+    measured = measured_acceptances(fit, law)
+    if not measured:
+        raise BadInput(f"the fit has no measured acceptance for '{law.label}' (no alpha "
+                       "column, no counters): give --alpha (acceptance rates) or "
+                       "--acceptance (a file of per-position counters)", option="--alpha")
+    return measured, None
 
-        if len(alphas) != 1:
-            raise BadInput("--vllm builds one schedule: give one acceptance rate",
-                           option="--alpha")
-        if args.min_gain < 0:
-            raise BadInput(f"must be >= 0, got {args.min_gain:g}", option="--min-gain")
-        document["vllm"] = vllm_schedule(law, float(alphas[0]), rps,
-                                         ks=range(0, args.kmax + 1),
+
+def _prompt_lengths(args, fit) -> list[int] | None:
+    """The prompt lengths a `kstar --vllm` schedule spans as its context axis: where the
+    group options leave several setups that differ in prompt length alone (None: one
+    setup, or setups told apart by more than their prompt length)."""
+    from bayesspec.inference.fitfile import SELECTORS
+
+    setups = fit.setups
+    if args.prefill is not None or setups.empty or "prefill_tokens" not in setups:
+        return None
+    mask = np.ones(len(setups), dtype=bool)
+    for option, value in group_criteria(args).items():
+        column = SELECTORS.get(option)
+        if value is not None and column in setups.columns:
+            mask &= setups[column].astype(str).to_numpy() == str(value)
+    chosen = setups.loc[mask]
+    varying = [column for column in set(SELECTORS.values()) if column in chosen.columns
+               and chosen[column].astype(str).nunique() > 1]
+    if varying != ["prefill_tokens"]:
+        return None
+    return sorted(int(p) for p in chosen["prefill_tokens"].unique())
+
+
+def run_kstar(args) -> int:
+    import copy
+
+    from bayesspec.decisions import kstar_table, vllm_schedule
+    from bayesspec.decisions.schedule import context_schedule
+
+    check_prob(args)
+    if args.alpha is not None and args.acceptance is not None:
+        raise BadInput("give one of --alpha (acceptance rates) and --acceptance (a file of "
+                       "per-position counters)", option="--alpha")
+    alphas = None
+    if args.alpha is not None:
+        alphas = parse_list(args.alpha, option="--alpha")
+        if np.any((alphas < 0) | (alphas > 1)):
+            raise BadInput("values must be within [0, 1]", option="--alpha")
+    elif args.plot:
+        raise BadInput("the k* map is over alpha: give --alpha LIST (with measured "
+                       "acceptance see `bayesspec acceptance --plot`)", option="--plot")
+    rps = rates(args.rps)
+    if not 1 <= args.kmax <= 64:
+        raise BadInput(f"must be within 1..64, got {args.kmax}", option="--kmax")
+    if args.vllm and args.min_gain < 0:
+        raise BadInput(f"must be >= 0, got {args.min_gain:g}", option="--min-gain")
+    fit = load_fit(args.fit)
+    verdicts = [fit.diagnostics]
+    prompts = _prompt_lengths(args, fit) if args.vllm else None
+    ks = range(0, args.kmax + 1)
+    table, schedules, document = [], [], None
+    if prompts:
+        selections = []
+        for prefill in prompts:
+            band = copy.copy(args)
+            band.prefill = prefill
+            selections.append(band)
+    else:
+        selections = _each_setup(args, fit)
+    labels = []
+    for band in selections:
+        prefill = band.prefill
+        law = _speculative_law(band, fit)
+        labels.append(law.label)
+        acceptances, asked = _kstar_acceptances(args, fit, law, alphas, verdicts)
+        groups = ([(acceptances[0], asked)] if asked is not None else
+                  [(a, np.array([a.alpha])) for a in acceptances])
+        for acceptance, at in groups:
+            part = concurrency.kstar_on_axis(args, kstar_table, fit)(
+                acceptance.law, at, rps, ks=ks, objective=args.objective, prob=args.prob)
+            for row in part["table"]:
+                row["acceptance"] = (acceptance.name if acceptance.source != "what-if"
+                                     else f"alpha {row['alpha']:g} (asked)")
+                if prompts:
+                    row["prefill_tokens"] = prefill
+                if len(selections) > 1:
+                    row["setup"] = law.label
+            table += part["table"]
+            document = document or part
+            if not args.vllm:
+                continue
+            for alpha in at:
+                schedule = vllm_schedule(acceptance.law, float(alpha), rps, ks=ks,
                                          min_gain=args.min_gain, prob=args.prob)
+                schedule["acceptance"] = (acceptance.name if acceptance.source != "what-if"
+                                          else f"alpha {alpha:g} (asked)")
+                schedule["setup"] = law.label
+                if prompts:
+                    row = fit.setups.iloc[fit.select_setup(**group_criteria(band))]
+                    schedule["prefill_tokens"] = int(prefill)
+                    schedule["decode_tokens"] = int(row["decode_tokens"])
+                schedules.append(schedule)
+    document["table"] = table
+    if prompts:
+        document["setup"] += (f" (and the same setup at {len(prompts) - 1} other prompt "
+                              "length(s))")
+    elif len(labels) > 1:
+        document["setup"] = "; ".join(labels)
+    if args.vllm:
+        document["vllm"] = _vllm_document(schedules, prompts, context_schedule)
     if args.acceptance is not None:
-        document["acceptance"] = {"file": args.acceptance, "setup": setup,
+        verdict = args.acceptance_verdict
+        document["acceptance"] = {"file": args.acceptance, "setup": args.acceptance_setup,
                                   "convergence": verdict["status"]}
         if not verdict["converged"]:
             log(f"warning: acceptance by position: {verdict['text']}")
@@ -463,22 +663,28 @@ def run_kstar(args) -> int:
     if args.json or args.concurrency is not None:
         return concurrency.answer_kstar(document, args, verdicts)
     if args.acceptance is not None:
-        print(f"acceptance: E(k) from the per-position counters of {setup} in "
-              f"{args.acceptance} (alpha column: measured)")
-    elif joint:
-        print("acceptance: E(k) of the token process fitted to the rows' counters, drawn "
-              "with the costs (alpha column: measured)")
+        print(f"acceptance: E(k) from the per-position counters of {args.acceptance_setup} "
+              f"in {args.acceptance} (alpha column: measured)")
+    sources = list(dict.fromkeys(row["acceptance"] for row in table))
+    if alphas is None and args.acceptance is None:
+        print("acceptance: as measured: " + "; ".join(sources))
     print(f"setup: {document['setup']}   objective: {args.objective}   k = 0 means "
           f"'do not speculate'")
+    several = len(sources) > 1 and alphas is None
     print(f"{'alpha':>6} {'RPS':>10} {'k*':>5} {'P(best)':>8} {'speedup [interval]':>28} "
-          f"{'batch-1 k':>9} {'loss vs batch-1 k (speedup points)':>35}")
-    for row in document["table"]:
+          f"{'batch-1 k':>9} {'loss vs batch-1 k (speedup points)':>35}"
+          + ("  acceptance" if several else "") + ("  prompt" if prompts else "")
+          + ("  setup" if len(labels) > 1 and not prompts else ""))
+    for row in table:
         k = f">={row['k']}" if row["at_max_k"] else str(row["k"])
         alpha = "meas." if np.isnan(row["alpha"]) else f"{row['alpha']:.3g}"
         print(f"{alpha:>6} {row['rps']:>9.4g}{_mark(row)} {k:>5} "
               f"{row['p_best']:>8.2f} {fmt(row['speedup']):>28} {row['k_batch1']:>9} "
-              f"{row['loss_vs_batch1']:>35.3f}")
-    if any(row["at_max_k"] for row in document["table"]):
+              f"{row['loss_vs_batch1']:>35.3f}"
+              + (f"  {row['acceptance']}" if several else "")
+              + (f"  {row['prefill_tokens']}" if prompts else "")
+              + (f"  {row['setup']}" if "setup" in row and not prompts else ""))
+    if any(row["at_max_k"] for row in table):
         print(f">={args.kmax}: the best k is the largest searched; raise --kmax to look further")
     if kstar_note(document):
         print(kstar_note(document))
@@ -486,8 +692,41 @@ def run_kstar(args) -> int:
         print(f"plot: {args.plot}")
     if args.vllm:
         print()
-        print(schedule_text(document["vllm"]))
+        print(vllm_text(document["vllm"]))
     return strict_exit(args, verdicts)
+
+
+def _vllm_document(schedules: list[dict], prompts, context_schedule) -> dict | list:
+    """``kstar --vllm``'s JSON: the schedule (one acceptance, one prompt length); a
+    schedule over batch size and context length (one acceptance per prompt length, the
+    context axis); else every schedule, one per acceptance (and prompt length)."""
+    if len(schedules) == 1:
+        return schedules[0]
+    if prompts and len(schedules) == len(prompts):
+        combined = context_schedule(schedules)
+        return {**combined, "schedules": schedules, "context_axis": True}
+    return schedules
+
+
+def vllm_text(vllm) -> str:
+    """`kstar --vllm`'s text: each schedule, then the pasteable configuration."""
+    import json
+
+    if isinstance(vllm, list):
+        return "\n\n".join(f"setup: {s.get('setup', '')}, acceptance: {s['acceptance']}"
+                           + (f", prompt {s['prefill_tokens']} tokens"
+                              if "prefill_tokens" in s else "")
+                           + "\n" + schedule_text(s) for s in vllm)
+    if not vllm.get("context_axis"):
+        return schedule_text(vllm)
+    parts = [f"prompt {s['prefill_tokens']} tokens (context {b['context_min']}-"
+             f"{b['context_max'] if b['context_max'] < 2**31 - 1 else 'any'}):\n"
+             + schedule_text(s) for s, b in zip(vllm["schedules"], vllm["context_bands"])]
+    parts.append("one schedule over batch size and context length, "
+                 "[start_bs, end_bs, ctx_lo, ctx_hi, K] (vLLM's dynamic speculative "
+                 "decoding with its context axis):\nspeculative_config: "
+                 + json.dumps(vllm["speculative_config"]))
+    return "\n\n".join(parts)
 
 
 def kstar_note(document: dict) -> str:
@@ -507,7 +746,9 @@ def kstar_note(document: dict) -> str:
 
 def schedule_text(schedule: dict) -> str:
     """The vLLM schedule as a person reads it: ranges, switches and how sure each is."""
-    lines = [f"vLLM schedule at alpha {schedule['alpha']:g} (batch size = running requests "
+    at = (f"alpha {schedule['alpha']:g}" if np.isfinite(schedule["alpha"])
+          else f"acceptance as measured ({schedule.get('acceptance', 'the counters')})")
+    lines = [f"vLLM schedule at {at} (batch size = running requests "
              f"= RPS x latency, Little's law; k switched only for > {schedule['min_gain']:g} "
              "expected speedup points)",
              f"{'batch size':>12} {'k':>4} {'RPS':>17} {'P(best)':>8} "

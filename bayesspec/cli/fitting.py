@@ -209,6 +209,9 @@ def run_fit(args) -> int:
     profile_note = decode_profile_note(result) if args.decode_profile else None
     if profile_note:
         log(profile_note)
+    auto = resolved_auto_choices(result, options)
+    if auto:
+        log(auto_line(auto))
     verdict = result.diagnostics
     if not args.no_loo:
         _store_loo(result)
@@ -229,6 +232,7 @@ def run_fit(args) -> int:
                 "set_aside": set_aside(data), "concurrency_cap": cap_note,
                 **({"learned_cap_chains": cap_chains} if cap_chains else {}),
                 **({"decode_profile": profile_note} if profile_note else {}),
+                **({"auto": auto} if auto else {}),
                 "questions": questions, "thin_groups": thin,
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),
                 "diagnostics": diagnostics_json(verdict),
@@ -248,6 +252,33 @@ def run_fit(args) -> int:
                   f"{design_advice(thin)}")
         print(verdict_line(verdict))
     return strict_exit(args, verdict)
+
+
+#: Options a decode profile resolves ("auto" means nothing without one).
+PROFILE_OPTIONS = ("profile_law", "noise_load_at", "prefill_batching")
+
+
+def resolved_auto_choices(result, options: dict) -> dict:
+    """What the options left at "auto" resolved to: the model's own record (e.g. the
+    acceptance law, chosen by the data) and, with a decode profile, the profile's law;
+    kept in the fit file (``auto_choices``) before it is written."""
+    chosen = dict(result.auto_choices)
+    defaults = type(result.model()).default_config
+    config = result.model_config
+    if config.get("decode_profile"):
+        for name in PROFILE_OPTIONS:
+            if defaults.get(name) == "auto" and name not in options and name in config:
+                chosen[name] = {"value": config[name],
+                                "why": "the model's default with a decode profile"}
+    result.tree.attrs["auto_choices"] = json.dumps(chosen, sort_keys=True)
+    return chosen
+
+
+def auto_line(choices: dict) -> str:
+    """What the options left at "auto" chose on these data, said once, in one line."""
+    said = "; ".join(f"{name}={choice['value']} ({choice['why']})"
+                     for name, choice in choices.items())
+    return f"auto: {said}"
 
 
 def decode_profile_option(path: str, model: str, options: dict) -> str:

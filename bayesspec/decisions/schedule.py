@@ -128,12 +128,15 @@ def vllm_schedule(law, alpha: float, rps, *, ks=range(0, 11), min_gain: float = 
     # every batch size up to its max_num_seqs, each K at most num_speculative_tokens
     # (the K the engine loads and captures graphs for); K = 0 turns speculation off.
     last = engine_max if engine_max is not None else ASSUMED_MAX_NUM_SEQS
-    schedule = [[int(r["batch_min"]), int(r["batch_max"] if r["batch_max"] is not None
-                                           else max(last, r["batch_min"])), int(r["k"])]
-                for r in ranges]
+    schedule = contiguous_entries(
+        [[int(r["batch_min"]), int(r["batch_max"] if r["batch_max"] is not None
+                                   else max(last, r["batch_min"])), int(r["k"])]
+         for r in ranges])
     top_k = max(entry[2] for entry in schedule)
     config = {"num_speculative_tokens": top_k,
               "num_speculative_tokens_per_batch_size": schedule}
+    if top_k > 0:
+        check_vllm_schedule(schedule, top_k)
     low_k = ranges[0]["k"]
     return {"setup": law.label, "alpha": float(alpha), "min_gain": float(min_gain),
             "ks": ks.tolist(), "ranges": ranges, "switches": switches,
@@ -163,3 +166,113 @@ def _switch(draws, ks, before: int, after: int, rps, at: int, concurrency, min_g
     return {"from_k": int(ks[before]), "to_k": int(ks[after]), "rps": float(rps[at]),
             "batch": max(1, int(np.ceil(batch))), "batch_interval": interval,
             "p_switch_in_range": float(crosses.mean()), "pinned": pinned}
+
+
+# ------------------------------------------------------------------ vLLM's form, checked
+#: vLLM's open upper end of the context axis (its schedules' last context range is
+#: read as reaching any length).
+CONTEXT_MAX = 2**31 - 1
+
+
+def contiguous_entries(entries: list[list[int]]) -> list[list[int]]:
+    """[start_bs, end_bs, K] entries made what vLLM takes: sorted, each range starting
+    where the one before ended (a range the switch points left empty is dropped, and
+    its neighbours meet), neighbours with the same K merged, the first starting at 1."""
+    out: list[list[int]] = []
+    for start, end, k in sorted(entries):
+        start = 1 if not out else out[-1][1] + 1
+        if end < start:
+            continue
+        if out and out[-1][2] == k:
+            out[-1][1] = end
+        else:
+            out.append([start, end, k])
+    return out
+
+
+def check_vllm_schedule(entries, num_speculative_tokens: int) -> None:
+    """Raise ValueError unless ``entries`` are a schedule vLLM's dynamic speculative
+    decoding takes as they are: all [start_bs, end_bs, K] or all [start_bs, end_bs,
+    ctx_lo, ctx_hi, K] integers; batch-size ranges positive, start <= end, sorted,
+    non-overlapping and contiguous from 1; context ranges positive, contiguous from 1,
+    and the same for every batch-size range (a rectangular grid, no cell twice); each K
+    within 0..num_speculative_tokens (the K the engine loads, > 0)."""
+    if not isinstance(num_speculative_tokens, int) or num_speculative_tokens <= 0:
+        raise ValueError(f"num_speculative_tokens must be an integer > 0, got "
+                         f"{num_speculative_tokens!r}")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError("the schedule must be a non-empty list")
+    sizes = {len(entry) if isinstance(entry, list) else -1 for entry in entries}
+    if sizes not in ({3}, {5}):
+        raise ValueError("entries must all be [start_bs, end_bs, K] or all "
+                         "[start_bs, end_bs, ctx_lo, ctx_hi, K] lists")
+    if any(not isinstance(v, int) or isinstance(v, bool) for e in entries for v in e):
+        raise ValueError("every value of the schedule must be an integer")
+    cells = [(e[0], e[1], 1, CONTEXT_MAX, e[2]) if len(e) == 3 else tuple(e)
+             for e in entries]
+    for bs_lo, bs_hi, ctx_lo, ctx_hi, k in cells:
+        if not 1 <= bs_lo <= bs_hi:
+            raise ValueError(f"batch-size range {bs_lo}-{bs_hi} must be positive, start <= end")
+        if not 1 <= ctx_lo <= ctx_hi:
+            raise ValueError(f"context range {ctx_lo}-{ctx_hi} must be positive, start <= end")
+        if not 0 <= k <= num_speculative_tokens:
+            raise ValueError(f"K {k} must be within 0..num_speculative_tokens "
+                             f"({num_speculative_tokens})")
+    batch = sorted({(c[0], c[1]) for c in cells})
+    context = sorted({(c[2], c[3]) for c in cells})
+    for ranges, what in ((batch, "batch-size"), (context, "context")):
+        if ranges[0][0] != 1:
+            raise ValueError(f"the first {what} range must start at 1")
+        for (_, end), (start, _) in zip(ranges, ranges[1:]):
+            if start != end + 1:
+                raise ValueError(f"{what} ranges must be contiguous and non-overlapping: "
+                                 f"one ends at {end}, the next starts at {start}")
+    if len({c[:4] for c in cells}) != len(cells) or len(cells) != len(batch) * len(context):
+        raise ValueError("the schedule must hold each (batch-size range, context range) "
+                         "cell exactly once")
+
+
+def context_schedule(bands: list[dict]) -> dict:
+    """One schedule over batch size and context length from per-prompt-length schedules.
+
+    ``bands``: per prompt length, ``prefill_tokens``, ``decode_tokens`` and the
+    ``num_speculative_tokens_per_batch_size`` of :func:`vllm_schedule` for it. vLLM reads
+    a step's context as its requests' sequence lengths, which while decoding run from the
+    prompt length to prompt + output; a band is centred on the mean, prompt + output/2,
+    and bands meet at the geometric mean of neighbouring centres. Batch-size ranges are
+    the union of every band's switch points (a rectangular grid, as vLLM needs), each
+    cell taking its band's K. Returns ``context_bands`` (prefill, decode, context_min,
+    context_max), the 5-item ``num_speculative_tokens_per_batch_size`` and the
+    ``speculative_config`` that sets it."""
+    bands = sorted(bands, key=lambda b: b["prefill_tokens"] + b["decode_tokens"] / 2)
+    centres = [b["prefill_tokens"] + b["decode_tokens"] / 2 for b in bands]
+    edges = [int(np.floor(np.sqrt(a * b))) for a, b in zip(centres, centres[1:])]
+    lows = [1] + [e + 1 for e in edges]
+    highs = edges + [CONTEXT_MAX]
+    if any(lo > hi for lo, hi in zip(lows, highs)):
+        raise BadInput("two prompt-length bands share a context length; choose one with "
+                       "--prefill", argument="prefill")
+    tables = [b["num_speculative_tokens_per_batch_size"] for b in bands]
+    last = max(t[-1][1] for t in tables)
+    starts = sorted({entry[0] for t in tables for entry in t})
+    ranges = list(zip(starts, [s - 1 for s in starts[1:]] + [last]))
+
+    def k_at(table, size):
+        for start, end, k in table:
+            if start <= size <= end:
+                return k
+        return table[-1][2]            # past a band's own cap: its last K
+
+    grid = [[start, end, lo, hi, int(k_at(table, start))]
+            for start, end in ranges for lo, hi, table in zip(lows, highs, tables)]
+    top_k = max(entry[4] for entry in grid)
+    described = [{"prefill_tokens": int(b["prefill_tokens"]),
+                  "decode_tokens": int(b["decode_tokens"]),
+                  "context_min": int(lo), "context_max": int(hi)}
+                 for b, lo, hi in zip(bands, lows, highs)]
+    if top_k > 0:
+        check_vllm_schedule(grid, top_k)
+    return {"context_bands": described, "num_speculative_tokens_per_batch_size": grid,
+            "speculative_config": ({"num_speculative_tokens": top_k,
+                                    "num_speculative_tokens_per_batch_size": grid}
+                                   if top_k > 0 else {"speculation": "off"})}

@@ -14,9 +14,13 @@ holds the same number under its older name.
 
 from __future__ import annotations
 
+import copy
+from dataclasses import dataclass
+
 import numpy as np
 
 from bayesspec.errors import BadInput
+from bayesspec.laws import expected_accepted
 from bayesspec.uncertainty import DEFAULT_PROB, uncertain
 
 # A draw in which only the dense baseline is saturated has an infinite speedup; in
@@ -201,3 +205,134 @@ def _c1_candidates(law, alpha: float, ks: np.ndarray) -> np.ndarray:
             columns.append(c1_sd[:, j])
             j += 1
     return np.stack(columns, axis=1)
+
+
+# ------------------------------------------------------------------ the measured configuration
+#: E(k) kept per draw for a latent alpha's law, k = 0..this (kstar's --kmax is at most 64).
+MEASURED_K_MAX = 64
+
+
+@dataclass
+class MeasuredAcceptance:
+    """One acceptance the data measured for a setup, and the law that answers SD at it.
+
+    ``alpha``: what the decisions are asked with (nan: the law's own E(k) per draw, for
+    acceptance measured by counters); ``ks``: the draft lengths measured at it;
+    ``name``: how a person reads it ("alpha 0.8", "acceptance from the counters", ...)."""
+
+    name: str
+    law: object
+    alpha: float
+    ks: list[int]
+    source: str          # "stated" (alpha column), "counters", or "what-if" (--alpha)
+
+
+def _equivalent_alpha(lengths: np.ndarray, k: int, *, steps: int = 48) -> np.ndarray:
+    """The i.i.d. alpha whose E(alpha, k) equals each draw's E(k) (bisection; E grows
+    with alpha)."""
+    lo, hi = np.zeros(lengths.shape), np.ones(lengths.shape)
+    for _ in range(steps):
+        middle = 0.5 * (lo + hi)
+        below = expected_accepted(middle, k) < lengths
+        lo, hi = np.where(below, middle, lo), np.where(below, hi, middle)
+    return 0.5 * (lo + hi)
+
+
+def _setup_number(fit, law) -> int | None:
+    setups = fit.setups
+    if setups.empty or "setup" not in setups:
+        return None
+    label = law.label.split(" (acceptance by position)")[0]
+    matches = np.flatnonzero(setups["setup"].astype(str).to_numpy() == label)
+    return int(matches[0]) if len(matches) else None
+
+
+def _latent_groups(fit, law) -> list[tuple[int, int, np.ndarray]]:
+    """(group, k, alpha draws) of every SD group of the law's setup whose alpha the fit
+    learned from its counters."""
+    groups = fit.groups
+    s = _setup_number(fit, law)
+    if s is None or "alpha_latent" not in groups or "alpha_latent" not in fit.posterior:
+        return []
+    latent = groups["alpha_latent"].to_numpy(bool)
+    number = np.cumsum(latent) - 1
+    members = np.flatnonzero(latent & (groups["setup_index"].to_numpy(int) == s))
+    draws = fit.draws("alpha_latent")
+    return [(int(g), int(groups["k"].iloc[g]), draws[:, number[g]]) for g in members]
+
+
+def mark_measured_acceptance(fit, law, *, prob: float = DEFAULT_PROB):
+    """Give a six-coefficient law the alpha range its counters measured (``alpha_span``),
+    where the data set no alpha: the interval at ``prob`` of the learned alphas, or of
+    the i.i.d. alpha equivalent to the token process's E(k) at the measured k. An alpha
+    asked outside it is then marked as the law's extrapolation, like a rate past the
+    fitted ones. Returns the law."""
+    if not law.answers_any_configuration or law.measured_alphas:
+        return law
+    tail = (1.0 - prob) / 2.0
+    if getattr(law, "joint_acceptance", False) and law.acceptance_lengths is not None:
+        spans = [np.quantile(_equivalent_alpha(law.acceptance_lengths[:, k], k),
+                             [tail, 1.0 - tail])
+                 for k in law.measured_ks if 0 < k < law.acceptance_lengths.shape[1]]
+    else:
+        spans = [np.quantile(draws, [tail, 1.0 - tail])
+                 for _, _, draws in _latent_groups(fit, law)]
+    if spans:
+        law.alpha_span = (float(min(s[0] for s in spans)), float(max(s[1] for s in spans)))
+    return law
+
+
+def eq3_law(law):
+    """The same costs answering eq. (3)'s i.i.d. alpha: for a what-if ``--alpha`` on a
+    law whose acceptance is measured E(k) per draw."""
+    if getattr(law, "acceptance_lengths", None) is None:
+        return law
+    iid = copy.copy(law)
+    iid.acceptance_lengths = None
+    iid.joint_acceptance = False
+    iid._last_speedups = None
+    return iid
+
+
+def _law_at_alpha_draws(law, alphas: np.ndarray, label: str):
+    """The law answering SD at an alpha known only as posterior draws (paired with the
+    costs draw by draw): E(alpha_s, k) for k = 0..MEASURED_K_MAX."""
+    answered = copy.copy(law)
+    ks = np.arange(MEASURED_K_MAX + 1, dtype=float)
+    answered.acceptance_lengths = expected_accepted(np.asarray(alphas)[:, None], ks[None, :])
+    answered._last_speedups = None
+    answered.label = label
+    return answered
+
+
+def measured_acceptances(fit, law) -> list[MeasuredAcceptance]:
+    """Every acceptance the data measured for the law's setup, in the order a person
+    reads them: stated alphas (the alpha column) ascending; acceptance from the counters
+    (the token process's E(k), one for the setup; or each group's learned alpha).
+    A law of fitted configurations answers each of them as fitted."""
+    if not law.answers_any_configuration:
+        fitted = getattr(law, "configurations", {})
+        return [MeasuredAcceptance(f"k {k}" if alpha is None else f"alpha {alpha:g}", law,
+                                   float("nan") if alpha is None else float(alpha), [int(k)],
+                                   "counters" if alpha is None else "stated")
+                for alpha, k in sorted(fitted, key=lambda c: (
+                    -1.0 if c[0] is None else c[0], c[1]))]
+    mark_measured_acceptance(fit, law)
+    answers = []
+    for alpha in law.measured_alphas:
+        ks = sorted({c.k for c in law.measured_configurations
+                     if c.alpha is not None and abs(c.alpha - alpha) < 1e-9})
+        answers.append(MeasuredAcceptance(f"alpha {alpha:g}", law, float(alpha), ks, "stated"))
+    counted = sorted({c.k for c in law.measured_configurations if c.alpha is None})
+    if not counted:
+        return answers
+    if getattr(law, "joint_acceptance", False):
+        answers.append(MeasuredAcceptance("the counters' token process",
+                                          law, float("nan"), counted, "counters"))
+        return answers
+    for group, k, draws in _latent_groups(fit, law):
+        name = f"alpha of the k {k} group from its counters"
+        answers.append(MeasuredAcceptance(
+            name, _law_at_alpha_draws(law, draws, f"{law.label} ({name})"),
+            float("nan"), [k], "counters"))
+    return answers

@@ -136,6 +136,17 @@ class Law:
         """The acceptance rates the data set (latent ones, from counters, are not), ascending."""
         return sorted({c.alpha for c in self.measured_configurations if c.alpha is not None})
 
+    #: Where the data set no alpha but measured acceptance (counters): the i.i.d. alpha
+    #: range it amounts to, (lo, hi) over the posterior, so that an alpha asked outside
+    #: it is marked as the law's extrapolation too (None: unknown, or alphas were set).
+    alpha_span: tuple[float, float] | None = None
+
+    def _alpha_range(self) -> list[float]:
+        alphas = self.measured_alphas
+        if not alphas and self.alpha_span is not None:
+            alphas = [float(self.alpha_span[0]), float(self.alpha_span[1])]
+        return alphas
+
     def design_notes(self, alpha, k) -> list[str]:
         """Why (alpha, k) lies outside what the data measured ([] when inside).
 
@@ -147,7 +158,7 @@ class Law:
             notes.append(self.unmeasured_setup)
         if not self.measured_configurations:
             return notes
-        ks, alphas = self.measured_ks, self.measured_alphas
+        ks, alphas = self.measured_ks, self._alpha_range()
         k = int(k)
         if k > 0 and (k < ks[0] or k > ks[-1]):
             notes.append(f"k {k} is outside the measured draft lengths "
@@ -156,7 +167,7 @@ class Law:
             notes.append(f"k {k} was not measured (measured: {', '.join(map(str, ks))})")
         if alpha is not None and not np.isnan(alpha) and alphas:
             if alpha < alphas[0] - 1e-9 or alpha > alphas[-1] + 1e-9:
-                span = (f"{alphas[0]:g}-{alphas[-1]:g}" if alphas[-1] != alphas[0]
+                span = (f"{alphas[0]:.3g}-{alphas[-1]:.3g}" if alphas[-1] != alphas[0]
                         else f"{alphas[0]:g}")
                 notes.append(f"alpha {float(alpha):g} is outside the measured acceptance "
                              f"({span})")
@@ -181,7 +192,7 @@ class Law:
         sd_max = float("nan") if int(k) == 0 else self.configuration_fitted_max(alpha, k)
         both = [v for v in (dense_max, sd_max if int(k) else np.nan) if np.isfinite(v)]
         notes = self.design_notes(alpha, k)
-        ks, alphas = self.measured_ks, self.measured_alphas
+        ks, alphas = self.measured_ks, self._alpha_range()
         return {"rps_fitted_max": float(min(both)) if both else float("nan"),
                 "dense_rps_fitted_max": dense_max,
                 "sd_rps_fitted_max": sd_max,

@@ -330,29 +330,36 @@ def _coefficient_setup(section: _Section, fit, path: str, selection: dict, law,
     run and its crossover; k* over every k in the table."""
     from bayesspec.decisions import kstar_table
 
+    from bayesspec.decisions.speculative import measured_acceptances
+
     rates = _rates(law)
     joint = getattr(law, "joint_acceptance", False)
-    alphas = [math.nan] if joint else (_fitted_alphas(fit, selection) or [0.8])
-    kstar = kstar_table(law, alphas, rates, prob=prob)
+    # the acceptances the data measured: stated alphas, or the counters' (the token
+    # process's E(k), or each group's learned alpha), each answered by its own law
+    measured = measured_acceptances(fit, law)
+    answered = ([(m.law, m.alpha) for m in measured]
+                or [(law, a) for a in (_fitted_alphas(fit, selection) or [0.8])])
+    alphas = [alpha for _, alpha in answered]
+    counted = all(math.isnan(alpha) for alpha in alphas)
     key_rows, cross_rows = [], []
     options = _option_text(selection)
     recommended = {}
-    for alpha in alphas:
-        rows = [r for r in kstar["table"] if r["alpha"] == alpha or joint]
+    for n, (own, alpha) in enumerate(answered):
+        rows = kstar_table(own, [alpha], rates, prob=prob)["table"]
         ks = [k for k in law.measured_ks
-              if not law.measured(alpha, k)["design_extrapolated"]]
-        choice = _recommend(law, alpha, ks, rates, prob, full=rows)
-        recommended[alpha] = choice
-        section.decision.append(_recommendation_sentence(law.label, alpha, choice))
-        section.choices.append({"setup": _setup_key(selection), "label": law.label,
-                                "alpha": None if joint else alpha,
+              if not own.measured(alpha, k)["design_extrapolated"]]
+        choice = _recommend(own, alpha, ks, rates, prob, full=rows)
+        recommended[n] = choice
+        section.decision.append(_recommendation_sentence(own.label, alpha, choice))
+        section.choices.append({"setup": _setup_key(selection), "label": own.label,
+                                "alpha": None if math.isnan(alpha) else alpha,
                                 "objective": MEAN_OBJECTIVE, "k": choice["k"],
                                 "configuration": _k_name(choice["k"])})
-        cross_rows += _crossover_rows(section, law, alpha, ks, choice["k"], prob)
+        cross_rows += _crossover_rows(section, own, alpha, ks, choice["k"], prob)
         if choice["k"] > 0:
             section.commands.append(
                 f"bayesspec crossover {shlex.quote(path)}"
-                + ("" if joint else f" --alpha {alpha:g}")
+                + ("" if math.isnan(alpha) else f" --alpha {alpha:g}")
                 + f" --k {choice['k']} {options}".rstrip())
         for row in rows[::2]:
             key_rows.append([_alpha_cell(alpha), f"{number(row['rps'])}"
@@ -381,32 +388,33 @@ def _coefficient_setup(section: _Section, fit, path: str, selection: dict, law,
         "other (alpha, k) are predicted by the six cycle coefficients, not measured.")
     section.commands.append(
         f"bayesspec kstar {shlex.quote(path)}"
-        + ("" if joint else f" --alpha {','.join(f'{a:g}' for a in alphas)}")
+        + ("" if counted else f" --alpha {','.join(f'{a:g}' for a in alphas)}")
         + f" --rps {','.join(number(r, 4) for r in rates)} {options}".rstrip())
     # An extrapolated RPS* of a recommended k is a decision the page says to measure up
     # to: the planner asks it first, so "Measure next" cannot call the page settled.
-    section.questions += [("crossover", {"alpha": alpha, "k": choice["k"],
+    section.questions += [("crossover", {"alpha": alphas[n], "k": choice["k"],
                                          "selection": selection})
-                          for alpha, choice in recommended.items()
-                          if not joint and choice["star"] is not None
+                          for n, choice in recommended.items()
+                          if not math.isnan(alphas[n]) and choice["star"] is not None
                           and choice["star"]["extrapolated"]]
     # a fit whose acceptance comes from its counters ignores alpha: any value asks it
-    section.questions.append(("kstar", {"alpha": 0.8 if joint else alphas[len(alphas) // 2],
+    middle = alphas[len(alphas) // 2]
+    section.questions.append(("kstar", {"alpha": 0.8 if math.isnan(middle) else middle,
                                         "rps": [float(rates[2]), float(rates[-3])],
                                         "selection": selection}))
     if not draw:
         return
     from bayesspec.reporting.plots import kstar_map_plot, speedup_bands_plot
 
-    alpha = alphas[len(alphas) // 2]
-    choice = recommended[alpha]
+    own, alpha = answered[len(answered) // 2]
+    choice = recommended[len(answered) // 2]
     extra = {choice["unmeasured"]["k"]} if choice["unmeasured"] else set()
     ks = sorted(({1, 2, 4} | set(measured_ks) | {choice["k"]} | extra) - {0})
-    section.figure("speedup", f"{law.label}: speedup over dense decoding"
+    section.figure("speedup", f"{own.label}: speedup over dense decoding"
                    f"{_alpha_words(alpha)} ({prob:.0%} bands; dashed: extrapolated)",
-                   lambda: speedup_bands_plot(law, alpha, ks, rps_max=float(rates[-1]),
+                   lambda: speedup_bands_plot(own, alpha, ks, rps_max=float(rates[-1]),
                                               prob=prob, recommended_k=choice["k"]))
-    if joint:
+    if joint or counted:
         return
     grid_alphas = np.round(np.arange(0.5, 0.951, 0.05), 2)
     grid_rates = np.round(np.linspace(rates[-1] / 24, rates[-1], 24), 4)

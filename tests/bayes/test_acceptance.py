@@ -388,8 +388,10 @@ def test_decisions_use_the_fits_own_acceptance(joint_fit, capsys):
     assert document["table"][0]["alpha"] is None
     assert main(["speedup", str(path), "--k", "3", "--rps", "0.5", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["points"]
-    assert main(["kstar", str(path), "--alpha", "0.7", "--rps", "0.5"]) == 2
-    assert "drop --alpha" in capsys.readouterr().err
+    # --alpha: a what-if on eq. (3) with the same costs, said to be one
+    assert main(["kstar", str(path), "--alpha", "0.7", "--rps", "0.5", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["table"][0]
+    assert row["alpha"] == 0.7 and row["acceptance"] == "alpha 0.7 (asked)"
 
 
 def test_unmeasured_k_of_per_position_rates_is_marked_not_shown_as_a_measurement(tmp_path,
