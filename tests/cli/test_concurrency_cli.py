@@ -83,6 +83,7 @@ class SpeculativeStub:
         self.data = pd.DataFrame({"group": labels, "k": ks, "excluded": False,
                                   "max_concurrency": [64, 32, 32, 32, 32]})
         self.diagnostics = {"status": "converged", "converged": True, "text": "converged"}
+        self.setups = pd.DataFrame()      # one setup: the question names no other
         self._law = coefficient_law(spread=0.02, seed=3)
 
     def model(self):

@@ -237,8 +237,11 @@ def test_speedup_on_a_fit_per_configuration_uses_or_reports_alpha(advice_fits, c
     code, _, err = run(capsys, "crossover", path, "--k", "3", "--alpha", "0.7")
     assert code == 0 and "--alpha 0.7 is not used" in err
     two = str(advice_fits["two_alphas"][0])
-    code, _, err = run(capsys, "speedup", two, "--k", "3", "--rps", "1")
-    assert code == 2 and "groups at k 3 with alpha 0.7, 0.8: choose one" in err
+    # two measured acceptances at k 3: each is answered, neither picked silently
+    code, out, err = run(capsys, "speedup", two, "--k", "3", "--rps", "1", "--json")
+    assert code == 0, err
+    answers = json.loads(out)["answers"]
+    assert sorted(a["alpha"] for a in answers) == [0.7, 0.8]
     code, _, err = run(capsys, "speedup", two, "--k", "3", "--alpha", "0.8", "--rps", "1")
     assert code == 0 and "not used" not in err
 

@@ -27,12 +27,15 @@ def test_points_sit_at_their_concurrency_on_the_laws_band():
         np.testing.assert_allclose(np.sort(points[:, 0]),
                                    np.sort(rows["max_concurrency"].astype(float)))
         np.testing.assert_allclose(np.sort(points[:, 1]), np.sort(rows[column]))
-    # the median line is the law L = C1 + C2 N (its throughput N / L below)
+    # the median line is the law L = C1 + C2 N (its throughput N / L below) up to the top
+    # fitted level; beyond it a limit the sweep did not reach may bind (never faster)
     line = latency_axis.lines[0]
     n, latency = line.get_xdata(), line.get_ydata()
-    curve = fit.group_curve(0)
+    curve = fit.group_curve(0, admit_unmeasured=False)
     expected = np.median(np.ravel(curve.c1)[:, None] + np.ravel(curve.c2)[:, None] * n, axis=0)
-    np.testing.assert_allclose(latency, expected, rtol=1e-9)
+    within = n <= 0.9 * rows["max_concurrency"].max()
+    np.testing.assert_allclose(latency[within], expected[within], rtol=1e-9)
+    assert np.all(latency[~within] >= expected[~within] * (1 - 1e-9))
     plt.close("all")
 
 
