@@ -31,20 +31,9 @@ def register(verbs) -> None:
                                   "from GuideLLM / vllm bench files)")
     fit.add_argument("-o", "--output", required=True, help="fit file to write (NetCDF)")
     fit.add_argument("--model", default="dense", help=f"{MODEL_HELP} (default: dense)")
-    add_model_options(fit, "cell_c2_deviations=non_centred (hierarchical)")
+    add_model_options(fit, "run_effect=shared (dense)")
     add_saturation_options(fit)
     add_engine_limit_options(fit)
-    fit.add_argument("--cap-prior", choices=("catalog", "wide"), default=None,
-                     help="where the data state no engine limit, learn the concurrency cap "
-                          "from where the curve bends: with the catalog's KV capacity and "
-                          "vLLM's default max_num_seqs as its prior, or a wide one (dense "
-                          "and tails; the sweep must reach the bend to pin it)")
-    fit.add_argument("--decode-profile", metavar="FILE", default=None,
-                     help="the engine's decode-iteration time by batch size (columns "
-                          "batch_size, decode_iteration_s, and setup columns such as "
-                          "verifier, gpu, prefill_tokens): the groups it names follow "
-                          "L = C1 + C2 N + the profile's cost at N requests in flight "
-                          "(dense and tails)")
     add_catalog(fit)
     fit.add_argument("--no-loo", action="store_true",
                      help="skip PSIS-LOO after sampling (saves a few seconds)")
@@ -192,20 +181,6 @@ def run_fit(args) -> int:
     from bayesspec.cli.common import catalog_of
 
     options = model_options(args)
-    if args.cap_prior:
-        if options.get("cap_prior", args.cap_prior) != args.cap_prior:
-            raise BadInput(f"--option cap_prior={options['cap_prior']} contradicts it",
-                           option="--cap-prior")
-        from bayesspec.bayes import get_model_class
-
-        try:
-            get_model_class(args.model)({**options, "cap_prior": args.cap_prior})
-        except ValueError as error:
-            raise BadInput(str(error), option="--cap-prior") from None
-        options["cap_prior"] = args.cap_prior
-    if args.decode_profile:
-        options["decode_profile"] = decode_profile_option(args.decode_profile, args.model,
-                                                          options)
     from bayesspec.inference.sampling import SamplingFailed
 
     try:
@@ -220,6 +195,11 @@ def run_fit(args) -> int:
     profile_note = decode_profile_note(result) if args.decode_profile else None
     if profile_note:
         log(profile_note)
+    from bayesspec.bayes.options import resolved_line, resolved_options
+
+    resolved = resolved_options(result)
+    if resolved_line(resolved):
+        log(resolved_line(resolved))
     verdict = result.diagnostics
     if not args.no_loo:
         _store_loo(result)
@@ -235,6 +215,7 @@ def run_fit(args) -> int:
     if cap_chains:
         log(f"warning: {cap_chains}")
     document = {"fit": args.output, "model": args.model, "options": options,
+                "resolved_options": {name: entry["value"] for name, entry in resolved.items()},
                 "groups": len(result.groups),
                 "rows": len(data), "excluded": int(data["excluded"].sum()),
                 "set_aside": set_aside(data), "concurrency_cap": cap_note,
@@ -259,20 +240,6 @@ def run_fit(args) -> int:
                   f"{design_advice(thin)}")
         print(verdict_line(verdict))
     return strict_exit(args, verdict)
-
-
-def decode_profile_option(path: str, model: str, options: dict) -> str:
-    """The checked ``--decode-profile`` file for ``model`` with ``options``: a bad file or
-    a model whose law takes no profile is a one-line error (exit 2) before any sampling."""
-    from bayesspec.bayes import get_model_class
-    from bayesspec.data.decode_profile import read_decode_profile
-
-    read_decode_profile(path)
-    try:
-        get_model_class(model)({**options, "decode_profile": path})
-    except ValueError as error:
-        raise BadInput(str(error), option="--decode-profile") from None
-    return path
 
 
 def decode_profile_note(result) -> str:

@@ -167,6 +167,8 @@ class Fit:
             "sampler_settings": json.dumps(settings or {}, sort_keys=True, default=str),
             "source_file": str(data.attrs.get("source_file", "")),
             "model_record": json.dumps(model.recorded, sort_keys=True),
+            # what each "auto" option became for these data (bayes.options)
+            "resolved_options": json.dumps(getattr(model, "resolved", {}), default=str),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         })
         return cls(tree, model)
