@@ -149,9 +149,7 @@ class DenseLatencyModel(LatencyModel):
         cfg = self.config
         how = cfg["cap_prior"]
         share = cfg["run_effect_share"]
-        if cfg["run_effect_common_share"] == "all":
-            cfg["run_effect_common_share"] = share
-        if cfg["run_effect_common_share"] > share:
+        if cfg["run_effect_common_share"] != "all" and cfg["run_effect_common_share"] > share:
             raise ValueError("run_effect_common_share must be at most run_effect_share "
                              f"({share:g}), got {cfg['run_effect_common_share']:g}")
         length = cfg["run_own_length"]

@@ -269,6 +269,8 @@ OPTIONS_LIST = [
     Option("by", "user", Text("a column name"), "engine_version",
            "the column whose two values are compared", VERSIONS),
     # ------------------------------------------------------------------ priors
+    # Log-normal noise priors, medians 2% with a log-sd of 0.75 (95% prior interval 0.5% to
+    # 9%): a wider one let one-sweep fits reach a noise-free funnel.
     Option("noise_base_median", "priors", POSITIVE, 0.02,
            "prior median of the load-independent log-noise of a mean latency", EVERY),
     Option("noise_load_median", "priors", POSITIVE, 0.02,
@@ -408,8 +410,9 @@ OPTIONS_LIST = [
            "false: every summary grows exactly like the mean (gamma = 1)", ("tails",)),
     # off by default: bimodal noise scales on the fixed-length README sweeps, where the
     # mean law and the summaries disagree on curvature
-    Option("shared_run_effect", "experimental", FLAG, False,
-           "the mean's base noise also a run effect shared with the summaries", ("tails",)),
+    Option("base_noise_shared_with_summaries", "experimental", FLAG, False,
+           "the mean's load-independent noise also a run error shared by the summaries of "
+           "the point", ("tails",)),
     Option("sampling_error", "experimental", FLAG, True,
            "a reported percentile of n requests is an order statistic (false: read as the "
            "population's)", ("tails",)),
@@ -466,7 +469,9 @@ RENAMED = {
     "verify_tokens": "moe_verify_tokens",
 }
 #: Renamed in one model only (its old name means something else elsewhere).
-RENAMED_IN = {"moe": {"share_logit_scale": "moe_share_logit_scale"}}
+RENAMED_IN = {"moe": {"share_logit_scale": "moe_share_logit_scale"},
+              # not the dense model's run_effect (a sweep's replayed arrivals)
+              "tails": {"shared_run_effect": "base_noise_shared_with_summaries"}}
 
 
 def takes(model: str) -> list[str]:
@@ -540,6 +545,26 @@ def upgrade_stored(model: str, stored: dict, where=None) -> dict:
             continue
         upgraded[name] = value
     return upgraded
+
+
+def command_line(model: str, config: dict, resolved: dict) -> list[str]:
+    """The ``fit`` words that give ``config`` to ``model``: each option that differs from
+    its default and is not what an "auto" became, under its one spelling (its flag, or
+    ``--option NAME=JSON``)."""
+    import shlex
+
+    words = []
+    for name in takes(model):
+        option, value = OPTIONS[name], config.get(name)
+        default = option.default_for(model)
+        if name not in config or value == default or name in resolved:
+            continue
+        if isinstance(value, (list, tuple)) and tuple(value) == tuple(default or ()):
+            continue
+        text = value if option.flag and isinstance(value, str) else json.dumps(value)
+        words += ([option.flag, shlex.quote(text)] if option.flag
+                  else ["--option", shlex.quote(f"{name}={text}")])
+    return words
 
 
 def flagged() -> list[Option]:

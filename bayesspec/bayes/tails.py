@@ -552,7 +552,7 @@ class TailLatencyModel(DenseLatencyModel):
             if has_mean:
                 residual_mean = data["observed_log_latency"] - pt.log(
                     mean_latency(data["rps"]))
-                run_sd = model["noise_base"] if cfg["shared_run_effect"] else 0.0
+                run_sd = model["noise_base"] if cfg["base_noise_shared_with_summaries"] else 0.0
                 (shift_rate, shift_run), covariance = shared_run_errors(
                     residual_mean, slope_mean, run_sd, model["noise_load"],
                     data["log_se"] ** 2)
