@@ -20,6 +20,9 @@ An option keeps one meaning across the models that take it. A model whose class 
 another's code keeps the parent's options in its configuration at their defaults; setting
 one of them to anything else is refused in one line (:func:`check_config`).
 
+The module is kept whole because the declarations are one table, read by the models,
+the command line and the page alike.
+
 "auto": a model records what an "auto" option became for the data in hand
 (:meth:`~bayesspec.bayes.base.LatencyModel.resolve_auto`); ``fit`` prints it once and the fit
 file stores it (``resolved_options``, read back by :func:`resolved_options`).
