@@ -332,7 +332,7 @@ class SpeculativeLatencyModel(LatencyModel):
                            "no acceptance counters (accepted_tokens with num_drafts or "
                            "draft_tokens) to estimate it", file=source, column="alpha")
         groups["alpha_latent"] = latent
-        if mode == "auto" and is_sd.any() and not token:
+        if mode == "auto" and (is_sd & has_counters).any() and not token:
             self.resolve_auto("latent_alpha", "always" if latent[is_sd].all() else
                               "never" if not latent.any() else "some",
                               f"alpha learned from the counters in {int(latent.sum())} of "
