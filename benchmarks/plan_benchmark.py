@@ -290,8 +290,7 @@ class Refitter:
 
     def __init__(self, model: str, first: pd.DataFrame, draws: int, seed: int):
         self.padded = model == "tails"
-        config = {"holdout_mask": True} if self.padded else None
-        self.model = get_model_class(model)(config)
+        self.model = get_model_class(model)(holdout_mask=self.padded)
         self.settings = settings_for(self.model, SamplerSettings(
             draws=draws, tune=draws, chains=2, seed=seed, progress=False))
         self.compiled: dict = {}

@@ -6,7 +6,7 @@ Fits to bayesspec/datasets/sim_moe.csv:
 
 - the dense law (``--model dense``: one C1, C2 per sweep, eq. 1);
 - the MoE-aware law (``--model moe``, eq. 4) in its variants: T = RPS*L (paper) or
-  1 + RPS*L (``token_offset``), k or k + 1 tokens per verification (``verify_tokens``);
+  1 + RPS*L (``moe_token_offset``), k or k + 1 tokens per verification (``moe_verify_tokens``);
 - the speculative model (eq. 3 across (alpha, k)) with and without the MoE split of its
   costs (``moe_split``).
 
@@ -59,13 +59,15 @@ def low_load_r2(result):
 
 fits_to_run = {
     "dense law": ("dense", {}),
-    "moe: T = RPS*L, k+1": ("moe", {"token_offset": 0.0, "verify_tokens": "k+1"}),
-    "moe: T = 1 + RPS*L, k+1": ("moe", {"token_offset": 1.0, "verify_tokens": "k+1"}),
+    "moe: T = RPS*L, k+1": ("moe", {"moe_token_offset": 0.0, "moe_verify_tokens": "k+1"}),
+    "moe: T = 1 + RPS*L, k+1": ("moe", {"moe_token_offset": 1.0,
+                                        "moe_verify_tokens": "k+1"}),
 }
 if not args.skip_speculative:
     fits_to_run["speculative + MoE split"] = ("speculative", {})
     fits_to_run["speculative, no MoE split"] = ("speculative", {"moe_split": "never"})
-fits_to_run["moe: T = RPS*L, k (paper)"] = ("moe", {"token_offset": 0.0, "verify_tokens": "k"})
+fits_to_run["moe: T = RPS*L, k (paper)"] = ("moe", {"moe_token_offset": 0.0,
+                                                             "moe_verify_tokens": "k"})
 
 report = {}
 fits = {}

@@ -25,6 +25,8 @@ from bayesspec.bayes.caps import (CAP_IMPORTANCE_MAX_WEIGHT, CAP_IMPORTANCE_MIN_
                                   fitted_cap, group_caps, importance_summary,
                                   log_density_at_draws)
 from bayesspec.bayes.measurement import measured_run_log_sd, measurement_log_se, run_spread
+from bayesspec.bayes.options import OPTIONS, resolved_options, upgrade_stored
+from bayesspec.bayes.options import check_config as check_options
 from bayesspec.bayes.profile_inputs import decode_profile_inputs, profile_chain_arrays
 from bayesspec.data import (ENGINE_LIMIT_COLUMNS, assign_groups, group_label, has_mean_latency,
                             included)
@@ -63,30 +65,17 @@ def group_scales(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int):
     return rps_max, latency_low
 
 
-# Prior scales every latency model shares (each model adds its own options).
-COMMON_CONFIG = {
-    # Log-normal priors of the noise scales: the load-independent log-noise of a mean
-    # latency and the relative error in the rate, medians 2% with a log-sd of 0.75
-    # (95% prior interval 0.5% to 9%; a wider one let one-sweep fits reach a noise-free funnel).
-    "noise_base_median": 0.02,
-    "noise_load_median": 0.02,
-    "noise_log_sd": 0.75,
-    # The likelihood's rate-error amplification: "curve", the draw's law's elasticity, or
-    # "measured", that but at most each point's measured L/C1 - 1 (eq. (1)'s x/(1-x) at
-    # the measurement). On the curve alone a draw escapes a sweep's top point by putting
-    # its ceiling just above it, which inflates that point's noise. "measured" fits the
-    # top of a sweep near the cap far better (R^2); it is the dense model's default with a
-    # decode profile ("auto", with the chain law: DenseLatencyModel), chosen there on the
-    # Vidur sets, and measured nowhere else (docs/findings/decode-profile-law.md, "The
-    # Bayesian fit lost R^2 to its noise term, not to the law", measured 2026-12-05). A
-    # fitted point's interval is then the bounded likelihood's; predictions at new rates
-    # keep the law's elasticity. Laws with a mean of their own (MoE, discrepancies) ignore
-    # it.
-    "noise_load_at": "curve",
-    "log_c1_scale": 2.0,          # prior scale of log C1 across groups
-    "utilisation_logit_mean": 1.0,
-    "utilisation_logit_scale": 1.5,
-}
+# The options every latency model's configuration holds (each model adds its own:
+# bayes.options declares them all). ``noise_load_at`` "measured" bounds the likelihood's
+# rate-error amplification by each point's measured L/C1 - 1: on the curve alone a draw
+# escapes a sweep's top point by putting its ceiling just above it, which inflates that
+# point's noise (docs/findings/decode-profile-law.md, "The Bayesian fit lost R^2 to its
+# noise term, not to the law", measured 2026-12-05); laws with a mean of their own (MoE,
+# discrepancies) ignore it.
+COMMON_CONFIG = {name: OPTIONS[name].default_for("speculative")
+                 for name in ("noise_base_median", "noise_load_median", "noise_log_sd",
+                              "noise_load_at", "log_c1_scale", "utilisation_logit_mean",
+                              "utilisation_logit_scale")}
 
 
 class LatencyModel:
@@ -125,15 +114,26 @@ class LatencyModel:
     # refits on new data, plans) keeps the cap wherever twice the load would reach it.
     cap_checked_on_draws: bool = False
 
-    def __init__(self, config: dict | None = None, *, catalog=None):
-        unknown = set(config or {}) - set(self.default_config)
-        if unknown:
-            raise ValueError(f"unknown {self.name} model option(s): {sorted(unknown)}")
-        self.config = {**self.default_config, **(config or {})}
+    #: Whether the model builds with a ``fit_mask`` (``holdout_mask``: refits without
+    #: some points, the leave-n-out folds).
+    takes_holdout_mask = False
+
+    def __init__(self, config: dict | None = None, *, catalog=None, holdout_mask=False,
+                 stored: bool = False):
+        """``config``: options over the model's defaults, checked against their
+        declarations (bayes.options; ValueError in one line). ``holdout_mask``: build
+        with a ``fit_mask`` data array. ``stored``: a configuration read back from a fit
+        file (values checked, options the model keeps at a resolved value accepted)."""
+        # What each "auto" option became, with why (``resolve_auto``); set before the
+        # configuration is checked, which resolves those that depend on it alone.
+        self.resolved: dict = {}
+        self.config = check_options(self.name, self.default_config, config, stored=stored)
+        if holdout_mask and not self.takes_holdout_mask:
+            raise ValueError(f"the {self.name} model does not refit without some points")
+        self.holdout_mask = bool(holdout_mask)
         self.check_config()
-        if self.config.get("noise_load_at", "curve") not in ("measured", "curve"):
-            raise ValueError("noise_load_at must be 'measured' or 'curve', got "
-                             f"{self.config['noise_load_at']!r}")
+        if self.config.get("noise_load_at") == "auto":
+            self.config["noise_load_at"] = "curve"
         self.inputs: ModelInputs | None = None
         self._catalog = catalog
         self.fitted: Fit | None = None
@@ -141,6 +141,12 @@ class LatencyModel:
         # from catalog cards): stored in the fit file, and used instead of re-deriving it
         # when a fit's model is rebuilt (``restore``), so a rebuilt model is the fitted one.
         self.recorded: dict = {}
+
+    def resolve_auto(self, name: str, value, why: str):
+        """Record that the "auto" option ``name`` became ``value`` for ``why`` (a few
+        words); ``fit`` prints it once and the fit file stores it. Returns ``value``."""
+        self.resolved[name] = {"value": value, "why": why}
+        return value
 
     @property
     def catalog(self):
@@ -506,9 +512,10 @@ class LatencyModel:
             raise FitFileError(
                 f"made by {name} model version {attrs.get('bayesspec_model_version')}, this "
                 f"bayesspec has version {cls.version}; refit the data", file=where)
-        stored = json.loads(attrs.get("model_config", "{}"))
+        stored = upgrade_stored(cls.name, json.loads(attrs.get("model_config", "{}")), where)
         model = cls({**{key: value for key, value in cls.legacy_defaults.items()
-                        if key in cls.default_config}, **stored})
+                        if key in cls.default_config}, **stored}, stored=True)
+        model.resolved = resolved_options(tree)
         model.restore(json.loads(attrs.get("model_record", "{}")))
         fit = Fit(tree, model, where)
         model.fitted = fit

@@ -27,8 +27,8 @@ from bayesspec.bayes.lazymodule import lazy_module
 
 pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first use
 
-from bayesspec.laws import RUN_EFFECT_SHARE
 from bayesspec.bayes.base import COMMON_CONFIG, LatencyModel
+from bayesspec.bayes.options import model_defaults
 from bayesspec.bayes.priors import latency_likelihood, pooled_normal
 
 
@@ -129,117 +129,33 @@ class DenseLatencyModel(LatencyModel):
     checks_cap_on_draws = True
     name = "dense"
     version = "2"
-    #: Whether the law takes the decode-iteration profile (``decode_profile``).
-    takes_decode_profile = True
-    default_config = {
-        **COMMON_CONFIG,
-        "holdout_mask": False,    # build with a fit_mask (refits without some points)
-        # Where the data state no concurrency cap: "none" (eq. (1) alone, its pole read as
-        # the ceiling), or learn it from the curve's bend with a "catalog" or "wide" prior
-        # (bayes.cap_prior; `fit --cap-prior`).
-        "cap_prior": "none",
-        # A decode-iteration profile file (bayesspec.data.decode_profile; `fit --decode-profile`):
-        # the groups it names follow L = C1 + C2 N + the profile's shift at N.
-        "decode_profile": "",
-        # With a decode profile and a stated cap: "poisson", the law's single
-        # self-consistent N with each batch spread like a Poisson count about it, or
-        # "chain", the profile inside the slot queue's birth-death chain
-        # (laws.profile_chain_latency_expr; docs/findings/decode-profile-law.md, "The
-        # profile inside the birth-death chain", measured 2026-12-05).
-        # "auto": the model's ``profile_law_with_profile`` where a profile is given.
-        "profile_law": "auto",
-        # "auto": "measured" where the profile's law is the chain, else "curve". The two
-        # were chosen together: the chain's R^2 misses on the set it was chosen on were
-        # top points near the cap that the bound pins (docs/findings/decode-profile-law.md,
-        # "The profile inside the birth-death chain", measured 2026-12-05).
-        "noise_load_at": "auto",
-        # With the decode profile's chain: whether waiting prompts share one prefill
-        # iteration (vLLM's scheduler without chunked prefill, Vidur's), so that the stall
-        # per arrival falls with the rate (laws.batched_prefill_stall_expr). "auto": yes
-        # with the chain. Measured on the Vidur sets: docs/findings/decode-profile-law.md,
-        # "Batched prefill" (measured 2026-12-05).
-        "prefill_batching": "auto",
-        # The batched prefill's fixed part, a = C2 (t_d(1)/C2)^p
-        # (laws.prefill_fixed_part): 1 is a = t_d(1); above 1 the weights read overlaps
-        # the prompts' compute (a soft roofline). docs/findings/decode-profile-law.md,
-        # "Batched prefill" (measured 2026-12-06).
-        "prefill_fixed_power": 1.0,
-        # "shared": the sweep replays one arrival pattern at every rate (Vidur; GuideLLM
-        # and `vllm bench serve` with a fixed seed), so each point's sampling error as one
-        # run (laws.run_mean_log_sd: its requests share the batch) is in part shared by
-        # the sweep's rates: a run effect per group, that share of its variance
-        # (``run_effect_share``), the rest the point's own. "none": each mean's standard
-        # error is cv/sqrt(n), its requests independent. benchmarks/run_effect.py.
-        "run_effect": "none",
-        "run_effect_share": RUN_EFFECT_SHARE,
-        # Of ``run_effect_share``, the part every sweep of the file shares (one seed
-        # serves them all); 0: each sweep's run effect is its own; "all": all of it.
-        "run_effect_common_share": "all",
-        # The point's own part of its run error (1 - ``run_effect_share``) as a process
-        # along the sweep's log RPS (laws.run_process_factor) with this correlation
-        # length, a latent per point; 0: independent between rates; "learned": a
-        # parameter (prior median laws.RUN_OWN_LENGTH). Of that part,
-        # ``run_own_nugget`` stays independent. A rate next to fitted ones is then
-        # predicted from their errors (Curve.measurement).
-        "run_own_length": 0.0,
-        "run_own_nugget": 0.0,
-    }
-    #: Whether the model's curves carry the sweep's run effect (``run_effect``); the
-    #: discrepancy, spline, two-regime and tails laws do not.
-    takes_run_effect = True
+    # The options' measurements: "profile_law" chain was measured better than the Poisson
+    # law on R^2 in all three Vidur sets and held out in two, with ``noise_load_at``
+    # "measured" chosen with it (the chain's misses were top points near the cap that the
+    # bound pins) and batched prefill (docs/findings/decode-profile-law.md, "The profile
+    # inside the birth-death chain" and "Batched prefill", measured 2026-12-05/06);
+    # "run_effect" shared: benchmarks/run_effect.py.
+    default_config = model_defaults("dense", COMMON_CONFIG)
+    takes_holdout_mask = True
     #: The decode profile's law by default: the chain, measured better than the Poisson
     #: law on R^2 in all three Vidur sets and held out in two (equal on the third).
     profile_law_with_profile = "chain"
-    #: Whether the model's law takes the engine's cap (the slot queue), so that it can
-    #: learn one (``cap_prior``); the discrepancy and two-regime laws do not.
-    learns_cap = True
 
     def check_config(self) -> None:
+        """The rules that tie options together (each value is checked by its
+        declaration, bayes.options)."""
         self.resolve_profile_defaults()
         super().check_config()
-        from bayesspec.bayes.cap_prior import CAP_PRIORS
-
-        how = self.config["cap_prior"]
-        if how not in CAP_PRIORS:
-            raise ValueError(f"cap_prior must be one of {', '.join(CAP_PRIORS)}, got {how!r}")
-        if how != "none" and not self.learns_cap:
-            raise ValueError(f"the {self.name} model's law does not take the engine's cap, "
-                             "so it cannot learn one: use --model dense or tails")
-        if self.config["profile_law"] not in ("poisson", "chain"):
-            raise ValueError("profile_law must be 'poisson', 'chain' or 'auto', got "
-                             f"{self.config['profile_law']!r}")
-        if not isinstance(self.config["prefill_batching"], bool):
-            raise ValueError("prefill_batching must be true, false or 'auto', got "
-                             f"{self.config['prefill_batching']!r}")
-        if self.config["run_effect"] not in ("none", "shared"):
-            raise ValueError("run_effect must be 'none' or 'shared', got "
-                             f"{self.config['run_effect']!r}")
-        if self.config["run_effect"] != "none" and not self.takes_run_effect:
-            raise ValueError(f"the {self.name} model does not take the sweep's run effect: "
-                             "use --model dense")
-        share = self.config["run_effect_share"]
-        if (isinstance(share, bool) or not isinstance(share, (int, float))
-                or not 0.0 <= share < 1.0):
-            raise ValueError(f"run_effect_share must be a number in [0, 1), got {share!r}")
-        common = self.config["run_effect_common_share"]
-        if common == "all":
-            common = self.config["run_effect_common_share"] = share
-        if (isinstance(common, bool) or not isinstance(common, (int, float))
-                or not 0.0 <= common <= share):
-            raise ValueError("run_effect_common_share must be a number in [0, "
-                             f"run_effect_share], got {common!r}")
-        length, nugget = self.config["run_own_length"], self.config["run_own_nugget"]
-        if length != "learned" and (isinstance(length, bool)
-                                    or not isinstance(length, (int, float))
-                                    or not np.isfinite(length) or length < 0.0):
-            raise ValueError("run_own_length must be a number >= 0 or 'learned', got "
-                             f"{length!r}")
-        if (length == "learned" or length > 0) and self.config["run_effect"] != "shared":
+        cfg = self.config
+        how = cfg["cap_prior"]
+        share = cfg["run_effect_share"]
+        if cfg["run_effect_common_share"] != "all" and cfg["run_effect_common_share"] > share:
+            raise ValueError("run_effect_common_share must be at most run_effect_share "
+                             f"({share:g}), got {cfg['run_effect_common_share']:g}")
+        length = cfg["run_own_length"]
+        if (length == "learned" or length > 0) and cfg["run_effect"] != "shared":
             raise ValueError("run_own_length is a part of the run effect: give "
                              "run_effect=shared with it")
-        if (isinstance(nugget, bool) or not isinstance(nugget, (int, float))
-                or not 0.0 <= nugget <= 1.0):
-            raise ValueError(f"run_own_nugget must be a number in [0, 1], got {nugget!r}")
         if length == "learned" or length > 0:
             # a latent per point that a smooth run error shares with the law's C2: at
             # 4 x 1000 draws C2's bulk ESS was 301-320 on replays of vidur_capped, and
@@ -247,22 +163,14 @@ class DenseLatencyModel(LatencyModel):
             # run's mean varies like that of n/(1 + 2N) requests", measured 2026-12-06)
             self.default_tune = max(self.default_tune, 2000)
             self.default_draws = max(self.default_draws, 2000)
-        power = self.config["prefill_fixed_power"]
-        if (isinstance(power, bool) or not isinstance(power, (int, float))
-                or not np.isfinite(power) or power < 1.0):
-            raise ValueError(f"prefill_fixed_power must be a number >= 1, got {power!r}")
-        if self.config["prefill_batching"] and self.config["profile_law"] != "chain":
+        if cfg["prefill_batching"] and cfg["profile_law"] != "chain":
             raise ValueError("prefill_batching is a part of the decode profile's chain: "
                              "give --decode-profile with profile_law chain, or "
                              "prefill_batching=false")
-        if self.config["profile_law"] == "chain" and not self.config["decode_profile"]:
+        if cfg["profile_law"] == "chain" and not cfg["decode_profile"]:
             raise ValueError("profile_law chain puts the decode profile in the chain: give "
                              "--decode-profile too")
-        if self.config["decode_profile"]:
-            # the laws of the discrepancy, spline and two-regime subclasses do not take it
-            if not self.takes_decode_profile:
-                raise ValueError(f"the {self.name} model's law does not take a decode "
-                                 "profile: use --model dense or tails")
+        if cfg["decode_profile"]:
             if how != "none":
                 raise ValueError("a decode profile needs the engine's cap stated, not "
                                  "learned: drop --cap-prior, or give --max-num-seqs")
@@ -286,13 +194,21 @@ class DenseLatencyModel(LatencyModel):
         """Replace "auto" in ``profile_law`` and ``noise_load_at`` by what they mean for
         this configuration, so that a fit file records the law it was fitted with."""
         cfg = self.config
+        profile = bool(cfg["decode_profile"])
+        # without a profile the first two are inert: said only with one
+        say = self.resolve_auto if profile else (lambda name, value, why: value)
         if cfg["profile_law"] == "auto":
-            cfg["profile_law"] = (self.profile_law_with_profile if cfg["decode_profile"]
-                                  else "poisson")
+            cfg["profile_law"] = say("profile_law",
+                                     self.profile_law_with_profile if profile else "poisson",
+                                     f"the {self.name} model's law with a decode profile")
         if cfg["prefill_batching"] == "auto":
-            cfg["prefill_batching"] = cfg["profile_law"] == "chain"
+            cfg["prefill_batching"] = say("prefill_batching", cfg["profile_law"] == "chain",
+                                          f"profile_law {cfg['profile_law']}")
         if cfg["noise_load_at"] == "auto":
-            cfg["noise_load_at"] = "measured" if cfg["profile_law"] == "chain" else "curve"
+            chain = cfg["profile_law"] == "chain"
+            cfg["noise_load_at"] = self.resolve_auto(
+                "noise_load_at", "measured" if chain else "curve",
+                "the decode profile's chain" if chain else "no decode-profile chain")
 
     def build(self, data: pd.DataFrame) -> pm.Model:
         inputs, model = self.empty_model(data)
@@ -332,7 +248,7 @@ class DenseLatencyModel(LatencyModel):
         arrays = super().data_arrays(inputs)
         arrays["log_C1_center"] = (
             np.asarray(float(np.log(np.median(inputs.groups["latency_low"])))), None)
-        if self.config["holdout_mask"]:
+        if self.holdout_mask:
             # 1 = in the likelihood: one compiled model refits without any points
             # (checks.leave_out.fold_check) by changing the mask only.
             arrays["fit_mask"] = (np.ones(len(inputs.rows)), "point")

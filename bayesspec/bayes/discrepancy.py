@@ -30,23 +30,16 @@ from bayesspec.laws import curved_latency_expr
 from bayesspec.prediction import CurvedCurve, Noise
 from bayesspec.bayes.dense import DenseLatencyModel
 from bayesspec.bayes.priors import latency_likelihood
+from bayesspec.bayes.options import model_defaults
 
 
 class DiscrepancyLatencyModel(DenseLatencyModel):
     checks_cap_on_draws = False  # a law of its own: the cap stays as the data put it
     name = "dense-discrepancy"
-    takes_decode_profile = False
-    takes_run_effect = False
     version = "1"
     own_mean_law = True
     curve_parameters = 3
-    learns_cap = False
-    default_config = {
-        **DenseLatencyModel.default_config,
-        "bend_scale": 0.5,          # HalfNormal scale of the spread of log(1 + bend)
-        "group_noise_scale": 0.5,   # log-sd of a group's noise factor
-        "likelihood": "normal",     # or "student_t"
-    }
+    default_config = model_defaults("dense-discrepancy", DenseLatencyModel.default_config)
 
     def build(self, data: pd.DataFrame) -> pm.Model:
         inputs, model = self.empty_model(data)

@@ -38,7 +38,7 @@ Saturation: the trends do not keep every observed point below saturation by cons
 (the dense and speculative models do), so the likelihood caps the utilisation smoothly
 just below 1 (:func:`bayesspec.bayes.priors.soft_utilisation_cap`).
 
-Leave-n-out: with ``holdout_mask=True`` the model has a ``fit_mask`` data array; folds
+Leave-n-out: built with ``holdout_mask=True`` the model has a ``fit_mask`` data array; folds
 refit one compiled model with a new mask, and the held-out points are predicted from the
 posterior of their (unfitted) groups.
 
@@ -62,6 +62,7 @@ from bayesspec.bayes import moe_split
 from bayesspec.bayes.spread_estimate import c2p_spread
 from bayesspec.bayes.base import COMMON_CONFIG, ModelInputs
 from bayesspec.bayes.speculative import COEFFICIENTS, SpeculativeLatencyModel
+from bayesspec.bayes.options import model_defaults
 
 SYSTEM_COEFFICIENTS = ("c1p", "c1v", "c2p", "c2v")
 PAIR_COEFFICIENTS = ("c1d", "c2d")
@@ -286,38 +287,8 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
     init = "optimised"
     # Held-out configurations get their deviations from the learned spreads.
     predicts_unseen_configurations = True
-    default_config = {
-        **SpeculativeLatencyModel.default_config,
-        "physics_priors": "auto",       # auto (on when the GPU card is known) | on | off
-        "physics_log_sd": 1.0,          # prior log-sd of a roofline rate
-        "overhead_log_sd": 1.5,         # prior log-sd of an overhead term
-        "vague_log_sd": 2.5,            # prior log-sd of every rate without physics
-        "system_spread_scale": 0.08,    # typical spread of verifier deviations (prior)
-        "cell_spread_scale": 0.1,       # prior scale of cell deviations
-        "holdout_mask": False,          # build with a fit_mask (leave-n-out folds)
-        # Which verifier deviations are centred (_member_deviation): a list of
-        # SYSTEM_COEFFICIENTS, or auto: c1v and c2v, and c2p when the data measure each
-        # verifier's c2p finely enough (centred_system_coefficients).
-        "centred_deviations": "auto",
-        # conditional | non_centred: how a cell's C1 deviation is parameterised
-        # (_conditional_deviation; non_centred was version 3's, and the MoE split's).
-        "cell_c1_deviations": "conditional",
-        # conditional | non_centred: the same for C2 (_conditional_c2_deviation; version 4
-        # had non_centred).
-        "cell_c2_deviations": "conditional",
-        # The conditional deviations' per-cell sums run over at most this many points of
-        # a cell (shift_subsample; None: all of them) ...
-        "conditional_points_per_cell": 16,
-        # ... in data with more rows than this; below, every point. The subsample pays
-        # where the sums are most of a gradient's cost (16k rows: 0.70 ms against 2.73
-        # ms; 4k: 0.40 against 0.59); at 1k rows all points cost 8% more per gradient,
-        # and 16 points of a cell with 26 speculative sweeps misrepresent it: on the
-        # bundled data (1044 rows) ESS per gradient 1.22e-2 with the subsample and
-        # 1.8e-2 to 2.1e-2 without, at target 0.9 (docs/findings/sampler-geometry.md,
-        # "The hierarchical model, from funnels to conditional coordinates", measured
-        # 2026-12-03).
-        "conditional_subsample_rows": 2048,
-    }
+    takes_holdout_mask = True
+    default_config = model_defaults("hierarchical", SpeculativeLatencyModel.default_config)
 
     def check_config(self) -> None:
         centred = self.config["centred_deviations"]
@@ -416,7 +387,7 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
 
     def data_arrays(self, inputs):
         arrays = super().data_arrays(inputs)
-        if self.config["holdout_mask"]:
+        if self.holdout_mask:
             arrays["fit_mask"] = (np.ones(len(inputs.rows)), "point")
         return arrays
 
@@ -428,9 +399,6 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
         and are recorded: a model rebuilt from a fit file uses the recorded ones, so a
         later change of catalog cannot change the prior of an existing fit."""
         mode = self.config["physics_priors"]
-        if mode not in {"auto", "on", "off"}:
-            raise BadInput(f"physics_priors must be auto, on or off, got {mode!r}",
-                           argument="physics_priors")
         if "prior_centres" in self.recorded:
             centres = self.recorded["prior_centres"]
             physics = bool(self.recorded["physics_priors"])
@@ -442,6 +410,10 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
                                f"'{self.gpu or '?'}' has none (add a gpu column and a card, "
                                "or use physics_priors=off)", column="gpu")
             physics = mode != "off" and card is not None
+            if mode == "auto":
+                self.resolve_auto("physics_priors", "on" if physics else "off",
+                                  f"the GPU card of '{self.gpu}' is known" if physics
+                                  else "no GPU card")
             verifier_cards = [catalog.find_model(v)
                               for v in inputs.extras["systems"]["verifier"].astype(str)]
             centres = physics_centres(card if physics else catalog.gpu(REFERENCE_GPU),
@@ -473,6 +445,9 @@ class HierarchicalLatencyModel(SpeculativeLatencyModel):
             centre_c2p = estimate.centre(self.config["system_spread_scale"])
             choice = ("c1v", "c2v") + (("c2p",) if centre_c2p in (True, None) else ())
             self.recorded["c2p_spread_estimate"] = estimate.as_record()
+            self.resolve_auto("centred_deviations", list(choice),
+                              "c2p measured finely or unmeasured" if "c2p" in choice
+                              else "c2p spread widely across verifiers")
         choice = tuple(n for n in SYSTEM_COEFFICIENTS if n in choice)
         self.recorded["centred_deviations"] = list(choice)
         return choice

@@ -29,10 +29,11 @@ pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first 
 
 from bayesspec.data import included
 from bayesspec.errors import BadInput
-from bayesspec.laws import (MOE_BISECTION_STEPS, MOE_NEWTON_STEPS, expert_coverage_expr,
+from bayesspec.laws import (expert_coverage_expr,
                     moe_latency_expr, verification_tokens)
 from bayesspec.prediction import MoECurve
 from bayesspec.bayes.base import COMMON_CONFIG, LatencyModel, ModelInputs
+from bayesspec.bayes.options import model_defaults
 from bayesspec.bayes.priors import latency_likelihood, pooled_normal
 
 
@@ -86,23 +87,12 @@ class MoELatencyModel(LatencyModel):
     # mode from a jittered start at either sampler budget (R-hat 1.59-1.60, low-load R^2
     # -103); started optimised it converged (R-hat 1.002, bulk ESS 4,406) in 110 s
     init = "optimised"
-    default_config = {
-        **COMMON_CONFIG,
-        "share_logit_scale": 1.5,
-        # Variants compared by PSIS-LOO (docs/findings/moe-and-cap.md, "The
-        # covered/saturated split fits sparse verifiers at low load"):
-        # T = offset + RPS*L*tokens.
-        # 0 (the paper's T = RPS*L) by default: on the bundled simulator data offset 1
-        # fits no better, elpd difference -0.3 +- 1.3 (examples/moe_low_load.py --quick,
-        # 2026-12-01; low-load R^2 0.998/1.000 for both), so the simpler law stays.
-        "token_offset": 0.0,        # 0: the paper's T = RPS*L; 1: the request counts itself
-        # k + 1 by default: on the bundled simulator data PSIS-LOO prefers it by 200 +- 29
-        # elpd (examples/moe_low_load.py; low-load R^2 0.998/1.000 vs 0.979/0.999 for k);
-        # the verification pass does route k + 1 tokens per request.
-        "verify_tokens": "k+1",     # "k" (paper) or "k+1" tokens per verification
-        "bisection_steps": MOE_BISECTION_STEPS,
-        "newton_steps": MOE_NEWTON_STEPS,
-    }
+    # Variants compared by PSIS-LOO (docs/findings/moe-and-cap.md, "The covered/saturated
+    # split fits sparse verifiers at low load"): moe_token_offset 0 (the paper's T = RPS*L)
+    # fits no better than 1 on the bundled simulator data, elpd difference -0.3 +- 1.3
+    # (examples/moe_low_load.py --quick, 2026-12-01), so the simpler law stays; k + 1
+    # verified tokens beat k by 200 +- 29 elpd there (the pass routes k + 1 tokens).
+    default_config = model_defaults("moe", COMMON_CONFIG)
 
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
         rows = included(data)
@@ -117,7 +107,7 @@ class MoELatencyModel(LatencyModel):
         groups["experts_active"] = rows["experts_active"].to_numpy(float)[first]
         groups["experts_total"] = rows["experts_total"].to_numpy(float)[first]
         groups["tokens_per_request"] = tokens_per_request(groups["k"].to_numpy(),
-                                                          self.config["verify_tokens"])
+                                                          self.config["moe_verify_tokens"])
         return inputs
 
     def build(self, data: pd.DataFrame) -> pm.Model:
@@ -134,7 +124,7 @@ class MoELatencyModel(LatencyModel):
             # C1u = total*(1 - share) made a curved ridge between total and share.
             # z ~ Normal(0, scale) is the same prior on C1s/C1u = share/(1 - share).
             log_c1u = pooled_log_c1u(center, cfg["log_c1_scale"], n_groups)
-            share_scale = cfg["share_logit_scale"]
+            share_scale = cfg["moe_share_logit_scale"]
             log_ratio_c1 = pm.Normal("logit_share_C1s", 0.0, share_scale, dims="group")
             share_c2 = pm.math.sigmoid(pm.Normal("logit_share_C2s", 0.0, share_scale,
                                                  dims="group"))
@@ -150,7 +140,7 @@ class MoELatencyModel(LatencyModel):
             m = pt.as_tensor_variable(groups["experts_active"].to_numpy(float))
             M = pt.as_tensor_variable(groups["experts_total"].to_numpy(float))
             tpr = pt.as_tensor_variable(groups["tokens_per_request"].to_numpy(float))
-            offset = float(cfg["token_offset"])
+            offset = float(cfg["moe_token_offset"])
             g = data["group_index"]
             # The least root of eq. (4) by bracketing, whatever the draw (equal to the
             # numpy solve to 1e-9 on 100k random inputs, steep coverage included, with the
@@ -184,7 +174,7 @@ class MoELatencyModel(LatencyModel):
             m, M = 0.0, 1.0
         return MoECurve(*(fit.draws(n, group) for n in ("C1u", "C1s", "C2u", "C2s")),
                         m=m, M=M, tokens=float(row["tokens_per_request"]),
-                        offset=float(self.config["token_offset"]), label=str(row["label"]),
+                        offset=float(self.config["moe_token_offset"]), label=str(row["label"]),
                         noise=self.noise(fit))
 
     @classmethod

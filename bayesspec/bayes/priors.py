@@ -168,7 +168,8 @@ def latency_likelihood(c1, c2, cfg: dict, data: dict, *, mean_latency=None, c2_p
         # the file: one seed serves them all (Vidur, a fixed-seed GuideLLM campaign), and
         # its bursts load every sweep alike.
         share = float(cfg["run_effect_share"])
-        common = min(float(cfg.get("run_effect_common_share", 0.0)), share)
+        common = cfg.get("run_effect_common_share", 0.0)
+        common = share if common == "all" else min(float(common), share)
         effect = 0.0
         if common > 0:
             effect = np.sqrt(common) * pm.Normal("run_effect_common_z", 0.0, 1.0)

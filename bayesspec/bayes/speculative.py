@@ -67,6 +67,7 @@ from bayesspec.bayes.acceptance import TOKEN_VARIABLES
 from bayesspec.bayes.base import COMMON_CONFIG, LatencyModel, ModelInputs, dense_hint
 from bayesspec.bayes.caps import engine_limits, fitted_cap
 from bayesspec.bayes.priors import latency_likelihood, pooled_normal
+from bayesspec.bayes.options import model_defaults
 
 SETUP_COLUMNS = ("verifier", "drafter", "prefill_tokens", "decode_tokens")
 COEFFICIENTS = ("c1p", "c1v", "c1d", "c2p", "c2v", "c2d")
@@ -272,28 +273,7 @@ class SpeculativeLatencyModel(LatencyModel):
     # nor in the 20 speculative fits of docs/findings/sampler-geometry.md, "Noise priors
     # that keep a fit off the noise-free neck".
     target_accept = 0.95
-    default_config = {
-        **COMMON_CONFIG,
-        "share_scale": 1.5,          # prior sd of the log shares between coefficients
-        "latent_alpha": "auto",      # auto | always | never
-        "acceptance": "auto",        # auto | totals | per_position (counters used)
-        "acceptance_dispersion": "learned",   # learned | none (plain Binomial counts)
-        # iid: eq. (3)'s alpha (known, or latent from the counters); token: E(k) from the
-        # token process fitted to the SD rows' per-position counters (bayes.acceptance);
-        # auto: token where every SD group has per-position counters and each setup one
-        # acceptance (resolved per data set: `resolve_acceptance_law`), else iid
-        "acceptance_law": "auto",
-        "acceptance_structure": "auto",   # token: auto (by drafter kind) or a structure
-        "acceptance_k_max": 16,           # token: E(k) kept for k = 0..this, per draw
-        # prior of log kappa: kappa ~ 1100, window-to-window sd of alpha ~ 0.013 at 0.8
-        "acceptance_log_concentration_mean": 7.0,
-        "acceptance_log_concentration_scale": 2.5,
-        # Sparse (MoE) verifiers: eq. (4) on top of eq. (3) (bayesspec.bayes.moe_split).
-        "moe_split": "auto",         # auto (when the verifier has expert counts) | never
-        "moe_token_offset": 0.0,     # T = offset + RPS*L*tokens, as the moe model's
-        "moe_verify_tokens": "k+1",  # tokens per verification: k (paper) or k + 1
-        "moe_share_logit_scale": 1.5,
-    }
+    default_config = model_defaults("speculative", COMMON_CONFIG)
 
     # ------------------------------------------------------------------ inputs
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
@@ -328,14 +308,6 @@ class SpeculativeLatencyModel(LatencyModel):
                                file=source, column="decode_tokens")
 
         mode = self.config["latent_alpha"]
-        if mode not in {"auto", "always", "never"}:
-            raise BadInput(f"latent_alpha must be auto, always or never, got {mode!r}")
-        usage = self.config["acceptance"]
-        if usage not in {"auto", "totals", "per_position"}:
-            raise BadInput(f"acceptance must be auto, totals or per_position, got {usage!r}")
-        if self.config["acceptance_dispersion"] not in {"learned", "none"}:
-            raise BadInput("acceptance_dispersion must be learned or none, got "
-                           f"{self.config['acceptance_dispersion']!r}")
         # Counters of every row of a fitted group, saturated ones included.
         number = {label: g for g, label in enumerate(groups["label"])}
         counter_group = np.array([number.get(label, -1)
@@ -360,6 +332,11 @@ class SpeculativeLatencyModel(LatencyModel):
                            "no acceptance counters (accepted_tokens with num_drafts or "
                            "draft_tokens) to estimate it", file=source, column="alpha")
         groups["alpha_latent"] = latent
+        if mode == "auto" and (is_sd & has_counters).any() and not token:
+            self.resolve_auto("latent_alpha", "always" if latent[is_sd].all() else
+                              "never" if not latent.any() else "some",
+                              f"alpha learned from the counters in {int(latent.sum())} of "
+                              f"{int(is_sd.sum())} speculative groups (those without alpha)")
         groups["num_drafts_total"] = drafts
         groups["accepted_total"] = accepted
         inputs.extras["acceptance"], groups["acceptance_counts"] = self._acceptance_windows(
@@ -372,6 +349,10 @@ class SpeculativeLatencyModel(LatencyModel):
             groups["acceptance_counts"] = np.where(is_sd, "token", "")
 
         moe_split.annotate(inputs, setups, self.config, source)
+        sparse = int(groups["moe_split"].sum())
+        if self.config["moe_split"] == "auto" and sparse:
+            self.resolve_auto("moe_split", "auto", f"eq. (4) in the {sparse} group(s) of "
+                              "sparse verifiers (expert counts known)")
         self.setups = setups
         inputs.extras["setups"] = setups
         return inputs
@@ -615,23 +596,17 @@ class SpeculativeLatencyModel(LatencyModel):
     # fitted to the per-position counters of the setup's rows (bayes.acceptance), so that
     # every decision carries the acceptance uncertainty with the same draws.
     def _token_law(self) -> bool:
-        from bayesspec.bayes.acceptance import STRUCTURES
-
-        law, structure = self.config["acceptance_law"], self.config["acceptance_structure"]
-        if law not in {"iid", "token", "auto"}:
-            raise ValueError(f"acceptance_law must be auto, iid or token, got {law!r}")
-        if structure != "auto" and structure not in STRUCTURES:
-            raise ValueError(f"acceptance_structure must be auto or one of "
-                             f"{', '.join(STRUCTURES)}, got {structure!r}")
-        return getattr(self, "acceptance_law_used", law) == "token"
+        law = (getattr(self, "acceptance_law_used", None)
+               or self.resolved.get("acceptance_law", {}).get("value")   # a fit file's
+               or self.config["acceptance_law"])
+        return law == "token"
 
     def resolve_acceptance_law(self, groups, counters, counter_group) -> str:
         """The acceptance law of this data set: the option when set; for ``auto`` the
         token process where every SD group has per-position counter windows and each
         setup one acceptance (the token process is one per setup: groups told apart by a
         stated alpha are different acceptances it cannot hold), and iid otherwise, with
-        why in ``auto_reasons`` (stored in the fit file and said once by ``fit``)."""
-        self._token_law()            # a bad option is refused before any data is read
+        why recorded (``resolve_auto``: stored in the fit file and said once by ``fit``)."""
         law = self.config["acceptance_law"]
         if law != "auto":
             self.acceptance_law_used = law
@@ -661,13 +636,7 @@ class SpeculativeLatencyModel(LatencyModel):
             law, why = "token", ("per-position counters on every SD group: E(k) of the token "
                                  "process, fitted with the costs")
         self.acceptance_law_used = law
-        self.auto_reasons = {**getattr(self, "auto_reasons", {}),
-                             "acceptance_law": {"value": law, "why": why}}
-        return law
-
-    def check_config(self) -> None:
-        super().check_config()
-        self._token_law()
+        return self.resolve_auto("acceptance_law", law, why)
 
     def _token_lengths(self, groups):
         """Per group (a tensor; 1 where dense) the tokens per cycle E(k) of its setup's
@@ -681,6 +650,9 @@ class SpeculativeLatencyModel(LatencyModel):
         structure = self.config["acceptance_structure"]
         structures = [default_structure(row) if structure == "auto" else structure
                       for row in setups.to_dict("records")]
+        if structure == "auto":
+            self.resolve_auto("acceptance_structure", sorted(set(structures)),
+                              "by each drafter's kind")
         k = groups["k"].to_numpy(int)
         k_max = max(int(self.config["acceptance_k_max"]), int(k.max()))
         table = token_acceptance_lengths(windows, structures, len(setups), k_max,

@@ -49,6 +49,7 @@ from bayesspec.prediction import Curve, Noise
 from bayesspec.prediction.curves import _lift
 from bayesspec.bayes.dense import DenseLatencyModel
 from bayesspec.bayes.priors import latency_likelihood
+from bayesspec.bayes.options import model_defaults
 
 
 def knots(spacing: float, last: float = 2.0) -> np.ndarray:
@@ -99,32 +100,9 @@ class SplineDiscrepancyCurve(Curve):
 class SplineDiscrepancyLatencyModel(DenseLatencyModel):
     checks_cap_on_draws = False  # a law of its own: the cap stays as the data put it
     name = "dense-spline"
-    takes_decode_profile = False
-    takes_run_effect = False
     version = "1"
     own_mean_law = True
-    learns_cap = False
-    default_config = {
-        **DenseLatencyModel.default_config,
-        # Utilisation reached by the top fitted rate: median 0.5 (the dense default, 0.73,
-        # says a sweep ends near its pole). A sweep bending at its top is explained by
-        # the discrepancy or by the pole; with the pole assumed near, the rise before
-        # the top is read as the pole's and extrapolated steeply (measured on the Vidur
-        # hold-out fits, pooled over all groups, 2 chains x 300: 14% of the higher points
-        # below their interval at 0.73, 10% at 0.5).
-        "utilisation_logit_mean": 0.0,
-        # r = RPS/RPS_max between slope changes of delta. 0.2, not 0.1: at 0.1 (ten
-        # slope changes inside the data) C2 and the first weights trade along a ridge
-        # the sampler crosses slowly (Vidur sweeps, 4 chains x 1000: R-hat 1.03, 13-115
-        # divergences; at 0.2: no divergences, decision quantities converged).
-        "knot_spacing": 0.2,
-        "knot_max": 2.0,            # last knot (r): the discrepancy extrapolates to here
-        "amplitude_scale": 2.0,     # HalfNormal scale of the pooled amplitude a
-        "amplitude_spread": 1.0,    # HalfNormal scale of s, the log-sd of a_g around a
-        "group_noise_scale": 1.0,   # log-sd of a group's noise factor (base and load)
-        "likelihood": "normal",     # or "student_t"
-        "bend_scale": 0.0,          # > 0: the second-order law of dense-discrepancy
-    }
+    default_config = model_defaults("dense-spline", DenseLatencyModel.default_config)
     # Measured on the Vidur sweeps (4 chains x 1000, knots every 0.2): 4 divergences in
     # 4000 draws at 0.95, none at 0.98.
     target_accept = 0.98

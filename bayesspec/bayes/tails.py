@@ -68,17 +68,18 @@ import xarray as xr
 from bayesspec.data import has_mean_latency, reference_latency
 from bayesspec.data.columns import PERCENTILE_RULE_COLUMN
 from bayesspec.errors import BadInput
-from bayesspec.laws import (QUANTILE_RULES, RUN_EFFECT_SHARE, batch_count_loads,
+from bayesspec.laws import (batch_count_loads,
                     batch_count_quantile_expr, count_spread_quantile_expr, latency_expr,
                     load_amplification_expr, load_elasticity_expr, load_factor_expr,
                     percentile_latency_expr, quantile_sampling_moments, sampled_quantile_error_expr,
-                    slot_queue_latency_expr, spreading_load_expr)
+                    slot_queue_latency_expr)
 from bayesspec.prediction import MetricCurve, Noise, SummarySampling
 from bayesspec.data.schema import METRIC_COLUMNS, metric_description, metric_family, metric_quantile
 from bayesspec.bayes.dense import DenseLatencyModel, profile_starts
 from bayesspec.bayes.caps import CAP_REACH_SUMMARY_TOLERANCE, cap_departure, fitted_cap
 from bayesspec.bayes.priors import (CAP_MARGIN, latency_likelihood, profiled_point_c1,
                      soft_utilisation_cap)
+from bayesspec.bayes.options import model_defaults
 
 #: Where a metric's zero-load value sits relative to C1 before the data speak: TTFT and
 #: ITL are about one step, C1 is about decode_tokens steps.
@@ -93,10 +94,6 @@ FALLBACK_SPREAD = 0.25
 #: Bounds of a spread read off the model's curves (curves that cross in a draw would
 #: give a negative one).
 SPREAD_BOUNDS = (0.005, 2.0)
-#: The laws of the end-to-end latency percentiles (the ``tail_law`` option).
-TAIL_LAWS = ("power", "count")
-#: How a run's correlated requests enter a summary's sampling error (``summary_run``).
-SUMMARY_RUNS = ("none", "independent", "shared")
 
 
 def count_law_metrics(metrics, tail_law: str, has_mean: bool) -> list[int]:
@@ -266,99 +263,10 @@ class TailLatencyModel(DenseLatencyModel):
     name = "tails"
     version = "3"
     needs_mean_latency = False
-    takes_run_effect = False
-    default_config = {
-        **DenseLatencyModel.default_config,
-        "offset_scale": 2.0,         # prior sd of log A around log C1 + the metric's centre
-        "exponent_log_scale": 0.5,   # prior sd of log(gamma) around 0
-        # What the law leaves over of a summary, its sampling error apart.
-        "tail_noise_median": 0.03,
-        # Summaries fitted when the data have them: the tails SLOs are set on. Medians and
-        # means of fixed-length requests are near-copies of the mean latency that add
-        # nothing to it but a second opinion on its noise (measured: bimodal noise
-        # scales on the README walkthrough with all 14); name them here to fit them.
-        # Without a mean latency in the data, the medians are fitted too.
-        "metrics": ("p90", "p99", "ttft_p90", "ttft_p99", "itl_p90", "itl_p99"),
-        # True: the mean's noise_base is also a run effect shared with the summaries (the
-        # fuller model of one run; bimodal noise scales on the fixed-length README sweeps,
-        # where the mean law and the summaries disagree on curvature), so off by default.
-        "shared_run_effect": False,
-        # False: every summary grows exactly like the mean (gamma = 1), the candidate a
-        # free exponent is compared with (benchmarks/slo_truth.py).
-        "free_exponent": True,
-        # Log-sd of a summary's saturation cost around the mean's C2 (0: the same C2).
-        "saturation_spread": 0.1,
-        # A reported percentile of n_requests requests is an order statistic: its bias and
-        # scatter enter the likelihood (False: a summary is read as the population's).
-        "sampling_error": True,
-        # Where the per-request log-latency spread comes from: "data" (the points' own
-        # percentiles, pooled per group) or "model" (the fitted curves of two percentiles
-        # of the same quantity; the data's where there are not two). Measured on thin
-        # simulated runs (benchmarks/thin_slo.py): "data" agrees with the long-run truth
-        # more often (0.984 against 0.970) and samples twice as fast; "model" can widen
-        # the spread to excuse a curve's misfit (a spread of 0.59 where the truth has 0.35).
-        "spread": "data",
-        # How the percentiles were computed (QUANTILE_RULES): "linear" is numpy's, vllm
-        # bench's and the simulator's, "inverted_cdf" GuideLLM's. "auto": the data's
-        # ``percentile_rule`` column (ingest writes it), "linear" where it is absent; the
-        # fit stores what it resolved to.
-        "quantile_rule": "auto",
-        # The law of the end-to-end latency percentiles (p50, p90, p99, ...) when the
-        # mean is fitted: "power", q = A F^gamma (percentile_latency_expr), or "count",
-        # the quantile of a request whose stall time spreads with the load it meets
-        # (count_spread_quantile_expr: a zero-load spread and a dispersion per summary).
-        # TTFT and ITL summaries keep the power law.
-        "tail_law": "power",
-        # Priors of the count law: the zero-load relative spread of a request's latency
-        # (median, log-sd) and the dispersion of its stall time (1: the chain's own).
-        "count_spread_median": 0.05,
-        "count_spread_log_sd": 1.5,
-        "count_dispersion_log_sd": 0.75,
-        # One run's requests are not independent: a reported summary scatters from run to
-        # run like an order statistic of n/(1 + 2N) requests, N = RPS x the measured mean
-        # in flight (laws.run_mean_log_sd's reasoning; on six replays of vidur_capped the
-        # seed-to-seed p99 scatter is 10-109 times the independent order statistic's and
-        # 1.4-2.5 times this). "none": requests independent. "independent": that variance
-        # per point. "shared": ``RUN_EFFECT_SHARE`` of it one draw for the whole file (one
-        # arrival seed replayed at every rate of every sweep), the rest the point's own.
-        "summary_run": "none",
-        # The count law's spreading load with the decode profile: "signed", the net
-        # L - C1 (the profile's stretch as load, negative where the iteration time dips
-        # with the batch); "magnitude", the queue's part plus the stretch's size
-        # (laws.spreading_load_expr).
-        "count_stretch": "signed",
-        # The count law's variance: "chain", the stall time over-dispersed like eq. (1)'s
-        # birth-death chain (count_spread_quantile_expr); "batch", a Poisson count of
-        # stalls below the engine's cap plus the exponential wait for a slot past it
-        # (laws.batch_count_quantile_expr).
-        "count_dispersion": "chain",
-    }
+    default_config = model_defaults("tails", DenseLatencyModel.default_config)
 
     #: tails reads its load factor from the Poisson law (the chain has no single N)
     profile_law_with_profile = "poisson"
-
-    def check_config(self) -> None:
-        super().check_config()
-        if self.config["profile_law"] != "poisson":
-            raise ValueError("tails reads its load factor from the decode profile's "
-                             "Poisson law: profile_law chain is the dense model's")
-        if self.config["spread"] not in ("model", "data"):
-            raise ValueError(f"spread must be 'model' or 'data', got {self.config['spread']!r}")
-        if self.config["tail_law"] not in TAIL_LAWS:
-            raise ValueError(f"tail_law must be one of {TAIL_LAWS}, got "
-                             f"{self.config['tail_law']!r}")
-        if self.config["count_stretch"] not in ("signed", "magnitude"):
-            raise ValueError("count_stretch must be 'signed' or 'magnitude', got "
-                             f"{self.config['count_stretch']!r}")
-        if self.config["count_dispersion"] not in ("chain", "batch"):
-            raise ValueError("count_dispersion must be 'chain' or 'batch', got "
-                             f"{self.config['count_dispersion']!r}")
-        if self.config["summary_run"] not in SUMMARY_RUNS:
-            raise ValueError(f"summary_run must be one of {SUMMARY_RUNS}, got "
-                             f"{self.config['summary_run']!r}")
-        if self.config["quantile_rule"] not in ("auto", *QUANTILE_RULES):
-            raise ValueError(f"quantile_rule must be one of {QUANTILE_RULES}, got "
-                             f"{self.config['quantile_rule']!r}")
 
     # ------------------------------------------------------------------ data
     def prepare(self, data: pd.DataFrame):
@@ -377,11 +285,6 @@ class TailLatencyModel(DenseLatencyModel):
             raise BadInput("learning the concurrency cap needs mean latencies (the bend of "
                            "the mean law); these data have percentiles only: state the cap "
                            "(--max-num-seqs / --kv-cache-tokens)", option="--cap-prior",
-                           file=data.attrs.get("source_file"))
-        if not has_mean and self.config["summary_run"] != "none":
-            raise BadInput("summary_run reads the requests in flight off the measured mean "
-                           "latency, and these data have percentiles only (no "
-                           "latency_mean_s): drop the option", option="--option",
                            file=data.attrs.get("source_file"))
         if not has_mean and self.config["tail_law"] == "count":
             raise BadInput("tail_law count reads each percentile off the mean law, and these "
@@ -411,10 +314,6 @@ class TailLatencyModel(DenseLatencyModel):
         for family, values in spreads.items():
             first = np.unique(inputs.group_index, return_index=True)[1]
             groups[f"spread_{family}"] = values[first]
-        # 1 + 2N at each point (summary_run): how many times an order statistic's
-        # variance a run's correlated requests give it
-        run_factor = 1.0 + 2.0 * rows["rps"].to_numpy(float) * pd.to_numeric(
-            rows["latency_mean_s"], errors="coerce").to_numpy(float)
         points, metric_index, values, shift, variance, spread = [], [], [], [], [], []
         for m, metric in enumerate(metrics):
             column = METRIC_COLUMNS[metric]
@@ -424,11 +323,7 @@ class TailLatencyModel(DenseLatencyModel):
             values.append(pd.to_numeric(rows[column], errors="coerce").to_numpy(float)[seen])
             moments = quantile_sampling_moments(metric_quantile(metric), count[seen], rule)
             shift.append(np.broadcast_to(moments[0], (int(seen.sum()),)))
-            order_variance = np.broadcast_to(moments[1], (int(seen.sum()),))
-            if self.config["summary_run"] != "none":
-                order_variance = order_variance * np.where(np.isfinite(run_factor[seen]),
-                                                           run_factor[seen], 1.0)
-            variance.append(order_variance)
+            variance.append(np.broadcast_to(moments[1], (int(seen.sum()),)))
             spread.append(spreads[metric_family(metric)][seen])
             groups[f"observed_{metric}"] = np.bincount(inputs.group_index[seen],
                                                        minlength=len(groups))
@@ -462,7 +357,7 @@ class TailLatencyModel(DenseLatencyModel):
         if self.config["quantile_rule"] != "auto":
             return self.config["quantile_rule"]
         if PERCENTILE_RULE_COLUMN not in rows.columns:
-            return "linear"
+            return self.resolve_auto("quantile_rule", "linear", "no percentile_rule column")
         stated = rows[PERCENTILE_RULE_COLUMN].dropna().astype(str).str.strip()
         rules = sorted(set(stated[stated != ""]))
         if len(rules) > 1:
@@ -470,7 +365,9 @@ class TailLatencyModel(DenseLatencyModel):
                            f"({', '.join(rules)}); fit each source on its own or state one "
                            "with --option quantile_rule=...", column=PERCENTILE_RULE_COLUMN,
                            file=data.attrs.get("source_file"))
-        return rules[0] if rules else "linear"
+        rule = rules[0] if rules else "linear"
+        return self.resolve_auto("quantile_rule", rule, f"the rows' {PERCENTILE_RULE_COLUMN}"
+                                 if rules else "the rows' percentile_rule is blank")
 
     @staticmethod
     def _data_centres(rows, group_index, n_groups: int, metrics: list[str]) -> np.ndarray:
@@ -617,25 +514,21 @@ class TailLatencyModel(DenseLatencyModel):
                 # the batch each request meets (docs/findings/tail-laws.md, "Held-out p99
                 # on Vidur's sets": the count law, measured 2026-12-06).
                 own_work = c1[every_group][None, :]
-                magnitude = cfg["count_stretch"] == "magnitude"
                 if cfg["count_dispersion"] == "batch":
                     stall_load, slot_wait = batch_count_loads(
                         own_work, stretch, queue_factor[counted], eq1_factor[counted],
-                        magnitude, xp=pt)
+                        xp=pt)
                     counted_q = batch_count_quantile_expr(
                         point_c1[None, :] * queue_factor[counted], own_work,
                         c2_summary[counted], spread0[:, every_group],
                         dispersion[:, every_group], count_z[:, None], stall_load,
                         slot_wait, xp=pt)
                 else:
-                    spreading = (spreading_load_expr(own_work, stretch,
-                                                     queue_factor[counted], xp=pt)
-                                 if magnitude else None)
                     counted_q = count_spread_quantile_expr(
                         point_c1[None, :] * queue_factor[counted], own_work,
                         c2_summary[counted],
                         spread0[:, every_group], dispersion[:, every_group],
-                        count_z[:, None], xp=pt, load=spreading)
+                        count_z[:, None], xp=pt)
                 log_q_all = pt.set_subtensor(log_q_all[counted], pt.log(counted_q))
 
             # kept for checks of the graph against MetricCurve (not a model variable)
@@ -678,7 +571,7 @@ class TailLatencyModel(DenseLatencyModel):
             if has_mean:
                 residual_mean = data["observed_log_latency"] - pt.log(
                     mean_latency(data["rps"]))
-                run_sd = model["noise_base"] if cfg["shared_run_effect"] else 0.0
+                run_sd = model["noise_base"] if cfg["base_noise_shared_with_summaries"] else 0.0
                 (shift_rate, shift_run), covariance = shared_run_errors(
                     residual_mean, slope_mean, run_sd, model["noise_load"],
                     data["log_se"] ** 2)
@@ -688,16 +581,10 @@ class TailLatencyModel(DenseLatencyModel):
                 covariance = (pt.ones(n_points) * model["noise_load"] ** 2,
                               pt.zeros(n_points), pt.zeros(n_points))
             slope = gamma * slope_mean[point]
-            run_shift = 0.0
-            if cfg["summary_run"] == "shared":
-                # the file's arrival luck, in units of each summary's own run sd
-                run_effect = pm.Normal("tail_run_z", 0.0, 1.0)
-                run_shift = pt.sqrt(RUN_EFFECT_SHARE * sampling_variance) * run_effect
-                sampling_variance = (1.0 - RUN_EFFECT_SHARE) * sampling_variance
             own = (noise[metric] ** 2 + (gamma * noise_tail_load * slope_mean[point]) ** 2
                    + sampling_variance)
             residual = (data["observed_log_tail"] - log_q - bias - slope * shift_rate[point]
-                        - shift_run[point] - run_shift)
+                        - shift_run[point])
             weight = (data["fit_mask"][point] > 0) if "fit_mask" in data else 1.0
             by_point = shared_errors_logp(residual, (slope, pt.ones_like(slope)), own,
                                           covariance, point, weight, n_points,
@@ -845,7 +732,6 @@ class TailLatencyModel(DenseLatencyModel):
             "decode_tokens": float(row["decode_tokens"])})
         count = _count_draws(fit, group, metric)
         if count is not None:
-            count["magnitude"] = self.config["count_stretch"] == "magnitude"
             count["batch"] = self.config["count_dispersion"] == "batch"
         curve = MetricCurve(_summary_draws(fit, "tail_scale", group, metric), c2, exponent,
                             metric=metric, label=f"{label} {metric}", group=label,
@@ -868,29 +754,7 @@ class TailLatencyModel(DenseLatencyModel):
         curve.sampling = SummarySampling(metric_quantile(metric),
                                          self._spread_of(fit, group, metric),
                                          self.config["quantile_rule"])
-        if self.config["summary_run"] != "none":
-            curve.sampling.in_flight = self._in_flight(fit, group)
-            if self.config["summary_run"] == "shared":
-                curve.sampling.run_share = RUN_EFFECT_SHARE
-                curve.sampling.run_effect = fit.draws("tail_run_z")
         return curve
-
-    def _in_flight(self, fit, group: int):
-        """``in_flight(rps, run_requests)`` of :class:`~bayesspec.prediction.SummarySampling`:
-        draws of N = RPS x the mean law's latency (of a whole run of ``run_requests`` where
-        finite), as the likelihood reads it off the measured mean."""
-        mean = self.group_curve(fit, group)  # summary_run needs a mean: there is one
-
-        def in_flight(rps, run_requests=None):
-            rps = np.asarray(rps, dtype=float)
-            latency = mean.latency(rps)
-            if run_requests is not None and mean.has_fluid_run:
-                runs = np.broadcast_to(np.asarray(run_requests, dtype=float), rps.shape)
-                if np.isfinite(runs).any():
-                    whole = mean.run_latency(rps, np.where(np.isfinite(runs), runs, 1.0))
-                    latency = np.where(np.isfinite(runs), whole, latency)
-            return rps * latency
-        return in_flight
 
     def _spread_of(self, fit, group: int, metric: str):
         """``spread(rps)`` of :class:`~bayesspec.prediction.SummarySampling`, as the

@@ -35,24 +35,16 @@ from bayesspec.laws import two_regime_latency_expr
 from bayesspec.prediction import TwoRegimeCurve
 from bayesspec.bayes.dense import DenseLatencyModel
 from bayesspec.bayes.priors import latency_likelihood
+from bayesspec.bayes.options import model_defaults
 
 
 class TwoRegimeLatencyModel(DenseLatencyModel):
     checks_cap_on_draws = False  # a law of its own: the cap stays as the data put it
     name = "dense-roofline"
-    takes_decode_profile = False
-    takes_run_effect = False
     version = "1"
     own_mean_law = True
     curve_parameters = 4
-    learns_cap = False
-    default_config = {
-        **DenseLatencyModel.default_config,
-        "share_logit_scale": 1.5,
-        "sharpness": 12.0,
-        "group_noise_scale": 0.0,
-        "likelihood": "normal",
-    }
+    default_config = model_defaults("dense-roofline", DenseLatencyModel.default_config)
 
     def build(self, data: pd.DataFrame) -> pm.Model:
         inputs, model = self.empty_model(data)

@@ -32,6 +32,7 @@ from bayesspec.bayes.priors import latency_likelihood, pooled_normal
 from bayesspec.bayes.speculative import (COEFFICIENTS, SpeculativeLatencyModel, _setup_label,
                           median_cycle_anchors,
                           curve_utilisation, setup_columns)
+from bayesspec.bayes.options import model_defaults
 
 
 class VersionEffectModel(LatencyModel):
@@ -40,18 +41,7 @@ class VersionEffectModel(LatencyModel):
     target_accept = 0.95
     # Run effects with a handful of runs leave a mild funnel in their spread.
     retry_target_accept = 0.99
-    default_config = {
-        **COMMON_CONFIG,
-        "effect_scale": 0.2,          # prior sd of the population log effect
-        "effect_spread_scale": 0.1,   # prior scale of its spread across groups
-        # Prior median of the run-to-run spread of log C1 and log C2 when the data hold
-        # repeated runs (a ``run`` column), log-normal with log-sd 1 (95% between 0.14%
-        # and 7%): some drift between load tests of one build is the rule (another node,
-        # another day). Log-normal, not half-normal: a spread allowed to reach zero is a
-        # funnel with a handful of runs (measured: divergences at target 0.99).
-        "run_effect_median": 0.01,
-        "by": "engine_version",
-    }
+    default_config = model_defaults("versions", COMMON_CONFIG)
 
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
         by = self.config["by"]
@@ -270,12 +260,7 @@ class SpeculativeVersionEffectModel(SpeculativeLatencyModel):
 
     name = "speculative_versions"
     version = "2"
-    default_config = {
-        **SpeculativeLatencyModel.default_config,
-        "effect_scale": 0.2,
-        "effect_spread_scale": 0.1,
-        "by": "engine_version",
-    }
+    default_config = model_defaults("speculative_versions", SpeculativeLatencyModel.default_config)
 
     def prepare(self, data: pd.DataFrame) -> ModelInputs:
         by = self.config["by"]

@@ -63,8 +63,9 @@ def combination_folds(cells: pd.DataFrame, leave_out: int, folds: int | None,
 
 
 def _holdout_model(model: str, config: dict, data: pd.DataFrame, catalog):
-    """The model every fold refits (built in each worker from these arguments)."""
-    return get_model_class(model)(config, catalog=catalog).build(data)
+    """The model every fold refits (built in each worker from these arguments, with the
+    ``fit_mask`` a fold changes)."""
+    return get_model_class(model)(config, catalog=catalog, holdout_mask=True).build(data)
 
 
 def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_out: int = 1,
@@ -83,8 +84,7 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
                 if cls.predicts_unseen_configurations]
         raise BadInput(f"check needs a model that predicts configurations it was not fitted "
                        f"on ({', '.join(able)}), got '{model}'", argument="model")
-    latency_model = get_model_class(model)({**(config or {}), "holdout_mask": True},
-                                           catalog=catalog)
+    latency_model = get_model_class(model)(config, catalog=catalog, holdout_mask=True)
     settings = settings_for(latency_model, settings)
     latency_model.build(data)   # the parent needs the inputs (rows, groups, cells)
     inputs = latency_model.inputs
@@ -127,7 +127,7 @@ def leave_out_check(data: pd.DataFrame, *, model: str = "hierarchical", leave_ou
     masks = [np.ones(len(rows))] + [(~np.isin(cell_of_point, held)).astype(float)
                                     for _, _, held in fold_sets]
     recipe = Recipe(f"check-{uuid.uuid4().hex}", _holdout_model,
-                    (model, {**(config or {}), "holdout_mask": True}, data, catalog))
+                    (model, config, data, catalog))
     where = (f"on {scheduler}" if scheduler is not None else
              f"in {workers} worker processes" if workers > 1 else "here")
     log(f"reference fit on all {len(rows)} points and {len(fold_sets)} folds, {where} "
@@ -258,11 +258,10 @@ def fold_check(data: pd.DataFrame, *, model: str = "dense", folds: int = 5,
     Returns pooled and per-group coverage, each fold's convergence, and ``_points``."""
     if folds < 2:
         raise BadInput(f"needs at least 2 folds, got {folds}", argument="folds")
-    config = {**(config or {}), "holdout_mask": True}
-    latency_model = get_model_class(model)(config, catalog=catalog)
-    if "holdout_mask" not in latency_model.default_config:
+    if not get_model_class(model).takes_holdout_mask:
         raise BadInput(f"the {model} model cannot refit without some of its points "
                        "(no fit mask)", argument="model")
+    latency_model = get_model_class(model)(config, catalog=catalog, holdout_mask=True)
     latency_model.build(data)  # first: a build may choose the starts by the data
     settings = settings_for(latency_model, settings)
     inputs = latency_model.inputs

@@ -21,7 +21,7 @@ from bayesspec.cli.common import parse_list  # noqa: F401  (part of the package'
 
 PROG = "bayesspec"
 # The verb modules, in the order of `bayesspec --help`.
-VERB_MODULES = ("demo", "fitting", "checking", "deciding", "acceptance", "comparing",
+VERB_MODULES = ("demo", "fitting", "options", "checking", "deciding", "acceptance", "comparing",
                 "reporting", "sbc", "simulate", "ingest", "serve", "planning", "tuning")
 
 # Library arguments whose flag is not "--" + the name with dashes.

@@ -38,9 +38,6 @@ def register(verbs) -> None:
     check.add_argument("--hold-out-above", type=float, default=None, metavar="F",
                        help="with --ppc: fit each group's rates up to F (0-1) of its "
                             "highest measured rate only, and predict the higher ones")
-    check.add_argument("--decode-profile", metavar="FILE", default=None,
-                       help="with --ppc and a data file: fit with the engine's "
-                            "decode-iteration time by batch size (as `fit --decode-profile`)")
     add_model_options(check, "run_effect=shared (with --ppc and a data file: as `fit "
                              "--option`; with --prior-predictive: the priors drawn)")
     check.add_argument("--plot", default=None, metavar="PNG",
@@ -62,13 +59,17 @@ def run(args) -> int:
     settings = sampler_settings(args)
     if args.ppc:
         return run_predictive_check(args, settings)
-    if args.option and not args.prior_predictive:
-        raise BadInput("model options are for --ppc's refits of a data file and for "
-                       "--prior-predictive", option="--option")
+    if args.decode_profile:
+        raise BadInput("with --ppc and a data file: its refits take the decode profile",
+                       option="--decode-profile")
+    for flag, given in (("--option", args.option), ("--cap-prior", args.cap_prior)):
+        if given and not args.prior_predictive:
+            raise BadInput("model options are for --ppc's refits of a data file and for "
+                           "--prior-predictive", option=flag)
     if args.hold_out_above is not None:
         raise BadInput("needs --ppc", option="--hold-out-above")
     args.model = args.model or "hierarchical"
-    config = model_options(args) if args.option else None
+    config = model_options(args) or None
     data = read_data(args.data, args)
     from bayesspec import checks
     from bayesspec.cli.common import catalog_of
@@ -137,9 +138,10 @@ def run_predictive_check(args, settings) -> int:
         if args.decode_profile:
             raise BadInput("a fit file keeps the profile it was fitted with: give the data "
                            "file to refit with another", option="--decode-profile")
-        if args.option:
-            raise BadInput("a fit file keeps the options it was fitted with: give the data "
-                           "file to refit with others", option="--option")
+        for flag, given in (("--option", args.option), ("--cap-prior", args.cap_prior)):
+            if given:
+                raise BadInput("a fit file keeps the options it was fitted with: give the "
+                               "data file to refit with others", option=flag)
         if fraction is not None:
             raise BadInput("--hold-out-above refits: give the data file, not a fit file",
                            file=args.data)
@@ -248,15 +250,10 @@ def prior_predictive_text(document: dict) -> str:
 def profile_config(args, model: str) -> dict | None:
     """The model configuration for ``--decode-profile`` and ``--option`` (None without
     either), checked as ``fit`` checks them."""
-    config = {}
-    if getattr(args, "option", None):
-        args.model = model
-        config.update(model_options(args))
-    if getattr(args, "decode_profile", None):
-        from bayesspec.cli.fitting import decode_profile_option
-
-        config["decode_profile"] = decode_profile_option(args.decode_profile, model, config)
-    return config or None
+    if not (args.option or args.decode_profile or args.cap_prior):
+        return None
+    args.model = model
+    return model_options(args) or None
 
 
 def run_fold_check(args, settings) -> int:

@@ -352,33 +352,67 @@ def parallel_options(args) -> dict:
     return {"workers": args.workers, "scheduler": args.scheduler}
 
 
-def add_model_options(parser, example: str) -> None:
-    """``--option KEY=VALUE``: a model configuration option (repeatable)."""
-    parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                        help="model configuration option (repeatable; a value is read as "
-                             f"JSON when it parses, else as text), e.g. {example}")
+def add_model_options(parser, example: str = "run_effect=shared") -> None:
+    """The model's configuration: ``--option KEY=VALUE`` (repeatable) and the options
+    spelt as flags of their own (``--cap-prior``, ``--decode-profile``: the declarations'
+    ``flag`` in bayes.options, where ``--option`` refuses them)."""
+    group = parser.add_argument_group(
+        "model options (`bayesspec options --model M` lists every option of a model, with "
+        "its tier, type, default and meaning)")
+    group.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                       help="a model option (repeatable; a value is read as JSON when it "
+                            f"parses, else as text), e.g. {example}")
+    group.add_argument("--cap-prior", choices=("catalog", "wide"), default=None,
+                       help="where the data state no engine limit, learn the concurrency "
+                            "cap from where the curve bends: with the catalog's KV capacity "
+                            "and vLLM's default max_num_seqs as its prior, or a wide one "
+                            "(dense and tails; the sweep must reach the bend to pin it)")
+    group.add_argument("--decode-profile", metavar="FILE", default=None,
+                       help="the engine's decode-iteration time by batch size (columns "
+                            "batch_size, decode_iteration_s, and setup columns such as "
+                            "verifier, gpu, prefill_tokens): the groups it names follow "
+                            "L = C1 + C2 N + the profile's cost at N requests in flight "
+                            "(dense and tails)")
 
 
 def model_options(args) -> dict:
-    """``--option`` as the model's configuration, refused (exit 2) when the model has no
-    such option or the value is not one it takes. Imports the models (PyMC): call it
-    after the cheap checks."""
+    """``--option`` and the option flags as the model's configuration, refused (exit 2,
+    one line naming the flag) when the model has no such option, takes no other value than
+    its default, or the value is not of the option's type. Imports the models (PyMC): call
+    it after the cheap checks."""
     import json
 
     from bayesspec.bayes import get_model_class
+    from bayesspec.bayes.options import OPTIONS, flagged
 
     config = {}
     for item in args.option:
         key, sep, value = item.partition("=")
-        if not sep or not key.strip():
+        key = key.strip()
+        if not sep or not key:
             raise BadInput(f"expected KEY=VALUE, got {item!r}", option="--option")
+        option = OPTIONS.get(key)
+        if option is not None and option.flag:
+            raise BadInput(f"{key} is given as {option.flag}", option="--option")
         try:
             parsed = json.loads(value)
         except ValueError:
             parsed = value
-        config[key.strip()] = tuple(parsed) if isinstance(parsed, list) else parsed
+        config[key] = tuple(parsed) if isinstance(parsed, list) else parsed
+    given = {}
+    for option in flagged():
+        value = getattr(args, option.flag.lstrip("-").replace("-", "_"), None)
+        if value is not None:
+            config[option.name] = given[option.name] = value
+    if config.get("decode_profile"):
+        from bayesspec.data.decode_profile import read_decode_profile
+
+        read_decode_profile(config["decode_profile"])
     try:
         get_model_class(args.model)(config)
     except ValueError as error:
-        raise BadInput(str(error), option="--option") from None
+        only_flags = OPTIONS[next(iter(given))].flag if given and not args.option else None
+        blamed = next((OPTIONS[name].flag for name in given if name in str(error)),
+                      only_flags or "--option")
+        raise BadInput(str(error), option=blamed) from None
     return config

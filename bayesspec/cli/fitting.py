@@ -3,8 +3,6 @@ PSIS-LOO between fits of the same data."""
 
 from __future__ import annotations
 
-from bayesspec.data.groups import labels_in_short  # noqa: F401  (re-exported)
-
 import json
 import os
 
@@ -33,20 +31,9 @@ def register(verbs) -> None:
                                   "from GuideLLM / vllm bench files)")
     fit.add_argument("-o", "--output", required=True, help="fit file to write (NetCDF)")
     fit.add_argument("--model", default="dense", help=f"{MODEL_HELP} (default: dense)")
-    add_model_options(fit, "cell_c2_deviations=non_centred (hierarchical)")
+    add_model_options(fit, "run_effect=shared (dense)")
     add_saturation_options(fit)
     add_engine_limit_options(fit)
-    fit.add_argument("--cap-prior", choices=("catalog", "wide"), default=None,
-                     help="where the data state no engine limit, learn the concurrency cap "
-                          "from where the curve bends: with the catalog's KV capacity and "
-                          "vLLM's default max_num_seqs as its prior, or a wide one (dense "
-                          "and tails; the sweep must reach the bend to pin it)")
-    fit.add_argument("--decode-profile", metavar="FILE", default=None,
-                     help="the engine's decode-iteration time by batch size (columns "
-                          "batch_size, decode_iteration_s, and setup columns such as "
-                          "verifier, gpu, prefill_tokens): the groups it names follow "
-                          "L = C1 + C2 N + the profile's cost at N requests in flight "
-                          "(dense and tails)")
     add_catalog(fit)
     fit.add_argument("--no-loo", action="store_true",
                      help="skip PSIS-LOO after sampling (saves a few seconds)")
@@ -146,6 +133,19 @@ def concurrency_cap_note(data, cap_prior: str | None = None) -> str:
     return f"concurrency cap: {text}{missing}: the law kinks at it and its ceiling binds"
 
 
+def labels_in_short(labels: list[str]) -> str:
+    """Group labels said once: one label as it is; several as the words they share and,
+    in parentheses, what sets each apart ('Qwen3-8B +EAGLE3 p512 g512 (k2 a0.7, k3 a0.8)')."""
+    if len(labels) == 1:
+        return labels[0]
+    words = [label.split() for label in labels]
+    shared = [w for w in words[0] if all(w in other for other in words[1:])]
+    own = [" ".join(w for w in split if w not in shared) for split in words]
+    if not shared or not all(own):       # one label inside another: say them whole
+        return ", ".join(labels)
+    return f"{' '.join(shared)} ({', '.join(own)})"
+
+
 def cap_left_out_note(result) -> str | None:
     """How the fit settled the stated caps its fitted points stay below (None: nothing
     to say, every cap in the likelihood as the data put it)."""
@@ -181,20 +181,6 @@ def run_fit(args) -> int:
     from bayesspec.cli.common import catalog_of
 
     options = model_options(args)
-    if args.cap_prior:
-        if options.get("cap_prior", args.cap_prior) != args.cap_prior:
-            raise BadInput(f"--option cap_prior={options['cap_prior']} contradicts it",
-                           option="--cap-prior")
-        from bayesspec.bayes import get_model_class
-
-        try:
-            get_model_class(args.model)({**options, "cap_prior": args.cap_prior})
-        except ValueError as error:
-            raise BadInput(str(error), option="--cap-prior") from None
-        options["cap_prior"] = args.cap_prior
-    if args.decode_profile:
-        options["decode_profile"] = decode_profile_option(args.decode_profile, args.model,
-                                                          options)
     from bayesspec.inference.sampling import SamplingFailed
 
     try:
@@ -209,9 +195,11 @@ def run_fit(args) -> int:
     profile_note = decode_profile_note(result) if args.decode_profile else None
     if profile_note:
         log(profile_note)
-    auto = resolved_auto_choices(result, options)
-    if auto:
-        log(auto_line(auto))
+    from bayesspec.bayes.options import resolved_line, resolved_options
+
+    resolved = resolved_options(result)
+    if resolved_line(resolved):
+        log(resolved_line(resolved))
     verdict = result.diagnostics
     if not args.no_loo:
         _store_loo(result)
@@ -227,12 +215,12 @@ def run_fit(args) -> int:
     if cap_chains:
         log(f"warning: {cap_chains}")
     document = {"fit": args.output, "model": args.model, "options": options,
+                "resolved_options": {name: entry["value"] for name, entry in resolved.items()},
                 "groups": len(result.groups),
                 "rows": len(data), "excluded": int(data["excluded"].sum()),
                 "set_aside": set_aside(data), "concurrency_cap": cap_note,
                 **({"learned_cap_chains": cap_chains} if cap_chains else {}),
                 **({"decode_profile": profile_note} if profile_note else {}),
-                **({"auto": auto} if auto else {}),
                 "questions": questions, "thin_groups": thin,
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),
                 "diagnostics": diagnostics_json(verdict),
@@ -252,47 +240,6 @@ def run_fit(args) -> int:
                   f"{design_advice(thin)}")
         print(verdict_line(verdict))
     return strict_exit(args, verdict)
-
-
-#: Options a decode profile resolves ("auto" means nothing without one).
-PROFILE_OPTIONS = ("profile_law", "noise_load_at", "prefill_batching")
-
-
-def resolved_auto_choices(result, options: dict) -> dict:
-    """What the options left at "auto" resolved to: the model's own record (e.g. the
-    acceptance law, chosen by the data) and, with a decode profile, the profile's law;
-    kept in the fit file (``auto_choices``) before it is written."""
-    chosen = dict(result.auto_choices)
-    defaults = type(result.model()).default_config
-    config = result.model_config
-    if config.get("decode_profile"):
-        for name in PROFILE_OPTIONS:
-            if defaults.get(name) == "auto" and name not in options and name in config:
-                chosen[name] = {"value": config[name],
-                                "why": "the model's default with a decode profile"}
-    result.tree.attrs["auto_choices"] = json.dumps(chosen, sort_keys=True)
-    return chosen
-
-
-def auto_line(choices: dict) -> str:
-    """What the options left at "auto" chose on these data, said once, in one line."""
-    said = "; ".join(f"{name}={choice['value']} ({choice['why']})"
-                     for name, choice in choices.items())
-    return f"auto: {said}"
-
-
-def decode_profile_option(path: str, model: str, options: dict) -> str:
-    """The checked ``--decode-profile`` file for ``model`` with ``options``: a bad file or
-    a model whose law takes no profile is a one-line error (exit 2) before any sampling."""
-    from bayesspec.bayes import get_model_class
-    from bayesspec.data.decode_profile import read_decode_profile
-
-    read_decode_profile(path)
-    try:
-        get_model_class(model)({**options, "decode_profile": path})
-    except ValueError as error:
-        raise BadInput(str(error), option="--decode-profile") from None
-    return path
 
 
 def decode_profile_note(result) -> str:

@@ -30,9 +30,8 @@ def predict_group(fit, group: int, rps, *, prob: float = DEFAULT_PROB, seed: int
         observed = curve.predictive(rps, np.random.default_rng(seed), run_requests=run)
     else:
         curve = fit.model().metric_curve(fit, group, metric)
-        # a new load test is a new run: the fitted file's arrival luck stays with it
         observed = curve.predictive(rps, np.random.default_rng(seed), n_requests=n_requests,
-                                    run_requests=run, new_run=True)
+                                    run_requests=run)
     mean = curve.latency(rps)
     ceiling = np.ravel(curve.ceiling)
     top = float(curve.rps_fitted_max)

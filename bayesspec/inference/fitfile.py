@@ -9,8 +9,8 @@ Layout of the file:
   by batch size, NaN-padded (group x profile_point);
 - root attributes: ``bayesspec_model``, ``bayesspec_model_version``, ``model_config``
   (JSON), ``model_id`` (hash), ``bayesspec_version``, ``bayesspec_fit_format``,
-  ``sampler_settings`` (JSON), ``created``, and ``auto_choices`` (JSON: what each option
-  left at "auto" resolved to on these data and why, e.g. the acceptance law).
+  ``sampler_settings`` (JSON), ``created``, and ``resolved_options`` (JSON: what each
+  option left at "auto" resolved to on these data and why, e.g. the acceptance law).
 
 Loading (:func:`bayesspec.bayes.load_fit`) refuses a file written by another model
 version or fit format, so a posterior is never read with a meaning it was not fitted
@@ -168,7 +168,8 @@ class Fit:
             "sampler_settings": json.dumps(settings or {}, sort_keys=True, default=str),
             "source_file": str(data.attrs.get("source_file", "")),
             "model_record": json.dumps(model.recorded, sort_keys=True),
-            "auto_choices": json.dumps(getattr(model, "auto_reasons", {}), sort_keys=True),
+            # what each "auto" option became for these data (bayes.options)
+            "resolved_options": json.dumps(getattr(model, "resolved", {}), default=str),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         })
         return cls(tree, model)
@@ -211,7 +212,7 @@ class Fit:
         """What each option left at "auto" resolved to on the fitted data:
         {option: {"value": ..., "why": str}} ({} for fits that resolved none, or older
         files)."""
-        return json.loads(self.tree.attrs.get("auto_choices", "{}") or "{}")
+        return json.loads(self.tree.attrs.get("resolved_options", "{}") or "{}")
 
     @property
     def model_record(self) -> dict:

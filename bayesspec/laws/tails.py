@@ -20,7 +20,7 @@ from bayesspec.laws.mean import load_factor_expr
 
 __all__ = ["percentile_latency_expr", "count_spread_quantile_expr",
            "log_normal_quantile_expr", "batch_count_quantile_expr", "batch_count_loads",
-           "spreading_load_expr", "rate_meeting_target", "percentile_latency",
+           "rate_meeting_target", "percentile_latency",
            "QUANTILE_RULES", "quantile_rank", "quantile_sampling_moments",
            "sampled_quantile_error_expr"]
 
@@ -42,7 +42,7 @@ def percentile_latency_expr(load_factor, scale, exponent, xp: ModuleType = np):
 
 
 def count_spread_quantile_expr(latency, own_work, c2, spread, dispersion, z,
-                               xp: ModuleType = np, load=None):
+                               xp: ModuleType = np):
     """A percentile of end-to-end latency from the mean law and the spread of the load
     each request meets (the ``tails`` model's ``tail_law`` "count").
 
@@ -66,13 +66,10 @@ def count_spread_quantile_expr(latency, own_work, c2, spread, dispersion, z,
     exp(z s - s^2/2) with s^2 = log(1 + d^2 C2/C1) at the pole), where the power law
     q = A F^gamma (:func:`percentile_latency_expr`) carries the early rise on (measured
     on the Vidur sets' prefill-heavy sweeps: docs/findings/tail-laws.md, "Held-out p99 on
-    Vidur's sets", measured 2026-12-06).
-
-    ``load``: the part that spreads, where it is not the net ``latency - own_work``
-    (the decode profile's stretch can be negative where the engine's iteration time dips
-    with the batch, and the stalls still spread: :func:`spreading_load_expr`)."""
-    if load is None:
-        load = xp.maximum(latency - own_work, 0.0)
+    Vidur's sets", measured 2026-12-06). The part that spreads is the net
+    ``latency - own_work``: counting the decode profile's stretch by its size instead was
+    tried on the p99 and not adopted (docs/findings/tail-laws.md)."""
+    load = xp.maximum(latency - own_work, 0.0)
     variance = (spread * own_work) ** 2 + dispersion ** 2 * c2 * load * latency / own_work
     return log_normal_quantile_expr(latency, variance, z, xp=xp)
 
@@ -110,31 +107,15 @@ def batch_count_quantile_expr(latency, own_work, c2, spread, dispersion, z, stal
     return log_normal_quantile_expr(latency, variance, z, xp=xp)
 
 
-def batch_count_loads(own_work, stretch, queue_factor, eq1_factor, magnitude: bool,
-                      xp: ModuleType = np):
+def batch_count_loads(own_work, stretch, queue_factor, eq1_factor, xp: ModuleType = np):
     """(S, W) of :func:`batch_count_quantile_expr` from the mean law's parts: eq. (1)'s
     load factor ``eq1_factor`` carries the stalls, the rest of the (capped) queue
-    factor is the wait for a slot. S with the decode profile's stretch P signed (the net
-    C1 (P F1 - 1), floored at 0) or by its size (:func:`spreading_load_expr`)."""
+    factor is the wait for a slot. S with the decode profile's stretch P signed: the net
+    C1 (P F1 - 1), floored at 0."""
     stall_factor = xp.minimum(queue_factor, eq1_factor)
     slot_wait = own_work * stretch * (queue_factor - stall_factor)
-    if magnitude:
-        stall_load = spreading_load_expr(own_work, stretch, stall_factor, xp=xp)
-    else:
-        stall_load = xp.maximum(own_work * (stretch * stall_factor - 1.0), 0.0)
+    stall_load = xp.maximum(own_work * (stretch * stall_factor - 1.0), 0.0)
     return stall_load, slot_wait
-
-
-def spreading_load_expr(own_work, stretch, queue_factor, xp: ModuleType = np):
-    """The load a request meets that spreads its latency (the count law's ``load`` with
-    the tails model's ``count_stretch`` "magnitude"): the queue's part, C1 P (F - 1), plus
-    the decode profile's stretch by its size, C1 |P - 1|. Counted signed (the net
-    L - C1), a profile whose iteration time dips with the batch (Vidur's InternLM-20B on
-    the H100: 0.0147 s at 9 against 0.0168 s at 1) cancels the stalls, and the spread
-    vanishes where the measured p99/mean rises from 1.03 to 1.12-1.27
-    (docs/findings/tail-laws.md, "Tried on the p99 and not adopted", measured
-    2026-12-06)."""
-    return own_work * (stretch * (queue_factor - 1.0) + xp.abs(stretch - 1.0))
 
 
 def rate_meeting_target(target, scale, c2, exponent):

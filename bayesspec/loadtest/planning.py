@@ -149,18 +149,7 @@ def planned_log_se(curve, spread: float, rps: float, requests: int,
     with independent requests; where the fit reads each mean as one run (its curves carry
     the sweep's ``run_effect``), the run's, whose requests share the batch with the
     N = RPS x L in flight (:func:`bayesspec.laws.run_mean_log_sd` at each draw's
-    ``latency``; a new run's arrivals are its own, so all of it). A summary of a fit that
-    reads its percentiles as one run's (the tails model's ``summary_run``): the error
-    that fit gives a new run's report (``SummarySampling.error`` with ``new_run``: the
-    order statistic of the draw's own per-request spread, times 1 + 2N in variance, N the
-    draw's requests in flight), not ``spread``'s rough order statistic."""
-    sampling = getattr(curve, "sampling", None)
-    if getattr(sampling, "in_flight", None) is not None:
-        with np.errstate(invalid="ignore", over="ignore"):
-            _, variance = sampling.error(np.asarray(float(rps)), float(requests),
-                                         new_run=True)
-            se = np.sqrt(np.asarray(variance, dtype=float))
-        return np.where(np.isfinite(se), se, np.inf)
+    ``latency``; a new run's arrivals are its own, so all of it)."""
     if getattr(curve, "run_effect", None) is None:
         return spread / math.sqrt(requests)
     with np.errstate(invalid="ignore", over="ignore"):

@@ -455,9 +455,7 @@ def slo_question(mean_law, metric_laws: dict, targets: dict, configurations, *,
                     notes=["a load point measures the mean and every targeted summary; "
                            "their errors are taken as independent given a draw (the tails "
                            "model couples them through the run's shared rate error), and a "
-                           "percentile's standard error is the order statistic's (times "
-                           "sqrt(1 + 2N), N in flight, where the fit reads a run's requests "
-                           "as sharing their batches: summary_run)"])
+                           "percentile's standard error is the order statistic's"])
 
 
 def _goodput_extrapolation(law, alpha, k, summaries, goodput, index: int,

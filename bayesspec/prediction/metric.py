@@ -10,7 +10,7 @@ import numpy as np
 from bayesspec.laws import (batch_count_loads, batch_count_quantile_expr, capped_latency,
                             capped_load_elasticity, ceiling_rps, count_spread_quantile_expr,
                             latency, percentile_latency, percentile_latency_expr,
-                            rate_meeting_target, spreading_load_expr)
+                            rate_meeting_target)
 from bayesspec.prediction.curves import Curve, _lift
 from bayesspec.prediction.noise import Noise, SummarySampling
 from bayesspec.prediction.profile import ProfileCurve
@@ -55,12 +55,10 @@ class MetricCurve(Curve):
             self.mean_c1, self.c2, cap=cap, wait_scale=wait_scale, **profile))
         #: The count law's draws (``spread``, ``dispersion``) and normal score ``z``
         #: (:func:`bayesspec.laws.count_spread_quantile_expr`), or None: the power law.
-        #: ``magnitude``: the profile's stretch spreads by its size
-        #: (:func:`bayesspec.laws.spreading_load_expr`; the tails model's ``count_stretch``).
         self.count = None if count is None else {
             "spread": np.asarray(count["spread"], dtype=float),
             "dispersion": np.asarray(count["dispersion"], dtype=float),
-            "z": float(count["z"]), "magnitude": bool(count.get("magnitude", False)),
+            "z": float(count["z"]),
             "batch": bool(count.get("batch", False))}
 
     @property
@@ -122,8 +120,7 @@ class MetricCurve(Curve):
             elif self.count["batch"]:
                 own_work = _lift(self.mean_c1, rps)
                 stall_load, slot_wait = batch_count_loads(
-                    own_work, stretch, factor, self._eq1_factor(rps),
-                    self.count["magnitude"])
+                    own_work, stretch, factor, self._eq1_factor(rps))
                 value = batch_count_quantile_expr(
                     own_work * stretch * factor, own_work, _lift(self.c2, rps),
                     _lift(self.count["spread"], rps), _lift(self.count["dispersion"], rps),
@@ -133,8 +130,7 @@ class MetricCurve(Curve):
                 value = count_spread_quantile_expr(
                     own_work * stretch * factor, own_work, _lift(self.c2, rps),
                     _lift(self.count["spread"], rps), _lift(self.count["dispersion"], rps),
-                    self.count["z"], load=(spreading_load_expr(own_work, stretch, factor)
-                                           if self.count["magnitude"] else None))
+                    self.count["z"])
         return np.where(np.isfinite(factor), value, np.inf)
 
     def _eq1_factor(self, rps) -> np.ndarray:
@@ -158,14 +154,12 @@ class MetricCurve(Curve):
             wait_scale=self.wait_scale), np.shape(curve))
 
     def predictive(self, rps, rng: np.random.Generator, log_se=0.0,
-                   n_requests=None, run_requests=None, measured=None,
-                   new_run: bool = False) -> np.ndarray:
+                   n_requests=None, run_requests=None, measured=None) -> np.ndarray:
         """Draws of a new reported summary at ``rps``: of a load test of ``n_requests``
         requests per rate (its order-statistic bias and scatter), or without one the
         law's value with the fitted noise alone. Where ``run_requests`` gives a count
         (a whole run from an idle server), the load factor is that finite run's
-        (:meth:`Curve.run_latency` of the mean law), finite at every rate. ``new_run``:
-        see :meth:`SummarySampling.error` (by default a report of the fitted run)."""
+        (:meth:`Curve.run_latency` of the mean law), finite at every rate."""
         if self.noise is None:
             raise ValueError(f"curve '{self.label}' has no noise model")
         rps = np.asarray(rps, dtype=float)
@@ -173,7 +167,7 @@ class MetricCurve(Curve):
         sigma = self.noise_sigma(rps, curve, log_se, measured)
         curve, sigma = self._with_run(rps, curve, sigma, log_se, run_requests)
         if n_requests is not None and self.sampling is not None:
-            bias, variance = self.sampling.error(rps, n_requests, run_requests, new_run)
+            bias, variance = self.sampling.error(rps, n_requests)
             with np.errstate(invalid="ignore", over="ignore"):
                 curve = curve * np.exp(bias)
             sigma = np.sqrt(sigma**2 + variance)

@@ -112,30 +112,10 @@ class SummarySampling:
     quantile: float
     spread: object
     rule: str = "linear"
-    #: ``in_flight(rps, run_requests)``: draws (S[, R]) of the requests in flight N. Where
-    #: given, one run's requests are correlated and the order statistic's variance is
-    #: 1 + 2N times that of independent requests (the tails model's ``summary_run``).
-    in_flight: object = None
-    #: The share of that variance the fitted file's run shares (``summary_run``
-    #: "shared"), and its draws (S,), in units of each summary's run sd.
-    run_share: float | None = None
-    run_effect: np.ndarray | None = None
 
-    def error(self, rps, n_requests, run_requests=None,
-              new_run: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def error(self, rps, n_requests) -> tuple[np.ndarray, np.ndarray]:
         """(bias, variance) of the reported log summary at ``rps`` with ``n_requests``
-        requests (scalars or arrays like ``rps``). With the run's correlation
-        (:attr:`in_flight`), a report of the fitted file's run (its shared draw moves
-        the centre), or with ``new_run`` of another run (all of it scatter)."""
+        requests (scalars or arrays like ``rps``)."""
         shift, variance = quantile_sampling_moments(self.quantile, n_requests, self.rule)
-        bias, variance = sampled_quantile_error_expr(self.spread(rps), np.asarray(shift),
-                                                     np.asarray(variance))
-        if self.in_flight is None:
-            return bias, variance
-        with np.errstate(invalid="ignore", over="ignore"):
-            variance = variance * (1.0 + 2.0 * self.in_flight(rps, run_requests))
-            if self.run_share is None or new_run:
-                return bias, variance
-            effect = np.reshape(self.run_effect, (-1,) + (1,) * np.ndim(rps))
-            return (bias + np.sqrt(self.run_share * variance) * effect,
-                    (1.0 - self.run_share) * variance)
+        return sampled_quantile_error_expr(self.spread(rps), np.asarray(shift),
+                                           np.asarray(variance))

@@ -770,11 +770,9 @@ def _refit_command(fit, path: str) -> str | None:
     target = settings.get("target_accept")
     if target is not None and abs(float(target) - float(model.target_accept)) > 1e-9:
         words += ["--target-accept", f"{float(target):g}"]
-    changed = {k: v for k, v in fit.model_config.items()
-               if k in type(model).default_config and type(model).default_config[k] != v
-               and not isinstance(v, (list, dict))}
-    for key, value in changed.items():
-        words += ["--option", shlex.quote(f"{key}={json.dumps(value)}")]
+    from bayesspec.bayes.options import command_line, resolved_options
+
+    words += command_line(fit.model_name, fit.model_config, resolved_options(fit))
     return " ".join(words)
 
 

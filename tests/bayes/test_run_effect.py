@@ -63,7 +63,7 @@ def test_bad_run_effect_options_are_refused(config, words):
 def test_laws_without_the_run_effect_refuse_it(model):
     from bayesspec.bayes import get_model_class
 
-    with pytest.raises(ValueError, match="run effect"):
+    with pytest.raises(ValueError, match="does not take run_effect"):
         get_model_class(model)({"run_effect": "shared"})
 
 

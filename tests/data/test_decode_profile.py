@@ -235,7 +235,7 @@ def test_the_profile_is_refused_where_the_law_cannot_take_it(tmp_path, capsys):
     data, profile, out = tmp_path / "d.csv", tmp_path / "p.csv", tmp_path / "f.nc"
     sweep().to_csv(data, index=False)
     profile_frame().to_csv(profile, index=False)
-    for extra, words in ((["--model", "dense-spline"], "does not take a decode profile"),
+    for extra, words in ((["--model", "dense-spline"], "does not take decode_profile"),
                          (["--cap-prior", "catalog"], "stated, not learned")):
         code = main(["fit", str(data), "-o", str(out), "--decode-profile", str(profile),
                      *extra])

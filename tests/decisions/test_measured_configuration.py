@@ -125,7 +125,7 @@ def cli_json(capsys, *argv):
 def resolved(data: pd.DataFrame, **config) -> tuple[str, str]:
     model_obj = SpeculativeLatencyModel(config)
     model_obj.prepare(prepare(data))
-    choice = model_obj.auto_reasons.get("acceptance_law", {"value": None, "why": ""})
+    choice = model_obj.resolved.get("acceptance_law", {"value": None, "why": ""})
     return choice["value"], choice["why"]
 
 
@@ -142,7 +142,7 @@ def test_auto_acceptance_law_is_the_token_process_where_counters_are_per_positio
     # set explicitly: no auto choice to report
     model_obj = SpeculativeLatencyModel({"acceptance_law": "iid"})
     model_obj.prepare(prepare(add_position_counters(sweeps(), seed=2)))
-    assert not getattr(model_obj, "auto_reasons", {})
+    assert "acceptance_law" not in model_obj.resolved
 
 
 def test_fit_says_once_what_auto_chose_and_the_fit_file_keeps_it(tmp_path, capsys,
@@ -157,10 +157,11 @@ def test_fit_says_once_what_auto_chose_and_the_fit_file_keeps_it(tmp_path, capsy
                                "--draws", "20", "--tune", "20", "--chains", "2",
                                "--no-loo", "--json")
     assert code == 0, stderr
-    lines = [line for line in stderr.splitlines() if line.startswith("auto:")]
-    assert len(lines) == 1 and "acceptance_law=token" in lines[0]
-    assert json.loads(stdout)["auto"]["acceptance_law"]["value"] == "token"
+    lines = [line for line in stderr.splitlines() if line.startswith("auto options:")]
+    assert len(lines) == 1 and "acceptance_law = 'token'" in lines[0].replace('"', "'")
+    assert json.loads(stdout)["resolved_options"]["acceptance_law"] == "token"
     assert load_fit(out).auto_choices["acceptance_law"]["value"] == "token"
+    assert load_fit(out).model()._token_law()
 
 
 # ------------------------------------------------------------------ answers without --alpha/--k
@@ -339,30 +340,6 @@ def test_report_recommends_at_each_learned_alpha_never_at_an_unmeasured_one(late
     assert len({choice["label"] for choice in section.choices}) == 2
     assert not any("alpha 0.8" in sentence for sentence in section.decision)
     assert all("from its counters" in sentence for sentence in section.decision)
-
-
-def test_a_decode_profiles_auto_law_is_said_and_kept():
-    """With a decode profile, the profile's law "auto" chose joins the auto line and the
-    fit file's record; options the user set are not "auto" choices."""
-    from types import SimpleNamespace
-
-    from bayesspec.bayes import DenseLatencyModel
-    from bayesspec.cli.fitting import auto_line, resolved_auto_choices
-
-    model_obj = DenseLatencyModel({"decode_profile": "profile.csv"})
-    result = SimpleNamespace(auto_choices={}, model=lambda: model_obj,
-                             model_config=model_obj.config, tree=SimpleNamespace(attrs={}))
-    chosen = resolved_auto_choices(result, {"decode_profile": "profile.csv",
-                                            "noise_load_at": "curve"})
-    assert chosen["profile_law"]["value"] == model_obj.config["profile_law"] != "auto"
-    assert "noise_load_at" not in chosen
-    assert json.loads(result.tree.attrs["auto_choices"]) == chosen
-    assert auto_line(chosen).startswith("auto: profile_law=")
-    # without a profile there is nothing to say
-    plain = DenseLatencyModel()
-    result = SimpleNamespace(auto_choices={}, model=lambda: plain,
-                             model_config=plain.config, tree=SimpleNamespace(attrs={}))
-    assert resolved_auto_choices(result, {}) == {}
 
 
 def test_several_setups_are_each_answered_never_one_picked(tmp_path, capsys):

@@ -105,7 +105,7 @@ def test_the_chain_is_an_option_of_the_dense_models_profile_only():
         DenseLatencyModel({"profile_law": "binomial"})
     with pytest.raises(ValueError, match="--decode-profile"):
         DenseLatencyModel({"profile_law": "chain"})
-    with pytest.raises(ValueError, match="dense model"):
+    with pytest.raises(ValueError, match="tails model does not take profile_law"):
         get_model_class("tails")({"profile_law": "chain", "decode_profile": "x.csv"})
 
 
@@ -143,8 +143,11 @@ def test_the_chain_and_the_bound_are_the_dense_profiles_defaults_and_old_fits_ke
         DenseLatencyModel({"decode_profile": "p.csv", "prefill_batching": "yes"})
     with pytest.raises(ValueError, match="prefill_batching"):
         DenseLatencyModel({"decode_profile": "p.csv", "prefill_batching": 1})
+    # "auto" means the same everywhere: the bound with the profile's chain, else the curve
+    assert get_model_class("speculative")({"noise_load_at": "auto"}).config[
+        "noise_load_at"] == "curve"
     with pytest.raises(ValueError, match="noise_load_at"):
-        get_model_class("speculative")({"noise_load_at": "auto"})
+        get_model_class("speculative")({"noise_load_at": "bounded"})
 
     path = tmp_path / "profile.csv"
     profile_frame().to_csv(path, index=False)

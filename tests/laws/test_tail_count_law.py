@@ -283,12 +283,10 @@ def test_count_law_goodput_intervals_are_calibrated_over_replicates():
     assert 0.74 <= rates["dispersion"] <= 1.0, rates
 
 
-@pytest.mark.parametrize("profiled, stretch, variance",
-                         [(False, "signed", "chain"), (True, "signed", "chain"),
-                          (True, "magnitude", "chain"), (False, "signed", "batch"),
-                          (True, "magnitude", "batch")])
-def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled, stretch,
-                                                           variance):
+@pytest.mark.parametrize("profiled, variance",
+                         [(False, "chain"), (True, "chain"), (False, "batch"),
+                          (True, "batch")])
+def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled, variance):
     """At the model's starting point, the log p99 the likelihood reads at every point
     equals the answering ``MetricCurve``'s: the slot queue with a stated cap, and with
     the decode profile (its Poisson law, whose stretch the count law's own work takes)."""
@@ -307,8 +305,7 @@ def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled, s
                           "decode_tokens": 256, "rps": rps, "latency_mean_s": mean,
                           "latency_p99_s": mean * 1.3, "n_requests": 1000,
                           "max_num_seqs": cap})
-    config = {"tail_law": "count", "saturation_spread": 0.0, "count_stretch": stretch,
-              "count_dispersion": variance}
+    config = {"tail_law": "count", "saturation_spread": 0.0, "count_dispersion": variance}
     if profiled:
         path = tmp_path / "profile.csv"
         profile_frame().to_csv(path, index=False)
@@ -330,8 +327,7 @@ def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled, s
     curve = MetricCurve(np.ones(1), c2[:1], np.ones(1), metric="p99", mean_c1=c1[:1],
                         cap=np.array([float(cap)]), profile=profile,
                         count={"spread": spread[0, :1], "dispersion": dispersion[0, :1],
-                               "z": Z99, "magnitude": stretch == "magnitude",
-                               "batch": variance == "batch"})
+                               "z": Z99, "batch": variance == "batch"})
     rows = data.loc[~data["excluded"]]
     answered = np.log(curve.latency(rows["rps"].to_numpy(float))[0])
     if variance == "batch":
@@ -345,28 +341,6 @@ def test_the_graph_reads_each_percentile_as_the_curve_does(tmp_path, profiled, s
     np.testing.assert_allclose(law[0][below], answered[below], rtol=1e-6)
 
 
-def test_the_stretch_by_its_size_spreads_where_the_profile_dips():
-    """``count_stretch`` "magnitude": where the decode profile's stretch P >= 1 the
-    spreading load is the net L - C1 (the signed reading); where the iteration time dips
-    (P < 1) the stalls still spread, and the dip adds its size instead of cancelling them."""
-    from bayesspec.laws import spreading_load_expr
-
-    own_work, factor = 4.0, np.array([1.0, 1.2, 1.5])
-    for stretch in (1.0, 1.1):
-        net = own_work * stretch * factor - own_work
-        np.testing.assert_allclose(spreading_load_expr(own_work, stretch, factor), net)
-    dip = 0.9
-    net = np.maximum(own_work * dip * factor - own_work, 0.0)
-    magnitude = spreading_load_expr(own_work, dip, factor)
-    np.testing.assert_allclose(magnitude, own_work * (dip * (factor - 1) + 0.1))
-    assert np.all(magnitude > net)
-    signed = count_spread_quantile_expr(own_work * dip * factor, own_work, 0.05, 0.02, 1.0,
-                                        Z99)
-    spread = count_spread_quantile_expr(own_work * dip * factor, own_work, 0.05, 0.02, 1.0,
-                                        Z99, load=magnitude)
-    assert np.all(spread > signed)
-
-
 def test_the_batch_variance_is_a_poisson_count_of_stalls_plus_the_slot_wait():
     """``count_dispersion`` "batch": with no cap binding the whole load is stalls, whose
     variance is d^2 C2 (L - C1) (no chain factor L/C1); past the cap the wait for a slot
@@ -377,7 +351,7 @@ def test_the_batch_variance_is_a_poisson_count_of_stalls_plus_the_slot_wait():
 
     own_work, c2, spread, dispersion = 4.0, 0.05, 0.02, 1.5
     factor = np.array([1.1, 2.0, 4.0])
-    stall, wait = batch_count_loads(own_work, 1.0, factor, factor, magnitude=False)
+    stall, wait = batch_count_loads(own_work, 1.0, factor, factor)
     np.testing.assert_allclose(stall, own_work * (factor - 1))
     np.testing.assert_allclose(wait, 0.0)
     latency_s = own_work * factor
@@ -389,8 +363,7 @@ def test_the_batch_variance_is_a_poisson_count_of_stalls_plus_the_slot_wait():
     # the chain over-disperses by L/C1: equal in the limit of no load, larger under it
     assert np.all(chain > batch)
     # a capped queue factor of 5 over eq. (1)'s 4: a slot wait of C1, its square added
-    stall, wait = batch_count_loads(own_work, 1.0, np.array([5.0]), np.array([4.0]),
-                                    magnitude=False)
+    stall, wait = batch_count_loads(own_work, 1.0, np.array([5.0]), np.array([4.0]))
     np.testing.assert_allclose(stall, own_work * 3.0)
     np.testing.assert_allclose(wait, own_work)
     waited = batch_count_quantile_expr(5 * own_work, own_work, c2, spread, dispersion,
@@ -398,10 +371,6 @@ def test_the_batch_variance_is_a_poisson_count_of_stalls_plus_the_slot_wait():
     unwaited = batch_count_quantile_expr(5 * own_work, own_work, c2, spread, dispersion,
                                          Z99, stall, 0.0)
     assert waited > unwaited
-    # the profile's dip: by its size the stalls still spread, signed they cancel
-    signed, _ = batch_count_loads(own_work, 0.9, np.array([1.05]), np.array([1.05]),
-                                  magnitude=False)
-    size, _ = batch_count_loads(own_work, 0.9, np.array([1.05]), np.array([1.05]),
-                                magnitude=True)
+    # the profile's dip, counted signed, cancels the stalls
+    signed, _ = batch_count_loads(own_work, 0.9, np.array([1.05]), np.array([1.05]))
     np.testing.assert_allclose(signed, 0.0)
-    np.testing.assert_allclose(size, own_work * (0.9 * 0.05 + 0.1))
