@@ -68,6 +68,10 @@ class TuneSettings:
     outcomes: int = 32
 
 
+#: Draw multiples a refit that did not converge is repeated with, in turn.
+CONVERGENCE_RETRIES = (2, 4)
+
+
 class Refitter:
     """A latency model compiled once and refitted on each new data set."""
 
@@ -81,14 +85,14 @@ class Refitter:
         self.data_names: set[str] = set()
         self.calls = 0
 
-    def __call__(self, rows: pd.DataFrame):
+    def __call__(self, rows: pd.DataFrame, *, scale: int = 1):
         from bayesspec.data import prepare
         from bayesspec.inference.fitfile import Fit
         from bayesspec.inference import SamplerSettings, compile_model, sample_compiled, settings_for
 
         data = prepare(rows.reset_index(drop=True), source="<tune points>")
         settings = settings_for(self.model, SamplerSettings(
-            draws=self.draws, tune=self.draws, chains=self.chains,
+            draws=self.draws * scale, tune=self.draws * scale, chains=self.chains,
             seed=self.seed + self.calls, progress=self.progress))
         values = self.model.data_values(data)
         if self.compiled is None or set(values) != self.data_names:
@@ -237,7 +241,15 @@ def tune(configurations, points_path, settings: TuneSettings, *, endpoint_of,
     # 2-4. fit, plan, measure
     while True:
         log(f"tune: fitting {len(rows)} points...", progress)
-        fit = refit(rows.drop(columns=["load_seconds", "failed_requests"], errors="ignore"))
+        points = rows.drop(columns=["load_seconds", "failed_requests"], errors="ignore")
+        fit = refit(points)
+        # no load point settles a posterior that did not converge: sample longer first
+        for scale in CONVERGENCE_RETRIES:
+            if fit.diagnostics["converged"]:
+                break
+            log(f"tune: {fit.diagnostics['text']}; refitting with {scale}x the draws",
+                progress)
+            fit = refit(points, scale=scale)
         question = question_from_fit(fit, settings.question, alpha=settings.alpha,
                                      k=settings.k, rps=settings.rps or None,
                                      ks=list(configurations) if settings.question == "kstar"
