@@ -183,6 +183,11 @@ class DenseLatencyModel(LatencyModel):
         # predicted from their errors (Curve.measurement).
         "run_own_length": 0.0,
         "run_own_nugget": 0.0,
+        # The mean law (bayes.profile_inputs.MEAN_LAWS): "auto" puts the compute roof from
+        # the verifier's, drafter's and GPU's cards on eq. (1) where they exist and no
+        # decode profile or cap is stated (laws.roofline.roof_excess_expr;
+        # docs/findings/compute-roof.md). Only the dense law itself takes it.
+        "mean_law": "auto",
     }
     #: Whether the model's curves carry the sweep's run effect (``run_effect``); the
     #: discrepancy, spline, two-regime and tails laws do not.
@@ -196,6 +201,20 @@ class DenseLatencyModel(LatencyModel):
 
     def check_config(self) -> None:
         self.resolve_profile_defaults()
+        from bayesspec.bayes.profile_inputs import MEAN_LAWS
+
+        if self.config["mean_law"] not in MEAN_LAWS:
+            raise ValueError(f"mean_law must be one of {', '.join(MEAN_LAWS)}, got "
+                             f"{self.config['mean_law']!r}")
+        if type(self).build is not DenseLatencyModel.build:
+            # the discrepancy, spline, two-regime and tails laws have likelihoods of their
+            # own: eq. (1) under them, as before
+            if self.config["mean_law"] == "roofline":
+                raise ValueError(f"the {self.name} model's law does not take the compute "
+                                 "roof: use --model dense or speculative")
+            self.config["mean_law"] = "eq1"
+        if self.config["cap_prior"] != "none" and self.config["mean_law"] == "auto":
+            self.config["mean_law"] = "eq1"   # a learned cap is the slot queue's law
         super().check_config()
         from bayesspec.bayes.cap_prior import CAP_PRIORS
 
@@ -301,7 +320,14 @@ class DenseLatencyModel(LatencyModel):
             log_c1, utilisation = self.group_costs(data, len(inputs.groups))
             c1, c2 = pt.exp(log_c1), utilisation / data["rps_max"]
             self.learn_caps(data, c1, c2)
-            latency_likelihood(c1, c2, self.config, data)
+            if "has_roof" in data:
+                from bayesspec.bayes.profile_inputs import roof_mean_law
+
+                mean, felt = roof_mean_law(c1, c2, data)
+                latency_likelihood(c1, c2, self.config, data, mean_latency=mean,
+                                   c2_point=felt)
+            else:
+                latency_likelihood(c1, c2, self.config, data)
         if self.config["decode_profile"]:
             # read by inference.compile_model (an initval on the variables would do, but
             # PyMC's model transforms, e.g. the log-likelihood for LOO, refuse those)
