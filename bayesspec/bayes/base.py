@@ -235,6 +235,7 @@ class LatencyModel:
             extras["mean_law_note"] = roof_inputs(
                 rows, groups, group_index, self.catalog, self.config["mean_law"],
                 cycles_known=self.roof_cycles_known)
+            self.recorded["mean_law_note"] = extras["mean_law_note"]
         self.inputs = ModelInputs(rows=rows, groups=groups, group_index=group_index,
                                   extras=extras)
         return self.inputs

@@ -86,7 +86,7 @@ def physics_centres(gpu_card, verifier_cards) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------
-# The compute roof of one engine step (docs/laws.md, "The compute roof")
+# The compute roof of one engine step (docs/findings/compute-roof.md)
 # ---------------------------------------------------------------------------------------
 
 #: The power of the smooth maximum that joins a pass's memory floor and its compute slope,
@@ -160,7 +160,7 @@ def roof_step_expr(batch, roof: dict, k, bend, xp=np):
                                         roof["drafter_token_s"], k + 1.0, bend, xp=xp)
     later, later_slope = roof_pass_expr(batch, drafter_floor, roof["drafter_kv_s"],
                                         roof["drafter_token_s"], 1.0, bend, xp=xp)
-    drafting = xp.where(k > 0, 1.0, 0.0)
+    drafting = (k > 0) * 1.0
     later_passes = xp.maximum(k - 1.0, 0.0)
     step = verify + drafting * (first + later_passes * later)
     slope = verify_slope + drafting * (first_slope + later_passes * later_slope)

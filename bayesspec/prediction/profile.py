@@ -196,7 +196,7 @@ class ProfileCurve(Curve):
 
 
 class RoofCurve(Curve):
-    """Eq. (1) with the compute roof from the cards (docs/laws.md, "The compute roof"):
+    """Eq. (1) with the compute roof from the cards (docs/findings/compute-roof.md):
     L = C1 + C2 N + R(N), N = RPS x L, R the excess of a request's engine steps over the
     straight line at light load once a step's arithmetic outgrows its memory floor
     (:func:`bayesspec.laws.roofline.roof_excess_expr`). N at a rate is the least root
@@ -239,12 +239,12 @@ class RoofCurve(Curve):
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             n, felt, found = roof_concurrency_expr(np.maximum(rps, 1e-300), c1, c2, roof, k,
                                                    cycles, bend)
+        self._solved_c1 = c1
         return rps, n, felt, found
 
     def latency(self, rps) -> np.ndarray:
         rps, n, _, found = self._solve(rps)
-        c1 = np.broadcast_to(_lift(self.c1, np.asarray(rps)), rps.shape)
-        value = np.where(rps > 0, n / np.maximum(rps, 1e-300), c1)
+        value = np.where(rps > 0, n / np.maximum(rps, 1e-300), self._solved_c1)
         return np.where(found | (rps <= 0), value, np.inf)
 
     def concurrency(self, rps) -> np.ndarray:
