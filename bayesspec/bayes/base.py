@@ -236,6 +236,13 @@ class LatencyModel:
                 rows, groups, group_index, self.catalog, self.config["mean_law"],
                 cycles_known=self.roof_cycles_known)
             self.recorded["mean_law_note"] = extras["mean_law_note"]
+            if (groups["mean_law"] == "roof").any():
+                # Past the roof's ceiling the law has no root and its latency stays far
+                # above any measurement, a plateau: a chain jittered into the factors'
+                # tails stayed there for a whole run (compute factor 7, bend 2; 1 chain of
+                # 2 on the roof study's seed 0, docs/findings/compute-roof.md). Start at
+                # the mode.
+                self.init = "optimised"
         self.inputs = ModelInputs(rows=rows, groups=groups, group_index=group_index,
                                   extras=extras)
         return self.inputs
