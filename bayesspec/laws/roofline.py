@@ -140,7 +140,14 @@ def roof_pass_expr(batch, floor, kv, token, tokens_per_request, bend, xp=np,
     compute_slope = per_request * (1.0 + 2.0 * bend * work / floor)
     # scaled by the larger part, so that no power overflows however large the batch
     top = xp.maximum(memory, compute)
-    joined = top * ((memory / top) ** power + (compute / top) ** power) ** (1.0 / power)
+    a, b = memory / top, compute / top
+    if power == 4.0:   # products and square roots: numpy's float powers cost 5x these
+        a2, b2 = a * a, b * b
+        norm = xp.sqrt(xp.sqrt(a2 * a2 + b2 * b2))
+        joined = top * norm
+        a, b = a / norm, b / norm
+        return joined, a * a * a * kv + b * b * b * compute_slope
+    joined = top * (a ** power + b ** power) ** (1.0 / power)
     slope = ((memory / joined) ** (power - 1.0) * kv
              + (compute / joined) ** (power - 1.0) * compute_slope)
     return joined, slope
@@ -200,6 +207,8 @@ def roof_concurrency_expr(rps, c1, c2, roof: dict, k, cycles, bend, xp=np,
     on a flat or rising residual is taken with a floor on the slope, so the iterate keeps
     growing and the latency with it, smoothly in the parameters.
     Returns (N, R'(N) + C2 = the C2 a point feels, whether N is a root)."""
+    if xp is np:
+        return _roof_concurrency_numpy(rps, c1, c2, roof, k, cycles, bend, steps)
     free = 1.0 - rps * c2
     safe_free = xp.where(free > 0, free, 1.0)
     n = rps * c1 / safe_free
@@ -217,7 +226,41 @@ def roof_concurrency_expr(rps, c1, c2, roof: dict, k, cycles, bend, xp=np,
     return n, c2 + slope, found
 
 
-def roof_ceiling(c1, c2, roof: dict, k, cycles, bend, *, steps: int = 200) -> np.ndarray:
+def _roof_concurrency_numpy(rps, c1, c2, roof, k, cycles, bend, steps):
+    """:func:`roof_concurrency_expr`'s steps in numpy on the points not yet settled only
+    (most settle in a few steps; answers evaluate it over draws x k x rates)."""
+    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (
+        rps, c1, c2, k, cycles, bend, *(roof[name] for name in ROOF_CARD_FIELDS))))
+    shape = arrays[0].shape
+    rps, c1, c2, k, cycles, bend, *cards = (a.ravel() for a in arrays)
+    roof = dict(zip(ROOF_CARD_FIELDS, cards))
+    free = 1.0 - rps * c2
+    safe_free = np.where(free > 0, free, 1.0)
+    n = rps * c1 / safe_free
+    alone = roof_step_expr(np.ones_like(n), roof, k, bend)
+    active = np.arange(n.size)
+    for _ in range(steps + 1):
+        if not active.size:
+            break
+        part = {name: value[active] for name, value in roof.items()}
+        at = n[active]
+        excess, slope = roof_excess_expr(at, part, k[active], cycles[active], bend[active],
+                                         alone=(alone[0][active], alone[1][active]))
+        residual = rps[active] * (c1[active] + excess) - at * safe_free[active]
+        derivative = rps[active] * slope - safe_free[active]
+        moved = np.minimum(at - residual / np.minimum(derivative, -0.05 * safe_free[active]),
+                           ROOF_FAR_IN_FLIGHT)
+        n[active] = moved
+        settled = (np.abs(moved - at) <= 1e-13 * np.abs(moved)) | (moved >= ROOF_FAR_IN_FLIGHT)
+        active = active[~settled]
+    excess, slope = roof_excess_expr(n, roof, k, cycles, bend, alone=alone)
+    residual = rps * (c1 + excess) - n * safe_free
+    found = ((free > 0) & (rps * slope < safe_free)
+             & (np.abs(residual) <= 1e-6 * (rps * c1 + n * safe_free + 1e-300)))
+    return n.reshape(shape), (c2 + slope).reshape(shape), found.reshape(shape)
+
+
+def roof_ceiling(c1, c2, roof: dict, k, cycles, bend, *, steps: int = 48) -> np.ndarray:
     """The highest rate eq. (1) with the compute roof sustains: the largest throughput
     N / L(N), L(N) = C1 + C2 N + R(N). L is convex and positive at N = 0, so N / L rises
     to one maximum, where L = N L'(N): found by bisection in log N. Without a roof it is
@@ -232,7 +275,7 @@ def roof_ceiling(c1, c2, roof: dict, k, cycles, bend, *, steps: int = 200) -> np
         excess, slope = roof_excess_expr(n, roof, k, cycles, bend)
         rising = c1 + c2 * n + excess - n * (c2 + slope) > 0
         lo, hi = np.where(rising, mid, lo), np.where(rising, hi, mid)
-        if np.all(hi - lo < 1e-10):
+        if np.all(hi - lo < 1e-12):
             break
     n = 10.0 ** lo
     excess, _ = roof_excess_expr(n, roof, k, cycles, bend)
