@@ -82,9 +82,10 @@ def profile_chain_arrays(inputs) -> dict[str, tuple[np.ndarray, str | None]]:
             "chain_decode_one": (decode_s[:, 0].copy(), "group")}
 
 
-#: The mean laws a model may be asked for (``mean_law``): "auto", the compute roof where
-#: the cards of the verifier and the GPU exist, eq. (1) elsewhere; "roofline", the roof
-#: (an error naming a group without cards); "eq1", eq. (1) alone.
+#: The mean laws a model may be asked for (``mean_law``): "auto", the compute roof in a
+#: fit with speculative groups where the cards of the verifier and the GPU exist, eq. (1)
+#: elsewhere; "roofline", the roof (an error naming a group without cards); "eq1",
+#: eq. (1) alone.
 MEAN_LAWS = ("auto", "roofline", "eq1")
 
 #: The roof's learned factors: real stacks run at about twice the cards' bounds (a 32B
@@ -120,6 +121,14 @@ def roof_inputs(rows: pd.DataFrame, groups: pd.DataFrame, group_index: np.ndarra
         groups[name] = np.nan
     if how == "eq1" or n == 0:
         return "mean law: eq. (1) (mean_law=eq1)"
+    speculative = "k" in groups and bool((pd.to_numeric(groups["k"]) > 0).any())
+    if how == "auto" and not speculative:
+        # A step of plain decoding carries one token a request: at the batches one
+        # instance holds its KV reads keep pace with its arithmetic, and the roof was
+        # validated where speculation reaches it k + 1 times sooner
+        # (docs/findings/compute-roof.md).
+        return ("mean law: eq. (1): plain decoding only (--option mean_law=roofline puts "
+                "the compute roof on it)")
     reasons: list[str] = []
     gpu_of = (rows["gpu"].astype(object) if "gpu" in rows.columns
               else pd.Series([None] * len(rows)))

@@ -71,3 +71,12 @@ def test_fitted_roof_answers_any_k_with_its_curve(mock_sampling):
     assert latency.shape == (40, 4, 2)
     assert isinstance(result.group_curve(2), RoofCurve)
     assert "roof_bend" in result.model().decision_variables()
+
+
+def test_plain_decoding_alone_stays_on_eq1_unless_asked():
+    data = _sweeps()
+    dense_only = data.loc[data["k"] == 0]
+    groups, note = _prepared(dense_only, model="dense")
+    assert (groups["mean_law"] == "eq1").all() and "plain decoding only" in note
+    groups, _ = _prepared(dense_only, model="dense", mean_law="roofline")
+    assert (groups["mean_law"] == "roof").all()
