@@ -99,7 +99,7 @@ class LatencyModel:
     # Options whose default changed: the value a fit file that does not record the option
     # was made with (read back by ``from_tree``).
     legacy_defaults: dict = {"profile_law": "poisson", "noise_load_at": "curve",
-                             "prefill_batching": False}
+                             "prefill_batching": False, "mean_law": "eq1"}
     # Tuning steps and draws per chain when the user does not say (``--tune``, ``--draws``).
     default_tune: int = 1000
     default_draws: int = 1000
@@ -235,9 +235,27 @@ class LatencyModel:
         if self.config.get("decode_profile"):
             extras.update(decode_profile_inputs(self.config["decode_profile"], rows, groups,
                                                 group_index))
+        if "mean_law" in self.config:
+            from bayesspec.bayes.profile_inputs import roof_inputs
+
+            extras["mean_law_note"] = roof_inputs(
+                rows, groups, group_index, self.catalog, self.config["mean_law"],
+                cycles_known=self.roof_cycles_known)
+            self.recorded["mean_law_note"] = extras["mean_law_note"]
+            if (groups["mean_law"] == "roof").any():
+                # Past the roof's ceiling the law has no root and its latency stays far
+                # above any measurement, a plateau: a chain jittered into the factors'
+                # tails stayed there for a whole run (compute factor 7, bend 2; 1 chain of
+                # 2 on the roof study's seed 0, docs/findings/compute-roof.md). Start at
+                # the mode.
+                self.init = "optimised"
         self.inputs = ModelInputs(rows=rows, groups=groups, group_index=group_index,
                                   extras=extras)
         return self.inputs
+
+    #: Whether a group's engine steps per request are known from the table (acceptance
+    #: given), for the compute roof; False where the model learns E(k) in the graph.
+    roof_cycles_known = True
 
     def empty_model(self, data: pd.DataFrame):
         """(inputs, an empty ``pm.Model`` with the ``group`` and ``point`` coords) for
@@ -290,6 +308,10 @@ class LatencyModel:
                 caps = np.where(in_chain, inputs.groups["cap"].to_numpy(float), caps)
             for name in ("profile_knots", "profile_values", "profile_slopes"):
                 arrays[name] = (inputs.extras[name], None)
+        if "mean_law" in inputs.groups and (inputs.groups["mean_law"] == "roof").any():
+            from bayesspec.bayes.profile_inputs import roof_arrays
+
+            arrays.update(roof_arrays(inputs.groups))
         if caps is not None and np.isfinite(caps).any():
             # Without a cap that reaches the data the graph stays eq. (1)'s (no special
             # functions to compile); decisions still read the cap from the groups.
@@ -553,7 +575,8 @@ class LatencyModel:
         """Posterior variables the answers are computed from: their convergence is what
         the verdict judges (the rest, pooling hyperparameters and the like, are reported
         but cannot make an answer wrong on their own)."""
-        return ["C1", "C2", "saturation_rps", "noise_base", "noise_load", LEARNED_CAP]
+        return ["C1", "C2", "saturation_rps", "noise_base", "noise_load", LEARNED_CAP,
+                "roof_memory_factor", "roof_compute_factor", "roof_bend"]
 
     def noise(self, fit) -> Noise:
         """The fitted measurement model of a mean latency."""
@@ -574,7 +597,11 @@ class LatencyModel:
         """One fitted group's mean-latency curve (eq. 1 from its C1, C2)."""
         label = str(fit.groups["label"].iloc[group])
         profile = fit.decode_profile(group)
-        if profile is not None:
+        roof = self.roof_curve(fit, group, fit.draws("C1", group), fit.draws("C2", group),
+                               label)
+        if roof is not None:
+            curve = roof
+        elif profile is not None:
             cap = fitted_cap(fit.groups, group, fit)
             curve = ProfileCurve(fit.draws("C1", group), fit.draws("C2", group),
                                  batch_sizes=profile[0], iteration_s=profile[1],
@@ -591,6 +618,26 @@ class LatencyModel:
                           noise=self.noise(fit), **fitted_cap(fit.groups, group, fit))
         curve.rps_fitted_max = float(fit.groups["rps_max"].iloc[group])
         return self.with_run_effect(fit, group, curve)
+
+    def roof_curve(self, fit, group: int, c1, c2, label: str, *, cycles=None,
+                   noise: Noise | None = None):
+        """The compute roof's curve of fitted group ``group`` at costs ``c1``, ``c2``
+        (:class:`~bayesspec.prediction.RoofCurve`), None where the group follows eq. (1).
+        ``cycles``: a request's engine steps (draws), where the table does not give them."""
+        groups = fit.groups
+        if ("mean_law" not in groups or groups["mean_law"].iloc[group] != "roof"
+                or "roof_memory_factor" not in fit.posterior):
+            return None
+        from bayesspec.laws.roofline import ROOF_CARD_FIELDS
+        from bayesspec.prediction import RoofCurve
+
+        row = groups.iloc[group]
+        return RoofCurve(c1, c2, cards={name: float(row[name]) for name in ROOF_CARD_FIELDS},
+                         memory_factor=fit.draws("roof_memory_factor"),
+                         compute_factor=fit.draws("roof_compute_factor"),
+                         bend=fit.draws("roof_bend"), k=float(row.get("k", 0) or 0),
+                         cycles=float(row["roof_cycles"]) if cycles is None else cycles,
+                         label=label, noise=self.noise(fit) if noise is None else noise)
 
     def integrated_log_likelihood(self, fit):
         """Pointwise log-likelihood (an ``xr.Dataset`` of ``log_latency`` over chain, draw,

@@ -145,6 +145,20 @@ class DenseLatencyModel(LatencyModel):
         """The rules that tie options together (each value is checked by its
         declaration, bayes.options)."""
         self.resolve_profile_defaults()
+        from bayesspec.bayes.profile_inputs import MEAN_LAWS
+
+        if self.config["mean_law"] not in MEAN_LAWS:
+            raise ValueError(f"mean_law must be one of {', '.join(MEAN_LAWS)}, got "
+                             f"{self.config['mean_law']!r}")
+        if type(self).build is not DenseLatencyModel.build:
+            # the discrepancy, spline, two-regime and tails laws have likelihoods of their
+            # own: eq. (1) under them, as before
+            if self.config["mean_law"] == "roofline":
+                raise ValueError(f"the {self.name} model's law does not take the compute "
+                                 "roof: use --model dense or speculative")
+            self.config["mean_law"] = "eq1"
+        if self.config["cap_prior"] != "none" and self.config["mean_law"] == "auto":
+            self.config["mean_law"] = "eq1"   # a learned cap is the slot queue's law
         super().check_config()
         cfg = self.config
         how = cfg["cap_prior"]
@@ -217,7 +231,14 @@ class DenseLatencyModel(LatencyModel):
             log_c1, utilisation = self.group_costs(data, len(inputs.groups))
             c1, c2 = pt.exp(log_c1), utilisation / data["rps_max"]
             self.learn_caps(data, c1, c2)
-            latency_likelihood(c1, c2, self.config, data)
+            if "has_roof" in data:
+                from bayesspec.bayes.profile_inputs import roof_mean_law
+
+                mean, felt = roof_mean_law(c1, c2, data)
+                latency_likelihood(c1, c2, self.config, data, mean_latency=mean,
+                                   c2_point=felt)
+            else:
+                latency_likelihood(c1, c2, self.config, data)
         if self.config["decode_profile"]:
             # read by inference.compile_model (an initval on the variables would do, but
             # PyMC's model transforms, e.g. the log-likelihood for LOO, refuse those)

@@ -80,3 +80,173 @@ def profile_chain_arrays(inputs) -> dict[str, tuple[np.ndarray, str | None]]:
             "has_chain": (has.astype(float), "group"),
             "chain_decode_s": (decode_s, None),
             "chain_decode_one": (decode_s[:, 0].copy(), "group")}
+
+
+#: The mean laws a model may be asked for (``mean_law``): "auto", the compute roof in a
+#: fit with speculative groups where the cards of the verifier and the GPU exist, eq. (1)
+#: elsewhere; "roofline", the roof (an error naming a group without cards); "eq1",
+#: eq. (1) alone.
+MEAN_LAWS = ("auto", "roofline", "eq1")
+
+#: The roof's learned factors: real stacks run at about twice the cards' bounds (a 32B
+#: verifier on one H100 decoded at about 2x the bandwidth bound in a public load test;
+#: attention, launches and partial overlap put decode GEMMs near half of peak FLOP/s), a
+#: log-sd of 0.5 admitting 0.75x-5.3x at 95%. ``roof_bend``: how much the marginal cost
+#: keeps rising past the knee, half-normal; 0 is the plain roofline.
+ROOF_FACTOR_MEDIAN = 2.0
+ROOF_FACTOR_LOG_SD = 0.5
+ROOF_BEND_SCALE = 0.5
+
+
+def roof_inputs(rows: pd.DataFrame, groups: pd.DataFrame, group_index: np.ndarray, catalog,
+                how: str, *, cycles_known: bool) -> str:
+    """Which groups follow the compute roof (``groups["mean_law"]`` "roof" or "eq1") and
+    their cards' bounds (``groups`` columns of
+    :data:`bayesspec.laws.roofline.ROOF_CARD_FIELDS`, ``roof_cycles``: engine steps of
+    one request, NaN where the model learns acceptance). Returns the one line ``fit``
+    says about it.
+
+    A group follows the roof where its verifier and its GPU have cards, and no decode
+    profile or engine cap is stated for it (a measured profile is the better law; a cap
+    keeps the slot queue's law). ``how``: one of :data:`MEAN_LAWS`; with "roofline" a group
+    without what the roof needs is an error. ``cycles_known``: whether acceptance is
+    known from the table (the dense model), else the graph computes the cycles."""
+    from bayesspec.errors import BadInput
+    from bayesspec.laws import expected_accepted
+    from bayesspec.laws.roofline import ROOF_CARD_FIELDS, roof_card_values
+
+    n = len(groups)
+    groups["mean_law"] = "eq1"
+    for name in ROOF_CARD_FIELDS + ("roof_cycles",):
+        groups[name] = np.nan
+    if how == "eq1" or n == 0:
+        return "mean law: eq. (1) (mean_law=eq1)"
+    speculative = "k" in groups and bool((pd.to_numeric(groups["k"]) > 0).any())
+    if how == "auto" and not speculative:
+        # A step of plain decoding carries one token a request: at the batches one
+        # instance holds its KV reads keep pace with its arithmetic, and the roof was
+        # validated where speculation reaches it k + 1 times sooner
+        # (docs/findings/compute-roof.md).
+        return ("mean law: eq. (1): plain decoding only (--option mean_law=roofline puts "
+                "the compute roof on it)")
+    reasons: list[str] = []
+    gpu_of = (rows["gpu"].astype(object) if "gpu" in rows.columns
+              else pd.Series([None] * len(rows)))
+    for g in range(n):
+        row = groups.iloc[g]
+        first = int(np.flatnonzero(group_index == g)[0])
+        gpu_name = gpu_of.iloc[first]
+        verifier = catalog.find_model(str(row["verifier"]))
+        gpu = (catalog.find_gpu(str(gpu_name))
+               if isinstance(gpu_name, str) and gpu_name else None)
+        k = float(row.get("k", 0) or 0)
+        drafter = None
+        if k > 0 and isinstance(row.get("drafter"), str) and row["drafter"]:
+            drafter = catalog.find_model(str(row["drafter"]))
+        why = ""
+        if bool(row.get("decode_profile", False)):
+            why = "a measured decode profile is its law"
+        elif np.isfinite(float(row.get("cap", np.inf))):
+            why = "the engine's cap is stated (the slot queue's law)"
+        elif verifier is None:
+            why = f"no card for the verifier {row['verifier']}"
+        elif gpu is None:
+            why = ("no gpu column" if not isinstance(gpu_name, str) or not gpu_name
+                   else f"no card for the GPU {gpu_name}")
+        elif k > 0 and drafter is None:
+            why = f"no card for the drafter {row.get('drafter') or '(none named)'}"
+        cycles = float(row["decode_tokens"])
+        if not why and k > 0 and cycles_known:
+            alpha = float(row.get("alpha", np.nan))
+            if not np.isfinite(alpha):
+                why = "acceptance unknown"
+            else:
+                cycles = cycles / float(expected_accepted(alpha, k))
+        if why:
+            if how == "roofline":
+                raise BadInput(f"mean_law=roofline: group '{row['label']}' cannot follow "
+                               f"the compute roof: {why}", option="--option")
+            reasons.append(why)
+            continue
+        values = roof_card_values(verifier, gpu, drafter,
+                                  prefill_tokens=float(row["prefill_tokens"]),
+                                  decode_tokens=float(row["decode_tokens"]))
+        for name, value in values.items():
+            groups.loc[groups.index[g], name] = value
+        groups.loc[groups.index[g], "roof_cycles"] = (cycles if (k == 0 or cycles_known)
+                                                      else np.nan)
+        groups.loc[groups.index[g], "mean_law"] = "roof"
+    count = int((groups["mean_law"] == "roof").sum())
+    if count == 0:
+        common = max(set(reasons), key=reasons.count) if reasons else ""
+        return f"mean law: eq. (1): {common}"
+    what = "the compute roof from the cards (eq. (1) plus the step's roofline past its knee)"
+    if count == n:
+        return f"mean law: {what}, all {n} group(s)"
+    common = max(set(reasons), key=reasons.count)
+    return f"mean law: {what} in {count} of {n} group(s); eq. (1) in the rest ({common})"
+
+
+def roof_arrays(groups: pd.DataFrame) -> dict[str, tuple[np.ndarray, str | None]]:
+    """The roof's per-group inputs as the graph takes them (``has_roof`` and the cards'
+    bounds, zeros where a group has none)."""
+    from bayesspec.laws.roofline import ROOF_CARD_FIELDS
+
+    has = (groups["mean_law"] == "roof").to_numpy(bool)
+    arrays = {"has_roof": (has.astype(float), "group"),
+              "roof_k": (groups["k"].to_numpy(float) if "k" in groups
+                         else np.zeros(len(groups)), "group")}
+    for name in ROOF_CARD_FIELDS:
+        values = groups[name].to_numpy(float)
+        # a stand-in that keeps the graph finite where the group has no roof
+        arrays[f"roof_{name}"] = (np.where(has, values, 1.0), "group")
+    cycles = groups["roof_cycles"].to_numpy(float)
+    arrays["roof_cycles"] = (np.where(np.isfinite(cycles), cycles, 1.0), "group")
+    return arrays
+
+
+def roof_factors():
+    """The roof's learned factors in the current ``pm.Model``: the stack's seconds over
+    the memory and the compute bounds, and the bend past the knee (one of each per fit:
+    one serving stack's efficiency)."""
+    import pymc as pm
+
+    memory = pm.LogNormal("roof_memory_factor", np.log(ROOF_FACTOR_MEDIAN),
+                          ROOF_FACTOR_LOG_SD)
+    compute = pm.LogNormal("roof_compute_factor", np.log(ROOF_FACTOR_MEDIAN),
+                           ROOF_FACTOR_LOG_SD)
+    bend = pm.HalfNormal("roof_bend", ROOF_BEND_SCALE)
+    return memory, compute, bend
+
+
+def scaled_roof(cards: dict, memory_factor, compute_factor) -> dict:
+    """The cards' bounds in the stack's seconds: memory terms times the memory factor,
+    arithmetic times the compute factor."""
+    return {name: value * (compute_factor if name.endswith("token_s") else memory_factor)
+            for name, value in cards.items()}
+
+
+def roof_mean_law(c1, c2, data: dict, cycles=None):
+    """(mean latency per point, the C2 each point feels) of eq. (1) with the compute roof
+    in the groups that have it (eq. (1) elsewhere), in the current ``pm.Model``: the
+    ``mean_latency`` and ``c2_point`` :func:`bayesspec.bayes.priors.latency_likelihood`
+    takes. ``cycles`` (per group): a request's engine steps where the graph knows them
+    (the decode length over the learned E), else the data's ``roof_cycles``."""
+    import pytensor.tensor as pt
+
+    from bayesspec.laws import latency_expr
+    from bayesspec.laws.roofline import ROOF_CARD_FIELDS, roof_concurrency_graph
+
+    memory, compute, bend = roof_factors()
+    index, rps = data["group_index"], data["rps"]
+    cards = {name: data[f"roof_{name}"][index] for name in ROOF_CARD_FIELDS}
+    roof = scaled_roof(cards, memory, compute)
+    steps = (data["roof_cycles"] if cycles is None else cycles)[index]
+    point_c1, point_c2 = c1[index], c2[index]
+    n, felt = roof_concurrency_graph(rps, point_c1, point_c2, roof, data["roof_k"][index],
+                                     steps, bend)
+    has = data["has_roof"][index] > 0
+    mean = pt.where(has, n / rps, latency_expr(rps, point_c1, point_c2))
+    # the likelihood's rate-error term x/(1 - x) stays finite past the roof's ceiling
+    felt = pt.minimum(felt, 0.999 / rps)
+    return mean, pt.where(has, felt, point_c2)

@@ -471,8 +471,26 @@ class SpeculativeLatencyModel(LatencyModel):
         :func:`priors.latency_likelihood` (eq. (1) only)."""
         if moe_split.uses_split(inputs):
             return moe_split.split_likelihood(c1, c2, cfg, data, inputs)
+        if "has_roof" in data and c1_log_shift is None and c2_log_shift is None:
+            from bayesspec.bayes.profile_inputs import roof_mean_law
+
+            mean, felt = roof_mean_law(c1, c2, data, cycles=self._roof_cycles(inputs))
+            return latency_likelihood(c1, c2, cfg, data, mean_latency=mean, c2_point=felt)
         return latency_likelihood(c1, c2, cfg, data, c1_log_shift=c1_log_shift,
                                   c2_log_shift=c2_log_shift, shift_points=shift_points)
+
+    def _roof_cycles(self, inputs):
+        """Per group, a request's engine steps: its decode length over E(k) (the graph's,
+        where acceptance is latent or a token process), the decode length for plain
+        decoding."""
+        groups = inputs.groups
+        decode = groups["decode_tokens"].astype("Float64").to_numpy(float, na_value=1.0)
+        cycles = pt.as_tensor_variable(decode)
+        lengths = getattr(self, "_roof_lengths", None)
+        if lengths is None:
+            return cycles
+        sd_idx, length_sd = lengths
+        return pt.set_subtensor(cycles[sd_idx], decode[sd_idx] / length_sd)
 
     def _dense_part(self, cfg, groups, dense_idx, n_setups, rps_max, utilisation_logit, c1, c2):
         center = float(np.log(np.median(groups["latency_low"].to_numpy()[dense_idx])))
@@ -520,6 +538,7 @@ class SpeculativeLatencyModel(LatencyModel):
         # process's E(k) (``lengths``: per group)
         length_sd = (expected_accepted_expr(alpha_sd, k_sd, xp=pt) if lengths is None
                      else lengths[sd_idx])
+        self._roof_lengths = (sd_idx, length_sd)
 
         # Each setup is normalised at an anchor configuration (its median number of
         # cycles): the data pin the anchor's C1 down to about a percent, and expressing
@@ -683,11 +702,52 @@ class SpeculativeLatencyModel(LatencyModel):
         """A group's curve: eq. (4) with its split costs for a sparse verifier."""
         row = fit.groups.iloc[group]
         if not bool(row.get("moe_split", False)):
+            if row.get("mean_law") == "roof" and not np.isfinite(row.get("roof_cycles", 1.0)):
+                curve = self.roof_curve(fit, group, fit.draws("C1", group),
+                                        fit.draws("C2", group), str(row["label"]),
+                                        cycles=self._group_cycles(fit, group))
+                if curve is not None:
+                    curve.rps_fitted_max = float(row["rps_max"])
+                    return self.with_run_effect(fit, group, curve)
             return super().group_curve(fit, group)
         return MoECurve(*(fit.draws(n, group) for n in ("C1u", "C1s", "C2u", "C2s")),
                         m=float(row["experts_active"]), M=float(row["experts_total"]),
                         tokens=float(row["tokens_per_request"]), offset=self._split_offset(),
                         label=str(row["label"]), noise=self.noise(fit))
+
+    def _group_cycles(self, fit, group: int) -> np.ndarray:
+        """Draws of a fitted SD group's engine steps per request, decode / E: E from the
+        token process where the fit has one, from the latent alpha's draws, or from the
+        table's alpha."""
+        row = fit.groups.iloc[group]
+        k = int(row["k"])
+        decode = float(row["decode_tokens"])
+        if "acceptance_length" in fit.posterior:
+            return decode / fit.draws("acceptance_length", setup=int(row["setup_index"]))[:, k]
+        if bool(row.get("alpha_latent", False)):
+            alpha = fit.posterior["alpha_latent"].sel(latent_alpha_group=str(row["label"]))
+            alpha = np.asarray(alpha.stack(sample=("chain", "draw")).values, dtype=float)
+        else:
+            alpha = float(row["alpha"])
+        return decode / expected_accepted(alpha, k)
+
+    def _setup_roof(self, fit, setup: int) -> dict | None:
+        """The compute roof of one setup for any k (None where its groups follow eq. (1)):
+        its cards' bounds (k does not change them) and the learned factors' draws."""
+        from bayesspec.laws.roofline import ROOF_CARD_FIELDS
+
+        groups = fit.groups
+        if "mean_law" not in groups or "roof_memory_factor" not in fit.posterior:
+            return None
+        members = np.flatnonzero((groups["setup_index"].to_numpy(int) == setup)
+                                 & (groups["mean_law"] == "roof").to_numpy(bool))
+        if not len(members):
+            return None
+        row = groups.iloc[int(members[0])]
+        return {"cards": {name: float(row[name]) for name in ROOF_CARD_FIELDS},
+                "memory_factor": fit.draws("roof_memory_factor"),
+                "compute_factor": fit.draws("roof_compute_factor"),
+                "bend": fit.draws("roof_bend")}
 
     def law(self, fit, selection: dict, *, metric: str | None = None) -> CoefficientLaw:
         """Any (alpha, k) of one setup from its six coefficients (eq. 3); a sparse
@@ -713,8 +773,13 @@ class SpeculativeLatencyModel(LatencyModel):
         dense_group = int(setup["dense_group"])
         if not np.isnan(c1_dense).all():
             if split is None:
-                dense = Curve(c1_dense, c2_dense, label=f"{label} dense", noise=noise,
-                              **(fitted_cap(groups, dense_group, fit) if dense_group >= 0 else {}))
+                dense = (self.roof_curve(fit, dense_group, c1_dense, c2_dense,
+                                         f"{label} dense", noise=noise)
+                         if dense_group >= 0 else None)
+                if dense is None:
+                    dense = Curve(c1_dense, c2_dense, label=f"{label} dense", noise=noise,
+                                  **(fitted_cap(groups, dense_group, fit)
+                                     if dense_group >= 0 else {}))
             else:
                 s1 = fit.draws("share_C1s_dense", setup=s)
                 s2 = fit.draws("share_C2s_dense", setup=s)
@@ -736,7 +801,8 @@ class SpeculativeLatencyModel(LatencyModel):
         law = CoefficientLaw(label, dense, {n: fit.draws(n, setup=s) for n in COEFFICIENTS},
                              float(setup["decode_tokens"]), moe=split, noise=noise,
                              engine_limits=limits, measured_configurations=measured,
-                             dense_hint=dense_hint(setup))
+                             dense_hint=dense_hint(setup),
+                             roof=None if split is not None else self._setup_roof(fit, s))
         if "acceptance_length" in fit.posterior:
             # the token process's E(k), draw by draw with the coefficients (joint)
             law.acceptance_lengths = fit.draws("acceptance_length", setup=s)

@@ -200,6 +200,9 @@ def run_fit(args) -> int:
     resolved = resolved_options(result)
     if resolved_line(resolved):
         log(resolved_line(resolved))
+    law_note = result.model().recorded.get("mean_law_note")
+    if law_note:
+        log(law_note)
     verdict = result.diagnostics
     if not args.no_loo:
         _store_loo(result)
@@ -221,6 +224,7 @@ def run_fit(args) -> int:
                 "set_aside": set_aside(data), "concurrency_cap": cap_note,
                 **({"learned_cap_chains": cap_chains} if cap_chains else {}),
                 **({"decode_profile": profile_note} if profile_note else {}),
+                **({"mean_law": law_note} if law_note else {}),
                 "questions": questions, "thin_groups": thin,
                 "fit_seconds": result.tree.attrs.get("fit_seconds"),
                 "diagnostics": diagnostics_json(verdict),

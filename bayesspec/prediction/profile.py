@@ -16,7 +16,7 @@ from bayesspec.laws import (_profile_time, batched_prefill_stall_expr, capped_la
 from bayesspec.prediction.curves import BISECTION_RTOL, Curve, _lift
 from bayesspec.prediction.noise import Noise
 
-__all__ = ["ProfileCurve"]
+__all__ = ["ProfileCurve", "RoofCurve"]
 
 
 class ProfileCurve(Curve):
@@ -193,3 +193,92 @@ class ProfileCurve(Curve):
     def utilisation(self, rps, curve: np.ndarray) -> np.ndarray:
         rps = np.asarray(rps, dtype=float)
         return rps / np.median(self.ceiling)
+
+
+class RoofCurve(Curve):
+    """Eq. (1) with the compute roof from the cards (docs/findings/compute-roof.md):
+    L = C1 + C2 N + R(N), N = RPS x L, R the excess of a request's engine steps over the
+    straight line at light load once a step's arithmetic outgrows its memory floor
+    (:func:`bayesspec.laws.roofline.roof_excess_expr`). N at a rate is the least root
+    (:func:`bayesspec.laws.roofline.roof_concurrency_expr`, the fit's own solver); the
+    ceiling is the largest throughput N/L(N) (:func:`bayesspec.laws.roofline.roof_ceiling`),
+    below eq. (1)'s pole 1/C2 by what the roof takes. The learned factors and bend are
+    draws like C1 and C2, so what the sweep did not reach stays as uncertain as their
+    posterior."""
+
+    law_name = "eq. (1) with the compute roof"
+
+    def __init__(self, c1, c2, *, cards: dict, memory_factor, compute_factor, bend, k,
+                 cycles, label: str = "", noise: Noise | None = None):
+        super().__init__(c1, c2, label=label, noise=noise)
+        shape = (-1,) + (1,) * (self.c1.ndim - 1)
+        memory = np.asarray(memory_factor, dtype=float).reshape(shape)
+        compute = np.asarray(compute_factor, dtype=float).reshape(shape)
+        #: (S[, K]) per draw: the cards' bounds in the stack's seconds, the bend, k and a
+        #: request's engine steps
+        self.roof = {name: np.broadcast_to(
+                         float(value) * (compute if name.endswith("token_s") else memory),
+                         self.c1.shape)
+                     for name, value in cards.items()}
+        self.bend = np.broadcast_to(np.asarray(bend, dtype=float).reshape(shape),
+                                    self.c1.shape)
+        self.k = np.broadcast_to(np.asarray(k, dtype=float), self.c1.shape)
+        self.cycles = np.broadcast_to(np.asarray(cycles, dtype=float), self.c1.shape)
+        self._ceiling = None
+
+    def _solve(self, rps):
+        from bayesspec.laws.roofline import roof_concurrency_expr
+
+        rps = np.asarray(rps, dtype=float)
+        parts = [_lift(v, rps) for v in (self.c1, self.c2, self.k, self.cycles, self.bend)]
+        roof = {name: _lift(v, rps) for name, v in self.roof.items()}
+        shape = np.broadcast_shapes(np.shape(parts[0]), rps.shape)
+        rps = np.broadcast_to(rps, shape)
+        c1, c2, k, cycles, bend = (np.broadcast_to(v, shape) for v in parts)
+        roof = {name: np.broadcast_to(v, shape) for name, v in roof.items()}
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            n, felt, found = roof_concurrency_expr(np.maximum(rps, 1e-300), c1, c2, roof, k,
+                                                   cycles, bend)
+        self._solved_c1 = c1
+        return rps, n, felt, found
+
+    def latency(self, rps) -> np.ndarray:
+        rps, n, _, found = self._solve(rps)
+        value = np.where(rps > 0, n / np.maximum(rps, 1e-300), self._solved_c1)
+        return np.where(found | (rps <= 0), value, np.inf)
+
+    def concurrency(self, rps) -> np.ndarray:
+        """Per draw, the least self-consistent N at ``rps`` (``inf`` past the ceiling)."""
+        _, n, _, found = self._solve(rps)
+        return np.where(found, n, np.inf)
+
+    def point_c2(self, rps, curve: np.ndarray) -> np.ndarray:
+        """C2 plus the roof's marginal cost at the point's N: the rate error's
+        amplification is x/(1 - x) with x = RPS times it, as in the fit."""
+        _, _, felt, found = self._solve(rps)
+        return np.broadcast_to(np.where(found, felt, np.inf), np.shape(curve))
+
+    @property
+    def ceiling(self) -> np.ndarray:
+        if self._ceiling is None:
+            from bayesspec.laws.roofline import roof_ceiling
+
+            self._ceiling = roof_ceiling(self.c1, self.c2, self.roof, self.k, self.cycles,
+                                         self.bend)
+        return self._ceiling
+
+    @property
+    def saturation_cost(self) -> np.ndarray:
+        """1 / the ceiling: what eq. (1)'s C2 is to its pole."""
+        return 1.0 / self.ceiling
+
+    @property
+    def ceiling_binding(self) -> str:
+        return "compute roof"
+
+    @property
+    def has_fluid_run(self) -> bool:
+        return False
+
+    def utilisation(self, rps, curve: np.ndarray) -> np.ndarray:
+        return np.asarray(rps, dtype=float) / np.median(self.ceiling)

@@ -15,7 +15,7 @@ import numpy as np
 
 from bayesspec.errors import BadInput
 from bayesspec.laws import (concurrency_cap, costs_for_acceptance_length, crossover_rps,
-                            effective_costs, verification_tokens)
+                            effective_costs, expected_accepted, verification_tokens)
 from bayesspec.prediction.curves import BISECTION_RTOL, Curve, MoECurve
 from bayesspec.prediction.noise import Noise
 
@@ -308,8 +308,11 @@ class CoefficientLaw(Law):
 
     def __init__(self, label: str, dense: Curve | None, coefficients: dict[str, np.ndarray],
                  decode_tokens: float, *, moe: MoESplit | None = None, noise: Noise | None = None,
-                 engine_limits: dict | None = None, **options):
+                 engine_limits: dict | None = None, roof: dict | None = None, **options):
         super().__init__(label, dense, **options)
+        #: The compute roof SD runs under at any k (the cards' bounds and the learned
+        #: factors' draws, :class:`~bayesspec.prediction.RoofCurve`); None: eq. (1).
+        self.roof = roof
         #: The engine's limits SD runs under (``max_num_seqs``, ``kv_cache_tokens``,
         #: ``max_num_batched_tokens`` and the lengths ``prefill``, ``decode``: the
         #: arguments of :func:`bayesspec.laws.concurrency_cap`); the cap of any k follows.
@@ -389,6 +392,14 @@ class CoefficientLaw(Law):
                 c1, c2 = costs_for_acceptance_length(length, k, self.decode_tokens,
                                                      *coefficients)
             label = f"{self.label} k {k.tolist()}"
+        if self.moe is None and self.roof is not None:
+            from bayesspec.prediction.profile import RoofCurve
+
+            with np.errstate(divide="ignore", invalid="ignore"):
+                length = (expected_accepted(alpha, k) * np.ones_like(c1)
+                          if self.acceptance_lengths is None else length)
+            return RoofCurve(c1, c2, **self.roof, k=k, cycles=self.decode_tokens / length,
+                             label=label, noise=self.noise)
         if self.moe is None:
             return Curve(c1, c2, label=label, noise=self.noise, cap=self.cap_at(k),
                          wait_scale=self.engine_limits.get("wait_scale", 1.0))

@@ -32,6 +32,7 @@ __all__ = [
     "ForwardCost",
     "StepModel",
     "RooflineParams",
+    "OVERLAPPING_ROOFLINE",
     "PUBLIC_FIT",
     "public_llama8b_h100",
     "roofline",
@@ -146,6 +147,19 @@ class StepModel:
                               requests=batch, k=k, drafting=batch,
                               drafting_kv=batch * (context + k + 1))
 
+    def knee_batch(self, k: int = 0, context: float = 0.0) -> float:
+        """The batch of requests decoding at mean context ``context`` at which the
+        verifier's pass turns compute-bound: its arithmetic over the batch's k + 1 tokens
+        each reaches its memory traffic (weights, experts fully touched, KV reads).
+        ``inf`` where it never does (KV reads grow faster than the arithmetic, as in plain
+        decoding of long contexts). Past it an overlapping roofline's step grows by the
+        arithmetic alone, k + 1 times faster per request than below it."""
+        v = self.verifier
+        per_request = v.token_s * (k + 1) - v.kv_s_per_token * (context + k + 1)
+        if per_request <= 0:
+            return float("inf")
+        return float((v.weights_s + v.experts_s) / per_request)
+
     def as_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         drafter = self.drafter.as_array() if self.drafter is not None else np.zeros(7)
         stack = np.array([self.step_overhead_s, self.request_overhead_s,
@@ -226,6 +240,12 @@ class RooflineParams:
     step_overhead_s: float = PUBLIC_FIT["scheduler_overhead_s"]
     request_overhead_s: float = 0.0
     draft_request_overhead_s: float = 20e-6
+    #: False: a pass costs its memory traffic plus its arithmetic (the published fit's
+    #: form, linear in the tokens of a step: eq. (1) holds exactly). True: the larger of
+    #: the two (kernels overlap loads and arithmetic): a step stays near its memory floor
+    #: until the arithmetic of its N x (k + 1) tokens outgrows it, then grows k + 1 times
+    #: faster per request, so large k reach the compute roof at small batches and their
+    #: throughput flattens below eq. (1)'s pole (:data:`OVERLAPPING_ROOFLINE`).
     overlap: bool = False
 
     def __post_init__(self):
@@ -234,6 +254,12 @@ class RooflineParams:
             value = getattr(self, name)
             if not 0.0 < value <= 1.5:
                 raise BadInput(f"roofline: {name} must be in (0, 1.5], got {value}")
+
+
+#: The roofline with overlapping memory and compute: sweeps where the compute roof binds
+#: (large k, batches past :meth:`StepModel.knee_batch`), the known truth the compute-roof
+#: law is tested against (benchmarks/roof_validation.py).
+OVERLAPPING_ROOFLINE = RooflineParams(overlap=True)
 
 
 def roofline_forward(card, gpu, params: RooflineParams = RooflineParams(), *,

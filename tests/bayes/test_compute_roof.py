@@ -1,0 +1,82 @@
+"""Which groups follow the compute roof, and the fitted roof's answers (plumbing: prior
+draws, no sampling)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from bayesspec.errors import BadInput
+
+
+def _sweeps(gpu="H100", verifier="Qwen3-8B", drafter="EAGLE3-Qwen3-8B", **extra):
+    rows = []
+    for k, alpha in ((0, np.nan), (3, 0.8), (7, 0.8)):
+        for i, rps in enumerate((0.5, 3.0, 6.0, 9.0, 12.0)):
+            rows.append({"verifier": verifier, "drafter": drafter if k else "", "k": k,
+                         "alpha": alpha, "prefill_tokens": 512, "decode_tokens": 256,
+                         "rps": rps, "latency_mean_s": (1.9 - 0.08 * k) * (1 + 0.02 * i),
+                         "gpu": gpu, **extra})
+    from bayesspec.data import prepare
+
+    return prepare(pd.DataFrame(rows), source="<roof test>")
+
+
+def _prepared(data, model="speculative", **config):
+    from bayesspec.bayes import MODEL_CLASSES
+
+    m = MODEL_CLASSES[model](config)
+    m.prepare(data)
+    return m.inputs.groups, m.inputs.extras["mean_law_note"]
+
+
+def test_roof_where_the_cards_exist_and_eq1_elsewhere():
+    groups, note = _prepared(_sweeps())
+    assert (groups["mean_law"] == "roof").all() and "compute roof" in note
+    assert groups.loc[groups["k"] == 0, "drafter_floor_s"].eq(0).all()
+    groups, note = _prepared(_sweeps(gpu="TPU-v9"))
+    assert (groups["mean_law"] == "eq1").all() and "no card for the GPU TPU-v9" in note
+    groups, note = _prepared(_sweeps(), mean_law="eq1")
+    assert (groups["mean_law"] == "eq1").all()
+    groups, note = _prepared(_sweeps(max_num_seqs=64))
+    assert (groups["mean_law"] == "eq1").all() and "cap is stated" in note
+    with pytest.raises(BadInput, match="no card for the GPU"):
+        _prepared(_sweeps(gpu="TPU-v9"), mean_law="roofline")
+
+
+def test_dense_model_knows_its_cycles_and_other_laws_keep_eq1():
+    groups, _ = _prepared(_sweeps(), model="dense")
+    sd = groups["k"] == 7
+    from bayesspec.laws import expected_accepted
+
+    assert groups.loc[sd, "roof_cycles"].iloc[0] == pytest.approx(
+        256 / expected_accepted(0.8, 7))
+    groups, _ = _prepared(_sweeps(), model="dense-roofline")
+    assert (groups["mean_law"] == "eq1").all()
+
+
+@pytest.mark.slow   # builds and draws the whole speculative graph: about a minute
+def test_fitted_roof_answers_any_k_with_its_curve(mock_sampling):
+    from bayesspec.bayes.workflow import fit
+    from bayesspec.inference import SamplerSettings
+    from bayesspec.prediction import RoofCurve
+
+    result = fit(_sweeps(), "speculative",
+                 settings=SamplerSettings(draws=40, tune=10, chains=1, seed=0, progress=False))
+    law = result.law({})
+    assert isinstance(law.dense, RoofCurve) and isinstance(law.sd(0.8, 5), RoofCurve)
+    ks = np.array([1, 3, 5, 7])
+    latency = law.sd(0.8, ks).latency(np.array([1.0, 4.0]))
+    assert latency.shape == (40, 4, 2)
+    assert isinstance(result.group_curve(2), RoofCurve)
+    assert "roof_bend" in result.model().decision_variables()
+
+
+def test_plain_decoding_alone_stays_on_eq1_unless_asked():
+    data = _sweeps()
+    dense_only = data.loc[data["k"] == 0]
+    groups, note = _prepared(dense_only, model="dense")
+    assert (groups["mean_law"] == "eq1").all() and "plain decoding only" in note
+    groups, _ = _prepared(dense_only, model="dense", mean_law="roofline")
+    assert (groups["mean_law"] == "roof").all()
