@@ -32,21 +32,24 @@ def _prepared(data, model="speculative", **config):
 
 
 def test_roof_where_the_cards_exist_and_eq1_elsewhere():
-    groups, note = _prepared(_sweeps())
+    # eq. (1) unless asked: the roof is experimental (docs/findings/compute-roof.md)
+    groups, _ = _prepared(_sweeps())
+    assert (groups["mean_law"] == "eq1").all()
+    groups, note = _prepared(_sweeps(), mean_law="auto")
     assert (groups["mean_law"] == "roof").all() and "compute roof" in note
     assert groups.loc[groups["k"] == 0, "drafter_floor_s"].eq(0).all()
-    groups, note = _prepared(_sweeps(gpu="TPU-v9"))
+    groups, note = _prepared(_sweeps(gpu="TPU-v9"), mean_law="auto")
     assert (groups["mean_law"] == "eq1").all() and "no card for the GPU TPU-v9" in note
     groups, note = _prepared(_sweeps(), mean_law="eq1")
     assert (groups["mean_law"] == "eq1").all()
-    groups, note = _prepared(_sweeps(max_num_seqs=64))
+    groups, note = _prepared(_sweeps(max_num_seqs=64), mean_law="auto")
     assert (groups["mean_law"] == "eq1").all() and "cap is stated" in note
     with pytest.raises(BadInput, match="no card for the GPU"):
         _prepared(_sweeps(gpu="TPU-v9"), mean_law="roofline")
 
 
 def test_dense_model_knows_its_cycles_and_other_laws_keep_eq1():
-    groups, _ = _prepared(_sweeps(), model="dense")
+    groups, _ = _prepared(_sweeps(), model="dense", mean_law="auto")
     sd = groups["k"] == 7
     from bayesspec.laws import expected_accepted
 
@@ -62,7 +65,7 @@ def test_fitted_roof_answers_any_k_with_its_curve(mock_sampling):
     from bayesspec.inference import SamplerSettings
     from bayesspec.prediction import RoofCurve
 
-    result = fit(_sweeps(), "speculative",
+    result = fit(_sweeps(), "speculative", config={"mean_law": "auto"},
                  settings=SamplerSettings(draws=40, tune=10, chains=1, seed=0, progress=False))
     law = result.law({})
     assert isinstance(law.dense, RoofCurve) and isinstance(law.sd(0.8, 5), RoofCurve)
@@ -76,7 +79,7 @@ def test_fitted_roof_answers_any_k_with_its_curve(mock_sampling):
 def test_plain_decoding_alone_stays_on_eq1_unless_asked():
     data = _sweeps()
     dense_only = data.loc[data["k"] == 0]
-    groups, note = _prepared(dense_only, model="dense")
+    groups, note = _prepared(dense_only, model="dense", mean_law="auto")
     assert (groups["mean_law"] == "eq1").all() and "plain decoding only" in note
     groups, _ = _prepared(dense_only, model="dense", mean_law="roofline")
     assert (groups["mean_law"] == "roof").all()
