@@ -51,7 +51,9 @@ def predictive_points(fit, extra: pd.DataFrame | None = None, *, prob: float = 0
         members = rows.loc[rows["group"] == label]
         if members.empty:
             continue
-        curve = fit.group_curve(g)
+        # the check judges the law the data fitted: the limit the answers admit above
+        # the top fitted rate (docs/ceilings.md) is a prior the data never touched
+        curve = fit.group_curve(g, admit_unmeasured=False)
         rps = members["rps"].to_numpy(float)
         observed = members["latency_mean_s"].to_numpy(float)
         # Every draw: the curve's parameters, its noise and these arrays must agree in

@@ -103,7 +103,9 @@ def predict_concurrency(fit, group: int, levels, *, prob: float = DEFAULT_PROB) 
     throughput = levels / latency
     top = float(curve.rps_fitted_max)
     top_level = max(fitted_levels(fit, group=group).values(), default=None)
-    cap = None if getattr(curve, "cap", None) is None else np.ravel(curve.cap)
+    # the engine's cap, not a limit the answer admits above the measured levels
+    engine_cap = getattr(curve, "engine_cap", getattr(curve, "cap", None))
+    cap = None if engine_cap is None else np.ravel(engine_cap)
     points = []
     for j, level in enumerate(levels):
         rate = float(np.nanmedian(throughput[:, j]))

@@ -291,6 +291,10 @@ class Fit:
         law = model.law(self, dict(selection or {}), metric=metric)
         if not admit_unmeasured:
             return law
+        if metric is not None and not getattr(model, "has_mean", lambda _: True)(self):
+            # the unmeasured limit is a batch of the mean law's; a fit of percentiles
+            # alone has none, and its summaries answer with their own law's ceiling
+            return law
         mean_law = None if metric is None else model.law(self, dict(selection or {}))
         return answering_law(self, law, mean_law)
 

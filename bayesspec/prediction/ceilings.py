@@ -203,11 +203,95 @@ def admit_unmeasured_limit(curve, top, limit=None, *, largest_batch=np.nan):
         limit = admitted_limit(curve, top_array, largest_batch)
     limit = np.broadcast_to(np.asarray(limit, dtype=float), law.shape)
     admitted = copy.copy(curve)
+    if type(curve) is Curve:
+        return _as_cap(admitted, law, top_array, limit)
     admitted.__class__ = _admitting_class(type(curve))
     admitted.law_ceiling = law
     admitted._top = np.broadcast_to(top_array, law.shape)
     admitted._limit = np.minimum(np.where(np.isfinite(limit), limit, law), law)
     return admitted
+
+
+class AdmittedCapCurve(Curve):
+    """Eq. (1) (or its slot queue) whose unmeasured limit acts as what it is: a cap of
+    N_lim requests per draw, the smaller of it and the engine's own. Below the limit's
+    knee the latency is the law's; it bends only near the admitted ceiling, so a server
+    that follows the law past the top fitted rate stays inside the answer."""
+
+    law_ceiling: np.ndarray | None = None
+    _top: np.ndarray
+    _law_binding: str = "1/C2"
+    _own_cap: np.ndarray | None = None
+
+    @property
+    def ceiling_binding(self) -> str:
+        return self._law_binding
+
+    @property
+    def has_fluid_run(self) -> bool:
+        return True
+
+    @property
+    def engine_cap(self) -> np.ndarray | None:
+        """The engine's own cap (None where unknown), not the admitted one."""
+        return self._own_cap
+
+    def _fitted(self) -> Curve:
+        law = copy.copy(self)
+        law.__class__, law.cap = Curve, self._own_cap
+        return law
+
+    def _lifted(self, rps: np.ndarray):
+        own = np.broadcast_to(np.inf if self._own_cap is None else self._own_cap,
+                              np.shape(self.c2))
+        return (_lift(self.c1, rps), _lift(self.c2, rps), _lift(own, rps),
+                _lift(self.cap, rps), _lift(self._top, rps))
+
+    def latency(self, rps) -> np.ndarray:
+        """The fitted law up to the top fitted rate (the data's evidence is untouched);
+        above it the law times the admitted cap's queueing factor, counted from the top
+        (1 there, so the curve is continuous; it grows only near the admitted limit)."""
+        from bayesspec.laws import capped_latency
+
+        rps = np.asarray(rps, dtype=float)
+        if self.cap is None:
+            return self._fitted().latency(rps)
+        c1, c2, own, cap, top = self._lifted(rps)
+        scale = self.wait_scale
+        fitted = capped_latency(rps, c1, c2, own, wait_scale=scale)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            queueing = capped_latency(rps, c1, c2, cap, wait_scale=scale) / fitted
+            at_top = (capped_latency(top, c1, c2, cap, wait_scale=scale)
+                      / capped_latency(top, c1, c2, own, wait_scale=scale))
+            above = fitted * queueing / at_top
+        return np.where(rps <= top, fitted, np.where(np.isnan(above), np.inf, above))
+
+    def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
+        rps = np.asarray(rps, dtype=float)
+        fitted = self._fitted().amplification(rps, curve)
+        if self.cap is None:
+            return fitted
+        capped = Curve.amplification(self, rps, curve)
+        return np.where(rps > _lift(self._top, rps), capped, fitted)
+
+
+def _as_cap(curve, law, top, limit):
+    """``curve`` (a plain :class:`Curve` copy) capped at the batch whose full throughput is
+    ``limit`` per draw, where that is below the law's ceiling."""
+    binding = curve.ceiling_binding
+    c1 = np.broadcast_to(np.asarray(curve.c1, dtype=float), law.shape)
+    c2 = np.broadcast_to(np.asarray(curve.c2, dtype=float), law.shape)
+    limit = np.minimum(np.where(np.isfinite(limit), limit, law), law)
+    batch = np.where(limit < law, _batch_at(limit, c1, c2), np.inf)
+    own = np.full(law.shape, np.inf) if curve.cap is None else np.asarray(curve.cap, float)
+    cap = np.fmin(own, batch)
+    curve.__class__ = AdmittedCapCurve
+    curve._own_cap = curve.cap
+    curve.cap = None if not np.any(np.isfinite(cap)) else cap
+    curve.law_ceiling = law
+    curve._top = np.broadcast_to(top, law.shape)
+    curve._law_binding = binding
+    return curve
 
 
 # --------------------------------------------------------------------------- a fit's answers

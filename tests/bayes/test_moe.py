@@ -229,7 +229,7 @@ def test_split_model_records_the_split_and_decisions_use_eq4(split_fit):
     assert {"C1u", "C1s", "C2u", "C2s", "share_C1s", "share_C2s_dense"} <= set(fit.posterior)
     assert fit.groups["moe_split"].all() and fit.setups["moe_split"].all()
     criteria = {"verifier": "gpt-oss-20b", "prefill": 512, "decode": 512}
-    costs = fit.law(criteria)
+    costs = fit.law(criteria, admit_unmeasured=False)
     s = fit.select_setup(**criteria)
     assert costs.moe is not None and costs.moe.M == 32
     rps = np.array([0.0, 0.5, 2.0, 5.0])
@@ -294,7 +294,7 @@ def test_moe_fit_speedup_and_crossover_per_configuration(moe_data):
 
     fit = mock_fit(MoELatencyModel({"moe_token_offset": 1.0}), moe_data)
     criteria = {"verifier": "Qwen3-30B-A3B", "prefill": 1024, "decode": 256}
-    costs = fit.law(criteria)
+    costs = fit.law(criteria, admit_unmeasured=False)
     groups = fit.groups
     pick = {}
     for name, mask in (("dense", groups["k"] == 0),

@@ -211,7 +211,7 @@ def test_fit_takes_the_profile_and_the_fit_answers_without_the_file(tmp_path, ca
     profile.unlink()
     result = load_fit(out)
     assert isinstance(result.group_curve(0), ProfileCurve)
-    assert type(result.group_curve(1)) is Curve
+    assert type(result.group_curve(1, admit_unmeasured=False)) is Curve
     assert main(["predict", str(out), "--rps", "0.5", "--verifier", "Llama-2-70B",
                  "--json"]) == 0
     answer = json.loads(capsys.readouterr().out)

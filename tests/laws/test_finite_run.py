@@ -259,7 +259,7 @@ def test_held_out_whole_runs_are_predicted_as_runs(whole):
         def __init__(self):
             self.data, self.groups = data.iloc[:5], groups
 
-        def group_curve(self, g):
+        def group_curve(self, g, admit_unmeasured=True):
             return Curve(c1, c2, cap=128, noise=_noise(draws))
 
     points = predictive_points(Fitted(), data.iloc[5:])
