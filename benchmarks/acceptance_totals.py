@@ -1,8 +1,8 @@
 """Validation: acceptance from totals at k = 1..4, the acceptance length predicted at larger k.
 
-    python benchmarks/acceptance_totals.py choose      # ~4 min on 2 idle cores
-    python benchmarks/acceptance_totals.py public      # ~10 min
-    python benchmarks/acceptance_totals.py simulated --replicates 20   # ~25 min
+    python benchmarks/acceptance_totals.py choose      # one fit of 2 setups
+    python benchmarks/acceptance_totals.py public      # one fit of 11 setups
+    python benchmarks/acceptance_totals.py simulated --replicates 20   # one fit of 20
     python benchmarks/acceptance_totals.py figures     # from the saved results
 
 What it measures: the token process (bayesspec.bayes.acceptance, structure by the
@@ -76,17 +76,14 @@ def interval(values: np.ndarray) -> dict:
 
 
 def fit_and_score(frame: pd.DataFrame, truth: dict, *, fit_k, seed: int, draws: int,
-                  tune: int, model: TokenAcceptanceModel | None = None) -> tuple[list, object]:
+                  tune: int, measured: pd.DataFrame | None = None) -> tuple[list, object]:
     """Fit the windows of ``frame`` at ``fit_k``; per setup and k the E(k) and new-run
     intervals against ``truth[setup label][k]``."""
-    windows = counter_windows(counters_of(frame[frame["k"].isin(fit_k)].reset_index(drop=True)))
-    if model is None:
-        model = TokenAcceptanceModel()
-        model.windows = windows
-        model.fit(windows, None, settings(seed, draws, tune))
-    else:
-        model.windows = windows
-        model.refit(None, settings=settings(seed, draws, tune))
+    fitted = frame[frame["k"].isin(fit_k)].reset_index(drop=True)
+    windows = counter_windows(counters_of(fitted))
+    model = TokenAcceptanceModel()
+    model.windows = windows
+    model.fit(windows, None, settings(seed, draws, tune))
     verdict = model.verdict()
     out = []
     for s, label in enumerate(windows["setups"]):
@@ -97,11 +94,13 @@ def fit_and_score(frame: pd.DataFrame, truth: dict, *, fit_k, seed: int, draws: 
             if value is None:
                 continue
             e, n = interval(lengths[:, k]), interval(new_run[:, k])
-            out.append({"setup": label, "k": k, "measured_in_fit": k in fit_k,
+            out.append({"setup": label, "k": k,
+                        "measured_in_fit": k in windows["k_measured"][s],
                         "truth": float(value), "E": e, "new_run": n,
-                        "inside_E": e["lo"] <= value <= e["hi"],
-                        "inside_new_run": n["lo"] <= value <= n["hi"],
-                        "width": e["hi"] - e["lo"], "converged": verdict["status"]})
+                        "inside_E": bool(e["lo"] <= value <= e["hi"]),
+                        "inside_new_run": bool(n["lo"] <= value <= n["hi"]),
+                        "width": e["hi"] - e["lo"], "converged": verdict["status"],
+                        "convergence": verdict["text"]})
     return out, model
 
 
@@ -150,45 +149,48 @@ def part_choose(args) -> list:
 
 
 def part_public(args) -> list:
+    """One fit, every set side by side (setups are never pooled: the same posteriors as
+    separate fits, one compile)."""
     table = pd.read_csv(PUBLIC / "issue20780_al_and_tpot_by_k.csv")
-    frames, truth = [], {}
+    frames, truth, fit_rows = [], {}, []
     for column, name in (("AL_eagle1", "EAGLE-1"), ("AL_eagle3", "EAGLE-3")):
         frame = pd.DataFrame({"verifier": "Llama-3.1-8B-Instruct", "drafter": name,
-                              "method": "eagle", "k": table["k_num_spec_tokens"],
+                              "method": "eagle", "dataset": "issue 20780",
+                              "k": table["k_num_spec_tokens"],
                               "acceptance_length": table[column]})
         frames.append(frame)
-        truth[f"Llama-3.1-8B-Instruct + {name} (method=eagle)"] = dict(
+        fit_rows.append(frame[frame["k"].isin([2, 3, 4])])
+        truth[f"Llama-3.1-8B-Instruct + {name} (method=eagle, dataset=issue 20780)"] = dict(
             zip(table["k_num_spec_tokens"].astype(int), table[column].astype(float)))
-    rows, _ = fit_and_score(pd.concat(frames, ignore_index=True), truth, fit_k=[2, 3, 4],
-                            seed=2, draws=args.draws, tune=args.tune)
-    summary(rows, "public: issue 20780 acceptance lengths, k = 2..4 fitted")
-    out = rows
     traces = pd.read_csv(ROOT / "examples" / "acceptance" / "specdecode_bench_llama8b.csv")
     traces = traces[["dataset", "verifier", "drafter", "method", "k", "num_drafts",
                      "accepted_tokens"]]
-    truth = {}
+    fit_rows.append(traces[traces["k"] <= 4])
     for (dataset, drafter), block in traces.groupby(["dataset", "drafter"]):
         label = (f"Llama-3.1-8B-Instruct + {drafter} (method="
                  f"{block['method'].iloc[0]}, dataset={dataset})")
         truth[label] = dict(zip(block["k"].astype(int),
                                 1.0 + block["accepted_tokens"] / block["num_drafts"]))
-    rows, _ = fit_and_score(traces, truth, fit_k=[1, 2, 3, 4], seed=3, draws=args.draws,
-                            tune=args.tune)
-    summary(rows, "public: SpecDecode-Bench traces, totals of k = 1..4 fitted")
-    out += rows
     threads = pd.read_csv(ROOT / "examples" / "acceptance" / "vllm_threads.csv")
     humaneval = threads[threads["dataset"] == "humaneval"].copy()
     positions = [c for c in humaneval.columns if c.startswith("accepted_tokens_pos")]
     humaneval["accepted_tokens"] = humaneval[positions].fillna(0).sum(axis=1).astype(int)
     humaneval = humaneval[["dataset", "verifier", "drafter", "method", "k", "num_drafts",
                            "accepted_tokens"]]
-    label = "unstated + EAGLE3 (method=eagle3, dataset=humaneval)"
-    truth = {label: dict(zip(humaneval["k"].astype(int),
-                             1.0 + humaneval["accepted_tokens"] / humaneval["num_drafts"]))}
-    rows, _ = fit_and_score(humaneval, truth, fit_k=[3, 4], seed=4, draws=args.draws,
-                            tune=args.tune)
-    summary(rows, "public: vLLM PR 32628 EAGLE-3 HumanEval, k = 3, 4 fitted")
-    return out + rows
+    fit_rows.append(humaneval[humaneval["k"].isin([3, 4])])
+    truth["unstated + EAGLE3 (method=eagle3, dataset=humaneval)"] = dict(
+        zip(humaneval["k"].astype(int), 1.0 + humaneval["accepted_tokens"]
+            / humaneval["num_drafts"]))
+    fitted = pd.concat(fit_rows, ignore_index=True)
+    rows, _ = fit_and_score(fitted, truth, fit_k=sorted(set(fitted["k"])), seed=2,
+                            draws=args.draws, tune=args.tune, measured=fitted)
+    summary([r for r in rows if "issue 20780" in r["setup"]],
+            "public: issue 20780 acceptance lengths, k = 2..4 fitted")
+    summary([r for r in rows if "humaneval" not in r["setup"] and "issue" not in r["setup"]],
+            "public: SpecDecode-Bench traces, totals of k = 1..4 fitted")
+    summary([r for r in rows if "humaneval" in r["setup"]],
+            "public: vLLM PR 32628 EAGLE-3 HumanEval, k = 3, 4 fitted")
+    return rows
 
 
 def random_drafter(rng: np.random.Generator) -> DepthLimitedDrafter:
@@ -200,23 +202,20 @@ def random_drafter(rng: np.random.Generator) -> DepthLimitedDrafter:
 
 
 def part_simulated(args) -> list:
-    rows, model = [], None
+    """Every replicate a setup of its own in one fit (never pooled)."""
+    frames, truth, drafters = [], {}, {}
     for i in range(args.replicates):
         seed = 1000 + i
         drafter = random_drafter(np.random.default_rng(seed))
-        frame = depth_limited_counters(drafter, [1, 2, 3, 4], seed=seed)
-        truth = {"sim-verifier + sim-head (method=eagle)":
-                 dict(zip(range(1, 9), drafter.acceptance_length(range(1, 9))))}
-        started = time.time()
-        scored, model = fit_and_score(frame, truth, fit_k=[1, 2, 3, 4], seed=seed,
-                                      draws=args.draws, tune=args.tune, model=model)
-        for r in scored:
-            r["drafter"] = drafter.__dict__
-        rows += scored
-        beyond = [r for r in scored if not r["measured_in_fit"]]
-        print(f"replicate {i}: D={drafter.trained_depth} loss={drafter.loss:.2f} "
-              f"inside {sum(r['inside_E'] for r in beyond)}/{len(beyond)} "
-              f"({time.time() - started:.0f} s)", flush=True)
+        name = f"sim-head-{i:02d}"
+        frames.append(depth_limited_counters(drafter, [1, 2, 3, 4], seed=seed, name=name))
+        label = f"sim-verifier + {name} (method=eagle)"
+        truth[label] = dict(zip(range(1, 9), drafter.acceptance_length(range(1, 9))))
+        drafters[label] = drafter.__dict__
+    rows, _ = fit_and_score(pd.concat(frames, ignore_index=True), truth,
+                            fit_k=[1, 2, 3, 4], seed=5, draws=args.draws, tune=args.tune)
+    for r in rows:
+        r["drafter"] = drafters[r["setup"]]
     by_k = {}
     for r in rows:
         by_k.setdefault(r["k"], []).append(r)
@@ -226,7 +225,8 @@ def part_simulated(args) -> list:
               f"{np.median([r['width'] for r in rs]):.3f} |")
     beyond = [r for r in rows if not r["measured_in_fit"]]
     print(f"\ncoverage at k = 5..8: {np.mean([r['inside_E'] for r in beyond]):.3f} "
-          f"({sum(r['inside_E'] for r in beyond)} of {len(beyond)})")
+          f"({sum(r['inside_E'] for r in beyond)} of {len(beyond)}); converged: "
+          f"{rows[0]['converged']}")
     return rows
 
 

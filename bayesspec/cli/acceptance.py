@@ -100,7 +100,7 @@ def _print(report: dict, args) -> None:
               f"position rates and totals inside their {report['prob']:.0%} predictive "
               "intervals")
         measured = {entry["k"]: entry.get("acceptance_length_measured", [])
-                    for entry in setup["at_measured_k"]}
+                    for entry in setup["at_measured_k"] if not entry["measured"]}
         with_runs = any("new_run" in e for e in setup["acceptance_length"])
         print("   k   E(k) tokens per cycle" + ("          a new run's" if with_runs else ""))
         for e in setup["acceptance_length"]:

@@ -166,24 +166,27 @@ def counters_of(raw: pd.DataFrame, *, source: str = "<data>") -> pd.DataFrame:
             if i > k_row and not pd.isna(counts[i].iloc[row]) and counts[i].iloc[row] != 0:
                 raise BadInput(f"a count beyond the draft length k = {k_row}",
                                column=POSITION_COUNT_COLUMN.format(i), **where)
+        if not pd.isna(stated) and int(stated) < 0:
+            raise BadInput(f"must be an integer >= 0, got {int(stated)}",
+                           column="accepted_tokens", **where)
+        for accepted, column in ((window["accepted"], "draft_tokens"),
+                                 (float(stated) if not pd.isna(stated) else np.nan,
+                                  "accepted_tokens")):
+            if np.isnan(accepted):
+                continue
+            if not pd.isna(drafted) and accepted > int(drafted):
+                raise BadInput(f"{int(accepted)} accepted tokens but only {int(drafted)} "
+                               "drafted", column=column, **where)
+            if accepted > k_row * int(n):
+                raise BadInput(f"{int(accepted)} accepted tokens but only {k_row * int(n)} "
+                               f"drafted (k x num_drafts)", column="accepted_tokens", **where)
         if not pd.isna(stated):
-            if int(stated) < 0:
-                raise BadInput(f"must be an integer >= 0, got {int(stated)}",
-                               column="accepted_tokens", **where)
             if any_position and int(stated) != int(window["accepted"]):
                 raise BadInput(f"accepted_tokens {int(stated)} is not the sum of the position"
                                f" counts ({int(window['accepted'])})", column="accepted_tokens",
                                **where)
             window["accepted"] = float(stated)
         accepted = window["accepted"]
-        if not np.isnan(accepted):
-            if not pd.isna(drafted) and accepted > int(drafted):
-                raise BadInput(f"{int(accepted)} accepted tokens but only {int(drafted)} "
-                               "drafted", column="draft_tokens" if any_position
-                               else "accepted_tokens", **where)
-            if accepted > k_row * int(n):
-                raise BadInput(f"{int(accepted)} accepted tokens but only {k_row * int(n)} "
-                               f"drafted (k x num_drafts)", column="accepted_tokens", **where)
         if not pd.isna(length):
             if not 1.0 <= float(length) <= k_row + 1.0:
                 raise BadInput(f"an acceptance length (tokens per verification step, the "

@@ -207,16 +207,21 @@ def depth_reliability_expr(decay, deep_decay, measured_depth, max_depth: int,
     guesses hold up to depth i of a draft (R_0 = 1).
 
     A drafter that drafts from its own outputs errs more the deeper it goes:
-    log r_j = -decay (j - 1), the trend measured up to ``measured_depth`` D. Past the
-    depth it was trained (and measured) for, a head may keep that trend or lose
-    acceptance fast (an MTP head applied recursively plateaus): log r_j loses a further
-    ``deep_decay`` (j - D) beyond D. With no counts beyond D, ``deep_decay`` is what
-    the prior says; it widens E(k) past the measured k and leaves the measured k alone.
-    Broadcasts over the parameters (``measured_depth`` a numpy constant shaped like
-    them, max_depth a Python int); returns (..., max_depth + 1)."""
+    log r_j = -decay (j - 1), the trend measured up to ``measured_depth`` D. Past D
+    nothing was measured, and heads differ there: some keep their level to depth 7 or
+    more, an MTP head applied recursively loses it at once. So past D the reliability
+    starts from its last measured level r_D and falls by ``deep_decay`` per depth,
+    log r_j = log r_D - deep_decay (j - D): 0 keeps r_D (a drafter never gets better
+    deeper), a large value plateaus E(k). With no counts beyond D, ``deep_decay`` is
+    what the prior says; it widens E(k) past the measured k and leaves the measured k
+    alone. Broadcasts over the parameters (``measured_depth`` a numpy constant shaped
+    like them, max_depth a Python int); returns (..., max_depth + 1)."""
     i = np.arange(max_depth + 1, dtype=float)
-    beyond = np.maximum(i - np.asarray(measured_depth, dtype=float)[..., None], 0.0)
-    return xp.exp(-decay[..., None] * (i * (i - 1.0) / 2.0)
+    depth = np.asarray(measured_depth, dtype=float)[..., None]
+    within = np.minimum(i, depth)
+    beyond = np.maximum(i - depth, 0.0)
+    return xp.exp(-decay[..., None] * (within * (within - 1.0) / 2.0
+                                       + np.maximum(depth - 1.0, 0.0) * beyond)
                   - deep_decay[..., None] * (beyond * (beyond + 1.0) / 2.0))
 
 
