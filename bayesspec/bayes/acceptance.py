@@ -21,7 +21,9 @@ Structures (per setup; the richer ones where the data ask for them):
   token (a distribution of persistence; three states in all);
 - ``+depth``: a trained drafter's own errors grow with its depth in the draft (it
   drafts from its own outputs): a guessable token at depth i is accepted with
-  probability exp(-lambda (i - 1)). An n-gram proposer copies, so it has none.
+  probability exp(-lambda (i - 1)) up to the deepest measured depth, and past it falls
+  from that level by the prior-driven ``deep_decay``. An n-gram proposer copies, so it
+  has none.
 - ``position``: the per-position decay logit alpha_i = a + b log i of the previous
   version (no k dependence), kept for comparison (:class:`PositionAcceptanceModel`).
 
@@ -30,10 +32,17 @@ accepted count A (the counts of A = a are differences of the position counters);
 setup with more than one window at some k gets a Dirichlet-multinomial instead, with a
 concentration learned from the scatter of those windows (prompt-to-prompt variation);
 with one window per k that scatter cannot be measured and the intervals are those of
-the window as measured. Setups (verifier, drafter, method and the labels rows carry,
+the window as measured. A window of totals alone (vLLM's Prometheus totals, or a
+published acceptance length per k) measures E_k[A] only: a normal likelihood with its
+counting error, its rounding and a run-to-run term (each run is its own measurement,
+:func:`totals_log_likelihood`). Past the deepest measured k a trained drafter's
+reliability is the prior's (``deep_decay``, :func:`bayesspec.laws.depth_reliability_expr`):
+E(k) there is an interval that widens with k, from a head that keeps its level to one
+that plateaus. Setups (verifier, drafter, method and the labels rows carry,
 :data:`bayesspec.data.COUNTER_LABEL_COLUMNS`) are fitted side by side, never pooled.
 With two or more distinct k in a setup the structure is chosen by held-out k (fit the
-other k, predict the windows of one, summed over folds); with one k, by the drafter's
+other k, predict the windows of one, summed over folds; by per-position counters: a few
+totals cannot tell the structures apart); with one k or totals alone, by the drafter's
 kind (``spread`` for an n-gram proposer, ``spread+depth`` for a trained drafter: the
 choice measured on public traces, benchmarks/acceptance_traces.py).
 
@@ -225,11 +234,15 @@ def measured_depths(windows: dict) -> np.ndarray:
     return np.array([max(ks) for ks in windows["k_measured"]], dtype=float)
 
 
-#: Prior scale (HalfNormal) of the loss of a trained drafter's reliability per depth
+#: Prior scale (HalfCauchy) of the loss of a trained drafter's reliability per depth
 #: past the deepest measured position (:func:`bayesspec.laws.depth_reliability_expr`).
-#: Chosen on the per-position rates of one K = 10 run (Llama-3.1-8B + EAGLE-3 on
-#: MT-Bench; benchmarks/acceptance_totals.py, "choose"): wide enough that E(k) from
-#: k = 1..4 covers that run's E(5..10), which keeps its conditional rates to depth 7.
+#: Heads differ most there: EAGLE-3 keeps its conditional rates to depth 7, an MTP head
+#: applied recursively loses them at once. A half-Cauchy holds both: its 5% quantile
+#: (0.024) keeps the last measured level, its 95% (3.8) is a cliff. Chosen on one K = 10
+#: run of Llama-3.1-8B + EAGLE-3 on MT-Bench and one on SpecBench (E(1..4) fitted,
+#: E(5..10) predicted) and on simulated depth-limited drafters of seeds 1000-1019
+#: (benchmarks/acceptance_totals.py, "choose"): a half-normal of the same scale covered
+#: the K = 10 runs but only 0.60 of the simulated E(5..8), missing every cliff.
 DEEP_DECAY_SCALE = 0.3
 #: Prior scale (HalfNormal) of the run-to-run relative scatter of E[A] between separate
 #: runs. Chosen on replicated runs of one build (3 runs per k, stderr 0.00-0.01 on an
@@ -316,7 +329,7 @@ class TokenAcceptanceModel:
             spread = pm.HalfNormal("persistence_spread", priors["persistence_spread"],
                                    dims="setup")
             decay = pm.HalfNormal("depth_decay", priors["depth_decay"], dims="setup")
-            deep = pm.HalfNormal("deep_decay", priors["deep_decay"], dims="setup")
+            deep = pm.HalfCauchy("deep_decay", priors["deep_decay"], dims="setup")
             scatter = pm.HalfNormal("run_scatter", priors["run_scatter"], dims="setup")
             totals = {name: pm.Data(f"window_{name}", windows[name], dims="window")
                       for name in ("accepted_mean", "inv_drafts", "resolution")}
@@ -1027,7 +1040,7 @@ def token_acceptance_lengths(windows: dict, structures: list[str], n_setups: int
     spread = pm.HalfNormal("acceptance_persistence_spread", priors["persistence_spread"],
                            dims="setup")
     decay = pm.HalfNormal("acceptance_depth_decay", priors["depth_decay"], dims="setup")
-    deep = pm.HalfNormal("acceptance_deep_decay", priors["deep_decay"], dims="setup")
+    deep = pm.HalfCauchy("acceptance_deep_decay", priors["deep_decay"], dims="setup")
     depth = max(k_max, windows["max_k"])
     table = token_regimes_acceptance_expr(*chain_parameters(
         x, spread, q, decay, switches, depth, xp=pt, deep_decay=deep,
