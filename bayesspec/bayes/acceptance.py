@@ -21,7 +21,9 @@ Structures (per setup; the richer ones where the data ask for them):
   token (a distribution of persistence; three states in all);
 - ``+depth``: a trained drafter's own errors grow with its depth in the draft (it
   drafts from its own outputs): a guessable token at depth i is accepted with
-  probability exp(-lambda (i - 1)). An n-gram proposer copies, so it has none.
+  probability exp(-lambda (i - 1)) up to the deepest measured depth, and past it falls
+  from that level by the prior-driven ``deep_decay``. An n-gram proposer copies, so it
+  has none.
 - ``position``: the per-position decay logit alpha_i = a + b log i of the previous
   version (no k dependence), kept for comparison (:class:`PositionAcceptanceModel`).
 
@@ -30,10 +32,17 @@ accepted count A (the counts of A = a are differences of the position counters);
 setup with more than one window at some k gets a Dirichlet-multinomial instead, with a
 concentration learned from the scatter of those windows (prompt-to-prompt variation);
 with one window per k that scatter cannot be measured and the intervals are those of
-the window as measured. Setups (verifier, drafter, method and the labels rows carry,
+the window as measured. A window of totals alone (vLLM's Prometheus totals, or a
+published acceptance length per k) measures E_k[A] only: a normal likelihood with its
+counting error, its rounding and a run-to-run term (each run is its own measurement,
+:func:`totals_log_likelihood`). Past the deepest measured k a trained drafter's
+reliability is the prior's (``deep_decay``, :func:`bayesspec.laws.depth_reliability_expr`):
+E(k) there is an interval that widens with k, from a head that keeps its level to one
+that plateaus. Setups (verifier, drafter, method and the labels rows carry,
 :data:`bayesspec.data.COUNTER_LABEL_COLUMNS`) are fitted side by side, never pooled.
 With two or more distinct k in a setup the structure is chosen by held-out k (fit the
-other k, predict the windows of one, summed over folds); with one k, by the drafter's
+other k, predict the windows of one, summed over folds; by per-position counters: a few
+totals cannot tell the structures apart); with one k or totals alone, by the drafter's
 kind (``spread`` for an n-gram proposer, ``spread+depth`` for a trained drafter: the
 choice measured on public traces, benchmarks/acceptance_traces.py).
 
@@ -48,8 +57,9 @@ import pandas as pd
 
 from bayesspec.data import COUNTER_LABEL_COLUMNS, POSITION_COUNT_COLUMN
 from bayesspec.errors import BadInput
-from bayesspec.laws import (acceptance_length_of_pmf_expr, expected_accepted_positions_expr,
-                    token_regimes_acceptance_expr)
+from bayesspec.laws import (acceptance_length_of_pmf_expr, accepted_moments_of_pmf_expr,
+                            depth_reliability_expr, expected_accepted_positions_expr,
+                            token_regimes_acceptance_expr)
 
 #: The token-process structures: which parts of the chain are switched on.
 STRUCTURES = {
@@ -86,8 +96,12 @@ def default_structure(labels: dict) -> str:
 def counter_windows(counters: pd.DataFrame) -> dict:
     """The windows of :func:`bayesspec.data.read_counters` grouped into setups.
 
-    Per window: ``setup`` (index), ``k``, ``drafts`` and ``counts`` (W, max_k + 1): the
-    drafts that accepted exactly a = 0..k tokens (0 beyond k), ``inside`` (a <= k);
+    Per window: ``setup`` (index), ``k``, ``drafts`` (NaN where a table gave none) and
+    ``counts`` (W, max_k + 1): the drafts that accepted exactly a = 0..k tokens (0
+    beyond k, and all 0 on a window of totals alone), ``inside`` (a <= k),
+    ``has_positions``, and the totals every window has: ``accepted_mean`` (accepted
+    drafts per draft), ``inv_drafts`` (1 / num_drafts, 0 where unknown) and
+    ``resolution`` (the reported digit of an acceptance length without counts, else 0);
     per setup: ``setups`` (labels), ``labels`` (dicts), ``k_measured``. Two windows
     share a setup only when every label column they carry is equal.
     """
@@ -100,16 +114,28 @@ def counter_windows(counters: pd.DataFrame) -> dict:
     k = counters["k"].to_numpy(int)
     max_k = int(k.max())
     drafts = counters["num_drafts"].to_numpy(float)
+    has_positions = (counters["has_positions"].to_numpy(bool)
+                     if "has_positions" in counters.columns else np.ones(len(k), bool))
     positions = np.stack([counters[POSITION_COUNT_COLUMN.format(i)].to_numpy(float)
                           if POSITION_COUNT_COLUMN.format(i) in counters.columns
                           else np.zeros(len(counters)) for i in range(1, max_k + 1)], axis=1)
     inside = np.arange(max_k + 1)[None, :] <= k[:, None]
-    at_least = np.concatenate([drafts[:, None], positions, np.zeros((len(k), 1))], axis=1)
+    at_least = np.concatenate([np.nan_to_num(drafts)[:, None], positions,
+                               np.zeros((len(k), 1))], axis=1)
     at_least = np.where(np.arange(max_k + 2)[None, :] <= k[:, None], at_least, 0.0)
-    counts = np.where(inside, at_least[:, :-1] - at_least[:, 1:], 0.0)
+    counts = np.where(inside & has_positions[:, None], at_least[:, :-1] - at_least[:, 1:], 0.0)
+    if "accepted_mean" in counters.columns:
+        accepted_mean = counters["accepted_mean"].to_numpy(float)
+        resolution = counters["resolution"].to_numpy(float)
+    else:
+        accepted_mean = (counts * np.arange(max_k + 1)).sum(axis=1) / drafts
+        resolution = np.zeros(len(k))
+    with np.errstate(divide="ignore"):
+        inv_drafts = np.where(np.isfinite(drafts) & (drafts > 0), 1.0 / drafts, 0.0)
     return {"setup": setup, "setups": [setup_label(lab) for lab in labels],
             "labels": labels, "k": k, "drafts": drafts, "counts": counts, "inside": inside,
-            "max_k": max_k,
+            "max_k": max_k, "has_positions": has_positions, "accepted_mean": accepted_mean,
+            "inv_drafts": inv_drafts, "resolution": resolution,
             "k_measured": [sorted(set(k[setup == s].tolist())) for s in range(len(labels))],
             "data_rows": list(counters.attrs.get("data_rows", range(1, len(k) + 1)))}
 
@@ -130,8 +156,9 @@ def replicated_setups(windows: dict) -> np.ndarray:
     """Per setup: True when some k has more than one window (the scatter between windows
     can then be measured: a Dirichlet-multinomial with a learned concentration)."""
     out = np.zeros(len(windows["setups"]), dtype=bool)
+    counted = windows.get("has_positions", np.ones(len(windows["k"]), bool))
     for s in range(len(out)):
-        ks = windows["k"][windows["setup"] == s]
+        ks = windows["k"][(windows["setup"] == s) & counted]
         out[s] = len(ks) > len(set(ks.tolist()))
     return out
 
@@ -160,12 +187,33 @@ def window_log_likelihood(counts: np.ndarray, pmf: np.ndarray, inside: np.ndarra
     return value
 
 
+def totals_log_likelihood(pmf, accepted_mean, inv_drafts, resolution, run_scatter, xp=np):
+    """Log density of each window's accepted drafts per draft (``accepted_mean``: the
+    totals' accepted / num_drafts, or a table's acceptance length minus one) given the
+    law ``pmf`` (..., W, a) of its k.
+
+    A window is a run of its own: what it measures is E_k[A] times a run effect
+    (another launch, another sample of prompts: relative sd ``run_scatter``, a
+    parameter of the setup), plus the counting error of its N drafts (Var_k[A] / N;
+    ``inv_drafts`` 0 where N is unknown) and the rounding of a reported number
+    (``resolution``, uniform). Runs at different k are separate measurements: nothing
+    is pooled into one binomial. Normal, since the windows hold hundreds of drafts or
+    more."""
+    mean, variance = accepted_moments_of_pmf_expr(pmf, xp=xp)
+    var = (variance * inv_drafts + (run_scatter * mean) ** 2 + resolution ** 2 / 12.0
+           + 1e-10)
+    return -0.5 * (accepted_mean - mean) ** 2 / var - 0.5 * xp.log(2.0 * np.pi * var)
+
+
 def chain_parameters(logit_persistence, spread, logit_stay_unguessable, decay,
-                     switches: dict, max_depth: int, xp=np):
+                     switches: dict, max_depth: int, xp=np, deep_decay=None,
+                     measured_depth=None):
     """The token chain of a structure (:func:`bayesspec.laws.token_regimes_acceptance_expr`'s
     arguments): the persistences of two guessable regimes, entered equally often, the
-    unguessable state's persistence and the reliability reached by depth i = 0..max_depth, from
-    the parameters and a structure's switches (arrays broadcasting with the parameters)."""
+    unguessable state's persistence and the reliability reached by depth i = 0..max_depth
+    (:func:`bayesspec.laws.depth_reliability_expr`: the decay measured up to
+    ``measured_depth``, ``deep_decay`` beyond it), from the parameters and a structure's
+    switches (arrays broadcasting with the parameters)."""
     def sigmoid(v):
         return 1.0 / (1.0 + xp.exp(-v))
 
@@ -173,11 +221,34 @@ def chain_parameters(logit_persistence, spread, logit_stay_unguessable, decay,
     memoryless = switches["memoryless"]
     stay_bad = (memoryless * (1.0 - sigmoid(logit_persistence))
                 + (1.0 - memoryless) * sigmoid(logit_stay_unguessable))
-    # r_i = exp(-lambda (i - 1)), so R_i = exp(-lambda i (i - 1)/2)
-    i = np.arange(max_depth + 1, dtype=float)
-    reached = xp.exp(-(decay * switches["depth"])[..., None] * (i * (i - 1.0) / 2.0))
+    depth = switches["depth"]
+    deep = 0.0 * decay if deep_decay is None else deep_decay
+    measured = max_depth if measured_depth is None else measured_depth
+    reached = depth_reliability_expr(decay * depth, deep * depth, measured, max_depth, xp=xp)
     return (sigmoid(logit_persistence - delta), sigmoid(logit_persistence + delta),
             0.5 + 0.0 * stay_bad, stay_bad, reached)
+
+
+def measured_depths(windows: dict) -> np.ndarray:
+    """Per setup, the deepest draft position its windows measured (its largest k)."""
+    return np.array([max(ks) for ks in windows["k_measured"]], dtype=float)
+
+
+#: Prior scale (HalfCauchy) of the loss of a trained drafter's reliability per depth
+#: past the deepest measured position (:func:`bayesspec.laws.depth_reliability_expr`).
+#: Heads differ most there: EAGLE-3 keeps its conditional rates to depth 7, an MTP head
+#: applied recursively loses them at once. A half-Cauchy holds both: its 5% quantile
+#: (0.024) keeps the last measured level, its 95% (3.8) is a cliff. Chosen on one K = 10
+#: run of Llama-3.1-8B + EAGLE-3 on MT-Bench and one on SpecBench (E(1..4) fitted,
+#: E(5..10) predicted) and on simulated depth-limited drafters of seeds 1000-1019
+#: (benchmarks/acceptance_totals.py, "choose"): a half-normal of the same scale covered
+#: the K = 10 runs but only 0.60 of the simulated E(5..8), missing every cliff.
+DEEP_DECAY_SCALE = 0.3
+#: Prior scale (HalfNormal) of the run-to-run relative scatter of E[A] between separate
+#: runs. Chosen on replicated runs of one build (3 runs per k, stderr 0.00-0.01 on an
+#: acceptance length near 2.7 and 3.4) and on two runs that differ in one setting
+#: (3.64, 3.67): about 1% of E[A].
+RUN_SCATTER_SCALE = 0.02
 
 
 # ----------------------------------------------------------------------------- model
@@ -207,6 +278,7 @@ class TokenAcceptanceModel:
     def __init__(self, *, priors: dict | None = None):
         self.priors = {"logit_persistence": (0.0, 1.5), "logit_stay_unguessable": (0.0, 1.5),
                        "persistence_spread": 1.0, "depth_decay": 0.05,
+                       "deep_decay": DEEP_DECAY_SCALE, "run_scatter": RUN_SCATTER_SCALE,
                        "log_concentration": (np.log(2000.0), 1.5), **(priors or {})}
         self.windows: dict | None = None
         self.structures: list[str] = []
@@ -257,12 +329,20 @@ class TokenAcceptanceModel:
             spread = pm.HalfNormal("persistence_spread", priors["persistence_spread"],
                                    dims="setup")
             decay = pm.HalfNormal("depth_decay", priors["depth_decay"], dims="setup")
+            deep = pm.HalfCauchy("deep_decay", priors["deep_decay"], dims="setup")
+            scatter = pm.HalfNormal("run_scatter", priors["run_scatter"], dims="setup")
+            totals = {name: pm.Data(f"window_{name}", windows[name], dims="window")
+                      for name in ("accepted_mean", "inv_drafts", "resolution")}
+            by_totals = pm.Data("window_by_totals", (~windows["has_positions"]).astype(float),
+                                dims="window")
             # each window's own law: its setup's parameters, its k picked by a constant
             # one-hot (cheaper to compile than gathering from a table)
             setup = windows["setup"]
             table = token_regimes_acceptance_expr(*chain_parameters(
                 x[setup], spread[setup], q[setup], decay[setup],
-                {n: v[setup] for n, v in switches.items()}, max_k, xp=pt), xp=pt)
+                {n: v[setup] for n, v in switches.items()}, max_k, xp=pt,
+                deep_decay=deep[setup], measured_depth=measured_depths(windows)[setup]),
+                xp=pt)
             pick = (np.arange(1, max_k + 1)[None, :] == windows["k"][:, None]).astype(float)
             pmf = (table * pick[:, :, None]).sum(axis=1)            # (W, max_k + 1)
             inside = windows["inside"]
@@ -276,6 +356,10 @@ class TokenAcceptanceModel:
                 loglik = pt.where(replicated[windows["setup"]], scattered, plain)
             else:
                 loglik = plain
+            # a window of totals alone: its accepted drafts per draft (its counts are 0)
+            loglik = loglik + by_totals * totals_log_likelihood(
+                pmf, totals["accepted_mean"], totals["inv_drafts"], totals["resolution"],
+                scatter[setup], xp=pt)
             pm.Potential("window_log_likelihood", (weight * loglik).sum())
         self.pm_model = model
         return model
@@ -300,6 +384,9 @@ class TokenAcceptanceModel:
         self.structures = self.resolve_structures(structures)
         data = self._switch_data(self.structures)
         data["window_counts"] = self.windows["counts"]
+        for name in ("accepted_mean", "inv_drafts", "resolution"):
+            data[f"window_{name}"] = self.windows[name]
+        data["window_by_totals"] = (~self.windows["has_positions"]).astype(float)
         data["window_weight"] = (np.ones(len(self.windows["k"])) if weights is None
                                  else np.asarray(weights, float))
         self.tree = sample_compiled(self.compiled, settings_for(self, settings), data=data)
@@ -324,7 +411,8 @@ class TokenAcceptanceModel:
         return token_regimes_acceptance_expr(*chain_parameters(
             self._draws("logit_persistence", setup), self._draws("persistence_spread", setup),
             self._draws("logit_stay_unguessable", setup), self._draws("depth_decay", setup),
-            switches, int(k_max)))
+            switches, int(k_max), deep_decay=self._draws("deep_decay", setup),
+            measured_depth=measured_depths(self.windows)[setup]))
 
     def acceptance_length_draws(self, setup: int, k_max: int) -> np.ndarray:
         """(S, k_max + 1) draws of E(k), k = 0..k_max (E(0) = 1)."""
@@ -345,11 +433,26 @@ class TokenAcceptanceModel:
             pmf = self.pmf_draws(s, k)
             counts = w["counts"][i, :k + 1][None, :]
             inside = np.ones_like(counts, dtype=bool)
+            if not w["has_positions"][i]:
+                out.append(totals_log_likelihood(
+                    pmf, w["accepted_mean"][i], w["inv_drafts"][i], w["resolution"][i],
+                    self._draws("run_scatter", s)))
+                continue
             kappa = None
             if replicated[s]:
                 kappa = np.exp(self._draws("log_concentration", s))
             out.append(window_log_likelihood(counts, pmf, inside, kappa, gammaln=gammaln))
         return np.column_stack(out) if out else np.zeros((0, 0))
+
+    def new_run_draws(self, setup: int, k_max: int, seed: int = 0) -> np.ndarray:
+        """(S, k_max + 1) draws of the acceptance length a new run at each k would
+        report: E(k) with the setup's run-to-run scatter on E[A] (many drafts, so no
+        counting error)."""
+        lengths = self.acceptance_length_draws(setup, k_max)
+        scatter = self._draws("run_scatter", setup)
+        rng = np.random.default_rng(seed)
+        effect = 1.0 + scatter[:, None] * rng.standard_normal(lengths.shape)
+        return 1.0 + (lengths - 1.0) * effect
 
     def verdict(self) -> dict:
         from bayesspec.inference import convergence_verdict
@@ -357,6 +460,10 @@ class TokenAcceptanceModel:
         names = sorted({n for s in self.structures for n in STRUCTURE_PARAMETERS[s]})
         if replicated_setups(self.windows).any():
             names.append("log_concentration")
+        if any(STRUCTURES[s]["depth"] for s in self.structures):
+            names.append("deep_decay")
+        if not self.windows["has_positions"].all():
+            names.append("run_scatter")
         return convergence_verdict(self.tree, names)
 
 
@@ -494,9 +601,12 @@ def predictive_check(model, setup: int, rng: np.random.Generator, draws: int = 4
     """Posterior predictive p-value of the setup's counters: the share of draws whose
     replicated windows (multinomial counts at the window's drafts) are further from the
     law (deviance G^2) than the measured ones. Small (< 0.01): the structure does not
-    reproduce the measured counters within counting error."""
+    reproduce the measured counters within counting error. None for a setup of totals
+    alone (no per-position counts to check)."""
     w = model.windows
-    members = np.flatnonzero(w["setup"] == setup)
+    members = np.flatnonzero((w["setup"] == setup) & w["has_positions"])
+    if not len(members):
+        return None
     total, pick = None, None
     for i in members:
         k, drafts = int(w["k"][i]), int(w["drafts"][i])
@@ -540,7 +650,9 @@ def held_out_k_scores(model: TokenAcceptanceModel, candidates: list[str], settin
 
     w = model.windows
     n_setups = len(w["setups"])
-    per_setup_k = [sorted(set(w["k"][w["setup"] == s].tolist())) for s in range(n_setups)]
+    # by the per-position counters: a few totals cannot tell five structures apart
+    per_setup_k = [sorted(set(w["k"][(w["setup"] == s) & w["has_positions"]].tolist()))
+                   for s in range(n_setups)]
     folds = max(len(ks) for ks in per_setup_k)
     scores = {s: {c: 0.0 for c in candidates} for s in range(n_setups)
               if len(per_setup_k[s]) > 1}
@@ -551,7 +663,8 @@ def held_out_k_scores(model: TokenAcceptanceModel, candidates: list[str], settin
             held = np.zeros(len(w["k"]), dtype=bool)
             for s in scores:
                 if fold < len(per_setup_k[s]):
-                    held |= (w["setup"] == s) & (w["k"] == per_setup_k[s][fold])
+                    held |= ((w["setup"] == s) & (w["k"] == per_setup_k[s][fold])
+                             & w["has_positions"])
             if not held.any():
                 continue
             if progress:
@@ -567,15 +680,37 @@ def held_out_k_scores(model: TokenAcceptanceModel, candidates: list[str], settin
 def measured_check(model, setup: int, prob: float, rng: np.random.Generator) -> list[dict]:
     """Per measured window of a setup: each position's measured rate (drafts with at
     least i accepted over drafts) against its posterior predictive interval (the law's
-    draws plus the counting noise of the window's drafts)."""
+    draws plus the counting noise of the window's drafts); a window of totals alone, its
+    acceptance length against the interval of a new run's (run scatter, counting and
+    rounding error included)."""
     w = model.windows
     tail = (1.0 - prob) / 2.0
     out = []
     for i in np.flatnonzero(w["setup"] == setup):
-        k, drafts = int(w["k"][i]), int(w["drafts"][i])
+        k = int(w["k"][i])
         pmf = model.pmf_draws(setup, k)
         pmf = np.clip(pmf, 0.0, None)
         pmf = pmf / pmf.sum(axis=1, keepdims=True)
+        if not w["has_positions"][i]:
+            mean, variance = accepted_moments_of_pmf_expr(pmf)
+            scatter = model._draws("run_scatter", setup)
+            if scatter is None:            # a per-position model has no run term
+                scatter = np.zeros(len(mean))
+            sd = np.sqrt(variance * w["inv_drafts"][i] + (scatter * mean) ** 2
+                         + w["resolution"][i] ** 2 / 12.0)
+            replay = 1.0 + mean + sd * rng.standard_normal(len(mean))
+            lo, hi = np.quantile(replay, [tail, 1.0 - tail])
+            measured = 1.0 + float(w["accepted_mean"][i])
+            drafts = w["drafts"][i]
+            out.append({"row": int(w["data_rows"][i]), "k": k,
+                        "drafts": int(drafts) if np.isfinite(drafts) else None,
+                        "positions": [],
+                        "acceptance_length": {"measured": measured, "lo": float(lo),
+                                              "hi": float(hi),
+                                              "inside": bool(lo <= measured <= hi)},
+                        "inside": int(lo <= measured <= hi)})
+            continue
+        drafts = int(w["drafts"][i])
         replay = np.array([rng.multinomial(drafts, p) for p in pmf]) / drafts
         predicted = replay[:, ::-1].cumsum(axis=1)[:, ::-1][:, 1:]   # P(A >= i)
         measured = w["counts"][i, :k + 1][::-1].cumsum()[::-1][1:] / drafts
@@ -625,6 +760,12 @@ def fit_acceptance(counters: pd.DataFrame, *, structure: str = "auto", settings=
     result = AcceptanceFit(windows)
     n_setups = len(windows["setups"])
     if structure in ("position", "free"):
+        if not windows["has_positions"].all():
+            row = windows["data_rows"][int(np.flatnonzero(~windows["has_positions"])[0])]
+            raise BadInput(f"per-position rates need per-position counters "
+                           f"(accepted_tokens_pos1..k) on every window; row {row} has "
+                           f"totals alone: use the token process (--structure auto)",
+                           option="--structure")
         model = PositionAcceptanceModel(shape="decay" if structure == "position" else "free")
         model.fit(windows, settings)
         result.answer = {s: (model, structure) for s in range(n_setups)}
@@ -646,7 +787,7 @@ def fit_acceptance(counters: pd.DataFrame, *, structure: str = "auto", settings=
     misfits = []
     for s in range(n_setups):
         result.fit_p[s] = predictive_check(model, s, rng)
-        if result.fit_p[s] < MISFIT_P:
+        if result.fit_p[s] is not None and result.fit_p[s] < MISFIT_P:
             misfits.append(s)
     if misfits:
         if progress:
@@ -687,9 +828,12 @@ def acceptance_report(counters: pd.DataFrame, *, k_max: int = 8, prob: float = 0
             conditional = survival / np.concatenate([np.ones((len(pmf), 1)),
                                                      survival[:, :-1]], axis=1)
             at_k = (windows["setup"] == s) & (windows["k"] == k)
-            pooled = windows["counts"][at_k, :k + 1].sum(axis=0)
-            measured_rates = pooled[::-1].cumsum()[::-1][1:] / pooled.sum()
+            pooled = windows["counts"][at_k & windows["has_positions"], :k + 1].sum(axis=0)
+            measured_rates = (pooled[::-1].cumsum()[::-1][1:] / pooled.sum()
+                              if pooled.sum() > 0 else [])
             by_k.append({"k": k, "measured": [float(r) for r in measured_rates],
+                         "acceptance_length_measured": [
+                             1.0 + float(m) for m in windows["accepted_mean"][at_k]],
                          "rates": [{"position": i + 1,
                                     **_interval(survival[:, i], prob)}
                                    for i in range(k)],
@@ -698,21 +842,28 @@ def acceptance_report(counters: pd.DataFrame, *, k_max: int = 8, prob: float = 0
                                             for i in range(k)]})
         check = measured_check(model, s, prob, rng)
         inside = sum(c["inside"] for c in check)
-        total = sum(c["k"] for c in check)
+        total = sum(c["k"] if c["positions"] else 1 for c in check)
+        by_position = windows["has_positions"][windows["setup"] == s]
         if fitted.fallback.get(s):
             why = fitted.fallback[s]
         elif fitted.scores.get(s):
             why = "held-out k"
+        elif structure == "auto" and not by_position.any():
+            why = "the drafter's kind (totals alone: no per-position counts to choose by)"
         elif structure == "auto":
             why = "the drafter's kind (one k measured)"
         else:
             why = "--structure"
+        has_run_term = chosen in STRUCTURES and not by_position.all()
+        new_run = model.new_run_draws(s, k_max, seed) if has_run_term else None
         entry = {"setup": label, "labels": {c: _plain(v) for c, v in
                                             windows["labels"][s].items()},
                  "structure": chosen, "chosen_by": why, "k_measured": measured,
                  "windows": int((windows["setup"] == s).sum()),
                  "acceptance_length": [{"k": k, **_interval(lengths[:, k], prob),
-                                        **_length_basis(k, measured, chosen)}
+                                        **_length_basis(k, measured, chosen),
+                                        **({} if new_run is None else
+                                           {"new_run": _interval(new_run[:, k], prob)})}
                                        for k in range(1, k_max + 1)],
                  "at_measured_k": by_k, "measured_check": check,
                  "reproduced": {"inside": inside, "positions": total,
@@ -721,6 +872,9 @@ def acceptance_report(counters: pd.DataFrame, *, k_max: int = 8, prob: float = 0
                  "held_out_k": fitted.scores.get(s)}
         if chosen in STRUCTURES:
             entry["parameters"] = _parameters(model, s, chosen, prob)
+            if has_run_term:
+                entry["parameters"]["run_scatter"] = _interval(
+                    model._draws("run_scatter", s), prob)
         setups.append(entry)
     return {"prob": prob, "k_max": k_max, "setups": setups,
             "convergence": worst["status"], "convergence_text": worst["text"],
@@ -776,6 +930,7 @@ def _parameters(model: TokenAcceptanceModel, setup: int, structure: str, prob: f
     out["stay_unguessable"] = _interval(q, prob)
     if switches["depth"]:
         out["depth_decay"] = _interval(model._draws("depth_decay", setup), prob)
+        out["deep_decay"] = _interval(model._draws("deep_decay", setup), prob)
     return out
 
 
@@ -810,42 +965,66 @@ def acceptance_length_draws(counters: pd.DataFrame, k_max: int, *, drafter: str 
 
 def token_windows_of(groups: pd.DataFrame, counters: dict, counter_group: np.ndarray,
                      n_setups: int, source=None) -> dict:
-    """The counter windows of a speculative model's SD groups: every row with complete
-    per-position counters is a window of its group's setup. ``counters``: the model's
-    ``_counter_totals``; every SD group needs at least one window."""
+    """The counter windows of a speculative model's SD groups, as
+    :func:`counter_windows` reads them for ``acceptance``: every row with complete
+    per-position counters is a window of its group's setup, and so is every row with
+    totals alone (accepted tokens with num_drafts or draft_tokens) or a reported
+    acceptance length. ``counters``: the model's ``_counter_totals``; every SD group
+    needs at least one window."""
+    from bayesspec.data.counters import reported_resolution
+
     is_sd = groups["is_sd"].to_numpy(bool)
     setup_of_group = groups["setup_index"].to_numpy(int)
-    usable = counters["complete"] & (counter_group >= 0)
+    counted = counters["valid"] | counters["reported"]
+    usable = counted & (counter_group >= 0)
     usable &= is_sd[np.maximum(counter_group, 0)]
     lacking = [g for g in np.flatnonzero(is_sd) if not (usable & (counter_group == g)).any()]
     if lacking:
-        raise BadInput(f"acceptance_law=token needs per-position counters (num_drafts and "
-                       f"accepted_tokens_pos1..k) on the SD group '{groups['label'].iloc[lacking[0]]}'",
-                       file=source, column="accepted_tokens_pos1")
+        raise BadInput(f"acceptance_law=token needs acceptance counters (num_drafts with "
+                       f"accepted_tokens_pos1..k or accepted_tokens, or acceptance_length) "
+                       f"on the SD group '{groups['label'].iloc[lacking[0]]}'",
+                       file=source, column="accepted_tokens")
     rows = np.flatnonzero(usable)
     k = counters["k"][rows].astype(int)
     max_k = int(k.max())
-    drafts = counters["drafts"][rows]
-    positions = counters["positions"][rows, :max_k]
-    at_least = np.concatenate([drafts[:, None], positions, np.zeros((len(rows), 1))], axis=1)
+    by_position = counters["complete"][rows]
+    drafts = np.where(counters["valid"][rows], counters["drafts"][rows], np.nan)
+    positions = np.nan_to_num(counters["positions"][rows, :max_k])
+    at_least = np.concatenate([np.nan_to_num(drafts)[:, None], positions,
+                               np.zeros((len(rows), 1))], axis=1)
     at_least = np.where(np.arange(max_k + 2)[None, :] <= k[:, None], at_least, 0.0)
     inside = np.arange(max_k + 1)[None, :] <= k[:, None]
-    counts = np.where(inside, at_least[:, :-1] - at_least[:, 1:], 0.0)
+    counts = np.where(inside & by_position[:, None], at_least[:, :-1] - at_least[:, 1:], 0.0)
+    from_counts = counters["valid"][rows]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        accepted_mean = np.where(from_counts, counters["accepted"][rows] / drafts,
+                                 counters["length"][rows] - 1.0)
+        inv_drafts = np.where(from_counts, 1.0 / drafts, 0.0)
+    resolution = np.array([0.0 if c else reported_resolution(float(v))
+                           for c, v in zip(from_counts, counters["length"][rows])])
     setup = setup_of_group[counter_group[rows]]
     replicated = np.zeros(n_setups, dtype=bool)
+    depth = np.ones(n_setups)
     for s in range(n_setups):
-        ks = k[setup == s]
+        ks = k[(setup == s) & by_position]
         replicated[s] = len(ks) > len(set(ks.tolist()))
+        if (setup == s).any():
+            depth[s] = k[setup == s].max()
     return {"setup": setup, "k": k, "counts": np.round(counts), "inside": inside,
-            "max_k": max_k, "replicated": replicated, "rows": rows}
+            "max_k": max_k, "replicated": replicated, "rows": rows,
+            "has_positions": by_position, "accepted_mean": accepted_mean,
+            "inv_drafts": inv_drafts, "resolution": resolution, "measured_depth": depth}
 
 
 def token_acceptance_lengths(windows: dict, structures: list[str], n_setups: int,
-                             k_max: int, counts, priors: dict | None = None):
+                             k_max: int, counts, priors: dict | None = None, totals=None):
     """Inside a PyMC model with a ``setup`` dim: the token process of every setup, the
-    likelihood of its counter windows, and the Deterministic ``acceptance_length``
-    (setup, draft_length = 0..k_max): E(k) for the latency law. ``counts``: the model's
-    data of the windows' counts of A = a. Returns that tensor."""
+    likelihood of its counter windows (:func:`window_log_likelihood` for per-position
+    counts, :func:`totals_log_likelihood` for totals), and the Deterministic
+    ``acceptance_length`` (setup, draft_length = 0..k_max): E(k) for the latency law.
+    ``counts``: the model's data of the windows' counts of A = a; ``totals``: its data
+    ``accepted_mean``, ``inv_drafts``, ``resolution`` (the windows' own when None).
+    Returns that tensor."""
     import pymc as pm
     import pytensor.tensor as pt
 
@@ -861,9 +1040,11 @@ def token_acceptance_lengths(windows: dict, structures: list[str], n_setups: int
     spread = pm.HalfNormal("acceptance_persistence_spread", priors["persistence_spread"],
                            dims="setup")
     decay = pm.HalfNormal("acceptance_depth_decay", priors["depth_decay"], dims="setup")
+    deep = pm.HalfCauchy("acceptance_deep_decay", priors["deep_decay"], dims="setup")
     depth = max(k_max, windows["max_k"])
-    table = token_regimes_acceptance_expr(*chain_parameters(x, spread, q, decay, switches,
-                                                            depth, xp=pt), xp=pt)
+    table = token_regimes_acceptance_expr(*chain_parameters(
+        x, spread, q, decay, switches, depth, xp=pt, deep_decay=deep,
+        measured_depth=windows["measured_depth"]), xp=pt)
     lengths = 1.0 + (table * np.arange(depth + 1, dtype=float)).sum(axis=-1)  # (S, depth)
     lengths = pt.concatenate([pt.ones((n_setups, 1)), lengths[:, :k_max]], axis=1)
     pm.Deterministic("acceptance_length", lengths, dims=("setup", "draft_length"))
@@ -880,6 +1061,14 @@ def token_acceptance_lengths(windows: dict, structures: list[str], n_setups: int
         loglik = pt.where(replicated[setup], scattered, plain)
     else:
         loglik = plain
+    by_totals = ~windows["has_positions"]
+    if by_totals.any():
+        scatter = pm.HalfNormal("acceptance_run_scatter", priors["run_scatter"], dims="setup")
+        totals = totals or {name: windows[name] for name in
+                            ("accepted_mean", "inv_drafts", "resolution")}
+        loglik = loglik + by_totals * totals_log_likelihood(
+            pmf, totals["accepted_mean"], totals["inv_drafts"], totals["resolution"],
+            scatter[setup], xp=pt)
     pm.Potential("acceptance_token_log_likelihood", loglik.sum())
     return lengths
 
@@ -887,4 +1076,5 @@ def token_acceptance_lengths(windows: dict, structures: list[str], n_setups: int
 #: The token process's variables in a speculative fit (its decision quantities).
 TOKEN_VARIABLES = ["acceptance_logit_persistence", "acceptance_logit_stay_unguessable",
                    "acceptance_persistence_spread", "acceptance_depth_decay",
+                   "acceptance_deep_decay", "acceptance_run_scatter",
                    "acceptance_token_log_concentration", "acceptance_length"]

@@ -122,6 +122,16 @@ def _counter_totals(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int) 
     complete = (k > 0) & np.isfinite(positions).all(axis=1)
     accepted = column("accepted_tokens")
     accepted = np.where(np.isnan(accepted) & complete, positions.sum(axis=1), accepted)
+    empty = (group_index >= 0) & (k > 0) & (drafts == 0)
+    if empty.any():
+        raise BadInput("a window with no drafts measures no acceptance: drop the counters "
+                       "of this row or give them", file=source,
+                       row=int(np.flatnonzero(empty)[0]) + 1, column="num_drafts")
+    drafted = column("draft_tokens")
+    above = (group_index >= 0) & np.isfinite(drafted) & np.isfinite(accepted) & (accepted > drafted)
+    if above.any():
+        raise BadInput("more accepted tokens than drafted (draft_tokens)", file=source,
+                       row=int(np.flatnonzero(above)[0]) + 1, column="accepted_tokens")
     valid = ((group_index >= 0) & (k > 0) & np.isfinite(drafts) & (drafts > 0)
              & np.isfinite(accepted))
     too_many = valid & (accepted > k * drafts)
@@ -145,8 +155,12 @@ def _counter_totals(rows: pd.DataFrame, group_index: np.ndarray, n_groups: int) 
         if members.any():
             drafts_total[g] = drafts[members].sum()
             accepted_total[g] = accepted[members].sum()
+    # a reported acceptance length without counts (a run's summary, a published table)
+    length = column("acceptance_length")
+    reported = (group_index >= 0) & (k > 0) & ~valid & np.isfinite(length)
     return {"drafts": drafts, "accepted": accepted, "positions": positions, "k": k,
-            "complete": complete & valid, "valid": valid,
+            "complete": complete & valid, "valid": valid, "length": length,
+            "reported": reported,
             "drafts_total": drafts_total, "accepted_total": accepted_total}
 
 
@@ -407,8 +421,11 @@ class SpeculativeLatencyModel(LatencyModel):
         arrays = super().data_arrays(inputs)
         arrays.update(inputs.extras.get("acceptance", {}))
         if "acceptance_token" in inputs.extras:
-            arrays["acceptance_token_counts"] = (inputs.extras["acceptance_token"]["counts"],
-                                                 None)
+            windows = inputs.extras["acceptance_token"]
+            arrays["acceptance_token_counts"] = (windows["counts"], None)
+            if not windows["has_positions"].all():
+                for name in ("accepted_mean", "inv_drafts", "resolution"):
+                    arrays[f"acceptance_token_{name}"] = (windows[name], None)
         return arrays
 
     # ------------------------------------------------------------------ graph
@@ -674,8 +691,12 @@ class SpeculativeLatencyModel(LatencyModel):
                               "by each drafter's kind")
         k = groups["k"].to_numpy(int)
         k_max = max(int(self.config["acceptance_k_max"]), int(k.max()))
+        context = pm.modelcontext(None)
+        totals = ({name: context[f"acceptance_token_{name}"] for name in
+                   ("accepted_mean", "inv_drafts", "resolution")}
+                  if not windows["has_positions"].all() else None)
         table = token_acceptance_lengths(windows, structures, len(setups), k_max,
-                                         pm.modelcontext(None)["acceptance_token_counts"])
+                                         context["acceptance_token_counts"], totals=totals)
         setup = np.maximum(groups["setup_index"].to_numpy(int), 0)
         return table[setup, k]
 

@@ -1,5 +1,6 @@
 """``bayesspec acceptance``: acceptance as a token process from vLLM's per-position
-counters, and the acceptance length of any k (measured or not) with intervals."""
+counters, its totals or published acceptance lengths, and the acceptance length of any k
+(measured or not) with intervals."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ def register(verbs) -> None:
     parser = verbs.add_parser(
         "acceptance", help="acceptance as a token process (where cycles start depends on k) "
                            "and the acceptance length of any k, from per-position counters")
-    parser.add_argument("data", help="CSV or Parquet with k, num_drafts and "
-                                     "accepted_tokens_pos1..k (a tidy file or counters alone; "
+    parser.add_argument("data", help="CSV or Parquet with k and, per window, "
+                                     "num_drafts with accepted_tokens_pos1..k or the totals "
+                                     "accepted_tokens (or draft_tokens), or a reported "
+                                     "acceptance_length (a tidy file or counters alone; "
                                      "`bayesspec ingest --metrics` writes them)")
     parser.add_argument("--k-max", type=int, default=8,
                         help="answer E(k) for k = 1..K (default 8)")
@@ -85,6 +88,8 @@ def _print(report: dict, args) -> None:
                 f"{name} {score - best:+.1f}" for name, score in
                 sorted(setup["held_out_k"].items(), key=lambda item: -item[1])))
         for entry in setup["at_measured_k"]:
+            if not entry["measured"]:
+                continue                 # totals alone at this k: in the E(k) table
             print(f"  k = {entry['k']}: position  measured   fitted P(A >= i)"
                   "          alpha_i (conditional)")
             for i, (rate, alpha) in enumerate(zip(entry["rates"], entry["alpha_position"])):
@@ -92,11 +97,18 @@ def _print(report: dict, args) -> None:
                       f"{fmt(rate, 4):24s}  {fmt(alpha, 4)}")
         share = setup["reproduced"]
         print(f"  measured counters reproduced: {share['inside']} of {share['positions']} "
-              f"position rates inside their {report['prob']:.0%} predictive intervals")
-        print("   k   E(k) tokens per cycle")
+              f"position rates and totals inside their {report['prob']:.0%} predictive "
+              "intervals")
+        measured = {entry["k"]: entry.get("acceptance_length_measured", [])
+                    for entry in setup["at_measured_k"] if not entry["measured"]}
+        with_runs = any("new_run" in e for e in setup["acceptance_length"])
+        print("   k   E(k) tokens per cycle" + ("          a new run's" if with_runs else ""))
         for e in setup["acceptance_length"]:
             mark = "measured" if e["measured"] else "not measured*"
-            print(f"  {e['k']:2d}   {fmt(e, _distinct_digits(e)):28s} {mark}")
+            if measured.get(e["k"]):
+                mark += " " + ", ".join(f"{v:.4g}" for v in measured[e["k"]])
+            run = f"{fmt(e['new_run'], _distinct_digits(e['new_run'])):28s} " if with_runs else ""
+            print(f"  {e['k']:2d}   {fmt(e, _distinct_digits(e)):28s} {run}{mark}")
         bases = sorted({e["basis"] for e in setup["acceptance_length"] if not e["measured"]})
         if bases:
             print("  *: " + "; ".join(bases) + ": the model's extrapolation, not a "

@@ -38,6 +38,7 @@ from bayesspec.laws.mean import (costs_for_acceptance_length, crossover_rps, cur
                                  measured_load_amplification, speedup, two_regime_latency,
                                  two_regime_latency_expr)
 from bayesspec.laws.acceptance import (acceptance_length_of_pmf_expr, expected_accepted,
+                                       accepted_moments_of_pmf_expr, depth_reliability_expr,
                                        expected_accepted_expr,
                                        expected_accepted_positions_expr,
                                        stationary_law_expr, token_chain_acceptance,

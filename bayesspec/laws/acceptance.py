@@ -19,7 +19,8 @@ from bayesspec.laws._numeric import _as_float, _static_size
 __all__ = ["expected_accepted_expr", "expected_accepted_positions_expr",
            "stationary_law_expr", "token_cycle_acceptance_expr",
            "token_cycle_acceptance_upto_expr", "token_regimes_acceptance_expr",
-           "acceptance_length_of_pmf_expr", "two_state_transition_expr",
+           "acceptance_length_of_pmf_expr", "accepted_moments_of_pmf_expr",
+           "depth_reliability_expr", "two_state_transition_expr",
            "token_chain_acceptance", "token_chain_expected_accepted", "expected_accepted"]
 
 
@@ -188,6 +189,40 @@ def acceptance_length_of_pmf_expr(pmf, xp: ModuleType = np):
     """E(k) = 1 + E[A] from P(A = a), a = 0..k on the last axis."""
     k = _static_size(pmf) - 1
     return 1.0 + (pmf * np.arange(k + 1, dtype=float)).sum(axis=-1)
+
+
+def accepted_moments_of_pmf_expr(pmf, xp: ModuleType = np):
+    """Mean and variance of the drafts accepted per cycle, E[A] and Var[A], from
+    P(A = a), a = 0..k on the last axis: a window of N cycles accepts N E[A] tokens in
+    all, give or take sqrt(N Var[A]) (the totals vLLM's counters keep)."""
+    k = _static_size(pmf) - 1
+    a = np.arange(k + 1, dtype=float)
+    mean = (pmf * a).sum(axis=-1)
+    return mean, xp.maximum((pmf * a * a).sum(axis=-1) - mean * mean, 0.0)
+
+
+def depth_reliability_expr(decay, deep_decay, measured_depth, max_depth: int,
+                           xp: ModuleType = np):
+    """R_i = prod_{j<=i} r_j, i = 0..max_depth: the chance that a trained drafter's own
+    guesses hold up to depth i of a draft (R_0 = 1).
+
+    A drafter that drafts from its own outputs errs more the deeper it goes:
+    log r_j = -decay (j - 1), the trend measured up to ``measured_depth`` D. Past D
+    nothing was measured, and heads differ there: some keep their level to depth 7 or
+    more, an MTP head applied recursively loses it at once. So past D the reliability
+    starts from its last measured level r_D and falls by ``deep_decay`` per depth,
+    log r_j = log r_D - deep_decay (j - D): 0 keeps r_D (a drafter never gets better
+    deeper), a large value plateaus E(k). With no counts beyond D, ``deep_decay`` is
+    what the prior says; it widens E(k) past the measured k and leaves the measured k
+    alone. Broadcasts over the parameters (``measured_depth`` a numpy constant shaped
+    like them, max_depth a Python int); returns (..., max_depth + 1)."""
+    i = np.arange(max_depth + 1, dtype=float)
+    depth = np.asarray(measured_depth, dtype=float)[..., None]
+    within = np.minimum(i, depth)
+    beyond = np.maximum(i - depth, 0.0)
+    return xp.exp(-decay[..., None] * (within * (within - 1.0) / 2.0
+                                       + np.maximum(depth - 1.0, 0.0) * beyond)
+                  - deep_decay[..., None] * (beyond * (beyond + 1.0) / 2.0))
 
 
 def two_state_transition_expr(stay_guessable, stay_unguessable, xp: ModuleType = np):
