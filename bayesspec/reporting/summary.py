@@ -199,9 +199,8 @@ def answerable(fit) -> list[dict]:
     for _, first in groups.drop_duplicates(columns).iterrows():
         selection = {_SETUP_OPTIONS[c]: plain_value(first[c]) for c in columns
                      if plain_value(first[c]) not in (None, "")}
-        sd = (groups[columns].astype(str) == first[columns].astype(str)).all(axis=1) \
-            & (groups["k"].astype(int) > 0)
-        here = (groups[columns].astype(str) == first[columns].astype(str)).all(axis=1)
+        here = (_as_text(groups[columns]) == _as_text(first[columns])).all(axis=1)
+        sd = here & (groups["k"].astype(int) > 0)
         count = int(here.sum())
         predict = f"predict: mean latency at any rate ({count} group{'s' * (count != 1)})"
         setup = " ".join(f"{_SETUP_OPTIONS[c]} {plain_value(first[c])}" for c in columns
@@ -241,6 +240,11 @@ def answerable(fit) -> list[dict]:
             answers.append(f"slo, --metric: {', '.join(metrics)}")
         out.append({"setup": law.label, "answers": answers, "cannot": cannot})
     return out
+
+
+def _as_text(values):
+    """Values compared as text, a missing one as "" (NaN never equals itself)."""
+    return values.astype(object).where(values.notna(), "").astype(str)
 
 
 def pd_numbers(values) -> list[float]:

@@ -27,3 +27,19 @@ def test_setups_that_answer_differently_get_their_own_lines():
     assert len(text) == 3
     assert text[1].startswith("  2 setups (Qwen3-8B p256 g256, Qwen3-8B p512 g256): ")
     assert text[2] == "  Qwen3-8B p512 g512 + EAGLE3: speedup; kstar"
+
+
+def test_a_setup_with_a_missing_length_counts_its_groups():
+    """A public table without prompt lengths: its groups still form their setups."""
+    import re
+
+    import numpy as np
+
+    from bayesspec.reporting.summary import answerable
+    from tests.conftest import synthetic_dense_fit
+
+    fit = synthetic_dense_fit(n_groups=4, draws=50)
+    fit.groups["prefill_tokens"] = np.nan
+    counts = [int(re.search(r"\((\d+) groups?\)", entry["answers"][0]).group(1))
+              for entry in answerable(fit)]
+    assert sum(counts) == 4 and all(c > 0 for c in counts)
