@@ -1,24 +1,41 @@
 #!/usr/bin/env python
-"""Speed harness: the answering verbs' wall time on a saved fit, against baselines.
+"""Speed harness: what a user waits for in a new process, against baselines.
 
-    python benchmarks/answer_speed.py --repeat 5
-    python benchmarks/answer_speed.py --repeat 5 --workdir /tmp/walk --baseline-commit REV
+    python benchmarks/answer_speed.py verbs --repeat 5
+    python benchmarks/answer_speed.py verbs --repeat 5 --workdir /tmp/walk --baseline-commit REV
+    python benchmarks/answer_speed.py first-fit --repeat 2
+    python benchmarks/answer_speed.py first-fit --repeat 3 --baseline-commit REV --json
 
-Makes the README walkthrough's fits once (``simulate --grid examples/walkthrough.toml``,
-``fit --model speculative --seed 1``; ``examples/slo.toml`` and ``--model tails`` for
-``slo``), timing the first fit of a new process with its compile; then runs each
-answering verb of the walkthrough as a user does, a new ``python -m bayesspec`` process
-each time, ``--repeat`` times, round robin (so load from other programs spreads over all
-of them). ``--workdir`` keeps (and reuses) those fits.
+``verbs``: the answering verbs' wall time on a saved fit. Makes the README walkthrough's
+fits once (``simulate --grid examples/walkthrough.toml``, ``fit --model speculative --seed
+1``; ``examples/slo.toml`` and ``--model tails`` for ``slo``), timing the first fit of a
+new process with its compile; then runs each answering verb of the walkthrough as a user
+does, a new ``python -m bayesspec`` process each time, ``--repeat`` times, round robin
+(so load from other programs spreads over all of them). ``--workdir`` keeps (and reuses)
+those fits. Baselines, timed in the same rounds: ``python -c pass`` (the interpreter) and
+``python -c "import numpy"``; with ``--baseline-commit REV`` also the same verbs run by
+the package as it was at REV (``git archive``, same fit files): the old path. Prints per
+verb the median and minimum wall seconds, CPU seconds, and the ratios ``verb /
+baseline`` (and ``old / new`` with a baseline commit). The target is ``predict`` in
+<= 1.5 s on an idle 2-core machine. ``--plot`` options are left out: drawing a figure
+needs matplotlib by its nature.
 
-Baselines, timed in the same rounds: ``python -c pass`` (the interpreter) and ``python -c
-"import numpy"``; with ``--baseline-commit REV`` also the same verbs run by the package
-as it was at REV (``git archive``, same fit files): the old path.
+``first-fit``: how much of a new process's first fit the on-disk compile caches save.
+Runs the walkthrough's fit (``bayesspec fit sweeps.csv --model speculative -o fit.nc
+--seed 1``), each time in a new process, and reads the ``compiled in X s`` line it
+prints:
 
-Prints per verb the median and minimum wall seconds, CPU seconds, and the ratios
-``verb / baseline`` (and ``old / new`` with a baseline commit); compare ratios, not
-seconds, on a shared machine. The target is ``predict`` in <= 1.5 s on an idle 2-core
-machine. ``--plot`` options are left out: drawing a figure needs matplotlib by its nature.
+- ``cold``: an empty PyTensor compile directory (``PYTENSOR_FLAGS=base_compiledir=...``),
+  i.e. a fresh machine; once (it fills that directory);
+- ``warm``: the same directory again, ``--repeat`` times: PyTensor's numba cache of the
+  model's graph and the cached nutpie callbacks are on disk;
+- with ``--baseline-commit REV``, ``warm @ REV``: the package as it was at REV, on the
+  same warm directory.
+
+Prints per kind the compile seconds, the fit's wall seconds and the process's CPU
+seconds (medians of the warm runs).
+
+Compare ratios within one run, not seconds across runs: the machine may be shared.
 """
 
 from __future__ import annotations
@@ -26,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -105,18 +123,26 @@ def old_package(commit: str, into: Path) -> Path:
     return into
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5, help="runs of each command")
-    parser.add_argument("--workdir", default=None,
-                        help="folder for the fit files (kept; reused when present)")
-    parser.add_argument("--baseline-commit", default=None, metavar="REV",
-                        help="also time the verbs as the package was at this git revision")
-    parser.add_argument("--verbs", default=",".join(VERBS),
-                        help="comma-separated subset of: " + ", ".join(VERBS))
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args(argv)
+def timed_first_fit(folder: Path, pythonpath: Path, compiledir: Path, model: str) -> dict:
+    """One fit in a new process on the compile directory ``compiledir``: its compile,
+    wall and CPU seconds."""
+    env = dict(os.environ, PYTHONPATH=str(pythonpath),
+               PYTENSOR_FLAGS=f"base_compiledir={compiledir}")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "bayesspec", "fit", "sweeps.csv", "--model",
+                           model, "-o", "fit.nc", "--seed", "1"], cwd=folder, env=env,
+                          capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 3):
+        raise SystemExit(f"fit failed ({done.returncode}):\n{done.stderr[-2000:]}")
+    compiled = [float(m) for m in re.findall(r"compiled in ([\d.]+) s", done.stderr)]
+    return {"compile_s": sum(compiled), "wall_s": wall,
+            "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)}
 
+
+def verbs(args, parser) -> int:
     chosen = [v.strip() for v in args.verbs.split(",") if v.strip()]
     unknown = sorted(set(chosen) - set(VERBS))
     if unknown:
@@ -184,6 +210,69 @@ def main(argv=None) -> int:
                      f"{row['old_over_new']:8.2f}")
         print(line)
     return 0
+
+
+
+def first_fit(args) -> int:
+    folder = Path(tempfile.mkdtemp(prefix="compile-cache-"))
+    compiledir = folder / "pytensor"
+    subprocess.run([sys.executable, "-m", "bayesspec", "simulate", "--grid",
+                    str(ROOT / "examples" / "walkthrough.toml"), "-o", "sweeps.csv"],
+                   cwd=folder, env=dict(os.environ, PYTHONPATH=str(ROOT)), check=True,
+                   capture_output=True)
+    load_before = load_average()
+    runs = {"cold": [timed_first_fit(folder, ROOT, compiledir, args.model)]}
+    kinds = {"warm": ROOT}
+    if args.baseline_commit:
+        kinds[f"warm @ {args.baseline_commit}"] = old_package(
+            args.baseline_commit, Path(tempfile.mkdtemp(prefix="old-")))
+    for kind in kinds:
+        runs[kind] = []
+    for round_number in range(args.repeat):  # round robin: shared load spreads over all
+        for kind, pythonpath in kinds.items():
+            runs[kind].append(timed_first_fit(folder, pythonpath, compiledir, args.model))
+        print(f"round {round_number + 1}/{args.repeat} done", file=sys.stderr)
+    summary = {kind: {key: round(statistics.median(r[key] for r in values), 2)
+                      for key in ("compile_s", "wall_s", "cpu_s")}
+               for kind, values in runs.items()}
+    document = {"model": args.model, "repeat": args.repeat,
+                "load_average_before": load_before, "load_average_after": load_average(),
+                "median": summary, "runs": runs}
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    print(f"`bayesspec fit sweeps.csv --model {args.model}` (walkthrough), new process each; "
+          f"load average before {load_before}, after {document['load_average_after']}")
+    print(f"  {'kind':<24} {'compile s':>10} {'fit wall s':>11} {'cpu s':>7}")
+    for kind, row in summary.items():
+        print(f"  {kind:<24} {row['compile_s']:10.1f} {row['wall_s']:11.1f} "
+              f"{row['cpu_s']:7.1f}")
+    return 0
+
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parts = parser.add_subparsers(dest="part", required=True)
+    answers = parts.add_parser("verbs", help="the answering verbs on a saved fit")
+    answers.add_argument("--repeat", type=int, default=5, help="runs of each command")
+    answers.add_argument("--workdir", default=None,
+                         help="folder for the fit files (kept; reused when present)")
+    answers.add_argument("--baseline-commit", default=None, metavar="REV",
+                         help="also time the verbs as the package was at this git revision")
+    answers.add_argument("--verbs", default=",".join(VERBS),
+                         help="comma-separated subset of: " + ", ".join(VERBS))
+    answers.add_argument("--json", action="store_true")
+    first = parts.add_parser("first-fit", help="a new process's first fit, cold against "
+                             "warm compile caches")
+    first.add_argument("--repeat", type=int, default=3, help="warm runs of each kind")
+    first.add_argument("--model", default="speculative")
+    first.add_argument("--baseline-commit", default=None, metavar="REV")
+    first.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.part == "verbs":
+        return verbs(args, answers)
+    return first_fit(args)
 
 
 if __name__ == "__main__":

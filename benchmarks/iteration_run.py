@@ -1,11 +1,8 @@
 """Validation: a load test replayed iteration by iteration with the law's own parts.
 
-The engine that `replay_sets.py` runs, and its check against Vidur's own iteration logs.
-
-What it measures: whether request-level randomness in a finite run reproduces what
-Vidur's runs measure (mean latency, realized rate, the run's mean over its steady middle,
-the first and last N requests over that middle), with nothing fitted. The fluid run
-(``laws.fluid_run_latency``) is printed beside it for comparison.
+The engine, its check against Vidur's own iteration logs (``log``), and the Vidur sets
+replayed with other arrivals (``replay``): the finding that the Vidur sets' held-out
+shortfall is their shared arrival seed, not the law (docs/findings/run-effects.md).
 
 The engine, as Vidur's vLLM scheduler runs without chunked prefill: each iteration either
 prefills every waiting prompt (a + b m seconds for m prompts, at most
@@ -13,23 +10,45 @@ max_num_batched_tokens / prompt length of them and room under the cap) or runs o
 iteration of the whole batch at t_d(B) from the group's decode profile. A request needs
 its prefill and decode_tokens - 1 decode iterations. Arrivals are Vidur 0.0.26's own
 (``vidur_arrivals``). ``fit_group_prefill`` fits a and b to a group's measured means by
-least squares, with each run's own arrivals (the truth ``replay_sets.py`` replays).
+least squares, with each run's own arrivals (the truth ``replay`` replays).
 
-How to run it: first write Vidur's iteration log of a group at its sweep's rates (needs
-the Vidur environment of ``examples/vidur/README.md``), then replay it:
+``log``: whether request-level randomness in a finite run reproduces what Vidur's runs
+measure (mean latency, realized rate, the run's mean over its steady middle, the first
+and last N requests over that middle), with nothing fitted. The fluid run
+(``laws.fluid_run_latency``) is printed beside it for comparison. First write Vidur's
+iteration log of a group at its sweep's rates (needs the Vidur environment of
+``examples/vidur/README.md``), then replay it:
 
     R=$(awk -F, '$1=="InternLM-20B" && $5==1152 {printf "%s%s", s, $9; s=","}' \
         examples/vidur/vidur_fresh.csv)
     VIDUR_PREDICTOR_CACHE=.vidur/cache-decode-fresh .vidur/venv/bin/python \
         examples/vidur/iteration_profile.py --model internlm/internlm-20b --device a100 \
         --tp 4 --prefill 1152 --decode 128 --threads 2 --rates $R --json internlm.json
-    python benchmarks/iteration_run.py internlm.json --verifier InternLM-20B --gpu A100 \
-        --prefill 1152 --decode 128
+    python benchmarks/iteration_run.py log internlm.json --verifier InternLM-20B \
+        --gpu A100 --prefill 1152 --decode 128
 
-What it prints, per logged rate, Vidur against the replay: N in flight, the mean latency,
-the realized rate, run / steady middle (also the fluid run's), first N / middle (also the
+It prints, per logged rate, Vidur against the replay: N in flight, the mean latency, the
+realized rate, run / steady middle (also the fluid run's), first N / middle (also the
 mean over ``--seeds`` other arrival seeds) and last N / middle. The prefill iteration's
 a + b m comes from the log's own prefill iterations.
+
+``replay``: each group's truth is the engine with the group's decode profile and the
+prefill iteration's a + b m fitted to all of the group's measured means with the runs'
+own arrivals. Every row is then replayed at its target rate with the arrivals of
+``--seeds``: ``independent`` (a seed of its own per row, as separate load tests have) or
+``shared:S`` (seed S at every rate, scaled to it, as the Vidur sets and a GuideLLM sweep
+with a fixed seed have). The new file keeps the original's columns, with the replayed
+run's realized rate, mean, spread, percentiles and TTFT. The dense fit's held-out check
+then runs on it:
+
+    python benchmarks/iteration_run.py replay --set fresh --seeds independent \
+        -o fresh_indep.csv
+    python benchmarks/iteration_run.py replay --set fresh --seeds shared:1 -o fresh_seed1.csv
+    python examples/vidur/evaluate.py --csv fresh_indep.csv --models dense-profile \
+        --fraction 0.6 --folds 0 --out DIR
+
+It prints per group the fitted prefill iteration (a, b in ms), the fit's rms log residual
+and its seconds; then the file written (about 3-5 minutes per set on 2 cores).
 """
 
 from __future__ import annotations
@@ -37,17 +56,36 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import time
+import warnings
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from scipy.optimize import least_squares
 
 from bayesspec import laws
 
+VIDUR = Path(__file__).resolve().parents[1] / "examples" / "vidur"
+KEYS = ["verifier", "gpu", "tensor_parallel", "prefill_tokens", "decode_tokens"]
+SETS = ("dense", "fresh", "capped")
+
+
+def profiled_groups(set_name: str):
+    """Per load-sweep group of ``vidur_<set_name>.csv``: (its key, its rows by rate, the
+    profile's batch sizes and seconds per decode iteration, its max_num_seqs)."""
+    data = pd.read_csv(VIDUR / f"vidur_{set_name}.csv")
+    profiles = pd.read_csv(VIDUR / "decode_profiles.csv")
+    profiles = profiles[profiles["set"] == set_name]
+    for key, group in data.groupby(KEYS, sort=False):
+        profile = profiles.loc[(profiles[KEYS] == pd.Series(key, index=KEYS)).all(axis=1)]
+        yield (key, group.sort_values("rps"), profile["batch_size"].to_numpy(float),
+               profile["decode_iteration_s"].to_numpy(float),
+               float(group["max_num_seqs"].iloc[0]))
+
+
 def profile(verifier, gpu, prefill, decode):
-    import pandas as pd
-    table = pd.read_csv(Path(__file__).resolve().parents[1] / "examples" / "vidur"
-                        / "decode_profiles.csv")
+    table = pd.read_csv(VIDUR / "decode_profiles.csv")
     rows = table[(table.verifier == verifier) & (table.gpu == gpu)
                  & (table.prefill_tokens == prefill) & (table.decode_tokens == decode)]
     rows = rows.sort_values("batch_size")
@@ -177,18 +215,7 @@ def summary(latency, arrivals):
             latency[-in_flight:].mean() / middle, rate)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("log", help="iteration_profile.py --json output of one group")
-    parser.add_argument("--verifier", required=True)
-    parser.add_argument("--gpu", required=True)
-    parser.add_argument("--prefill", type=int, required=True)
-    parser.add_argument("--decode", type=int, required=True)
-    parser.add_argument("--seeds", type=int, default=7, help="other seeds to compare")
-    parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--cap", type=int, default=128)
-    parser.add_argument("--max-num-batched-tokens", type=int, default=4096)
-    args = parser.parse_args()
+def check_log(args) -> None:
     group = dict(verifier=args.verifier, gpu=args.gpu, prefill=args.prefill,
                  decode=args.decode)
     points = json.loads(Path(args.log).read_text())["points"]
@@ -232,6 +259,67 @@ def main() -> None:
               f"{own[1]:.4f} / {fluid:.4f} | {point['first_n_latency_s'] / middle:.3f} / "
               f"{own[2]:.3f} / {others[:, 2].mean():.3f} | "
               f"{point['last_n_latency_s'] / middle:.3f} / {own[3]:.3f}", flush=True)
+
+
+
+def replay_set(args) -> None:
+    warnings.filterwarnings("ignore")
+    shared = None if args.seeds == "independent" else int(args.seeds.split(":")[1])
+    data = pd.read_csv(VIDUR / f"vidur_{args.set}.csv")
+    out = []
+    for index, (key, group, sizes, times, cap) in enumerate(profiled_groups(args.set)):
+        started = time.time()
+        decode = float(key[4])
+        prefill, solution = fit_group_prefill(group, decode, sizes, times, cap)
+        rms = float(np.sqrt(np.mean(solution.fun ** 2)))
+        for position, (row_index, row) in enumerate(group.iterrows()):
+            seed = shared if shared is not None else args.seed_base * (index + 1) + position
+            n = int(row["n_requests"])
+            arrivals = vidur_arrivals(row["rps_target"], n, seed)
+            latency, ttft = simulate_run(
+                row["rps_target"], n, int(decode), prefill, sizes, times, int(cap), None,
+                prompt_budget(row),
+                arrivals=arrivals, with_ttft=True)
+            new = row.copy()
+            rps = (n - 1) / (arrivals[-1] - arrivals[0])
+            new["rps"] = rps
+            new["latency_mean_s"] = latency.mean()
+            new["latency_std_s"] = latency.std(ddof=1)
+            new["latency_p50_s"], new["latency_p95_s"], new["latency_p99_s"] = np.percentile(
+                latency, [50, 95, 99])
+            new["ttft_mean_s"] = ttft.mean()
+            new["mean_concurrency"] = rps * latency.mean()
+            new["source"] = f"{row['source']} replayed seed={seed}"
+            out.append(new)
+        print(f"{' '.join(map(str, key))}: prefill a {1000 * prefill[0]:.2f} ms, "
+              f"b {1000 * prefill[1]:.2f} ms, fit rms {rms:.2e}, {time.time() - started:.0f} s",
+              flush=True)
+    frame = pd.DataFrame(out)[data.columns]
+    frame.to_csv(args.out, index=False)
+    print(f"wrote {len(frame)} rows to {args.out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parts = parser.add_subparsers(dest="part", required=True)
+    log = parts.add_parser("log", help="the replay against one group's Vidur iteration log")
+    log.add_argument("log", help="iteration_profile.py --json output of one group")
+    log.add_argument("--verifier", required=True)
+    log.add_argument("--gpu", required=True)
+    log.add_argument("--prefill", type=int, required=True)
+    log.add_argument("--decode", type=int, required=True)
+    log.add_argument("--seeds", type=int, default=7, help="other seeds to compare")
+    log.add_argument("--requests", type=int, default=1000)
+    log.add_argument("--cap", type=int, default=128)
+    log.add_argument("--max-num-batched-tokens", type=int, default=4096)
+    replay = parts.add_parser("replay", help="a Vidur set replayed with other arrivals")
+    replay.add_argument("--set", choices=SETS, default="fresh")
+    replay.add_argument("--seeds", default="independent", help="independent | shared:S")
+    replay.add_argument("--seed-base", type=int, default=1000,
+                        help="independent: row j of group g takes seed base (g + 1) + j")
+    replay.add_argument("-o", "--out", required=True)
+    args = parser.parse_args()
+    (check_log if args.part == "log" else replay_set)(args)
 
 
 if __name__ == "__main__":

@@ -401,7 +401,7 @@ def case_scaling(quick: bool) -> dict:
     from bayesspec.data import prepare
     from bayesspec.inference import SamplerSettings, settings_for
     from bayesspec.simulate.synthetic import generate_sweeps, hierarchical_truth
-    from geometry import geometry, timed_fit
+    from sampler import geometry, timed_fit
 
     rates = {"1k": 9, "4k": 36, "16k": 144, "64k": 576}
     # BAYESSPEC_SCALING_SIZES=1k,4k,16k: a subset (the 64k point alone takes most of an

@@ -5,8 +5,8 @@ moves between seeds, and how much of that its rates (and the file's other sweeps
 share: the measurement behind ``fit --option run_effect=shared``
 (docs/findings/run-effects.md).
 
-    python benchmarks/replay_sets.py --set dense --seeds shared:0 -o dense_seed0.csv
-    python benchmarks/replay_sets.py --set dense --seeds shared:1 -o dense_seed1.csv
+    python benchmarks/iteration_run.py replay --set dense --seeds shared:0 -o dense_seed0.csv
+    python benchmarks/iteration_run.py replay --set dense --seeds shared:1 -o dense_seed1.csv
     python benchmarks/run_effect.py dense_seed0.csv dense_seed1.csv
 
 Two replays of one Vidur set that differ only in the arrival seed (each sweep replays one

@@ -137,8 +137,8 @@ def _conditional_deviation(spread, mu, sigma, observed, weight, cell_of_point, n
     z ~ N(0, 1), the joint density is p(rest) p(y | rest, d integrated out) N(z): z is
     independent of the rest, and the spread's funnel with the cells is gone (the
     non-centred form coupled them; its C1 spread was the stiffest direction of the
-    posterior, 10 times any other, and the slowest to mix: benchmarks/geometry.py;
-    docs/findings/sampler-geometry.md, "The hierarchical model, from funnels to
+    posterior, 10 times any other, and the slowest to mix: benchmarks/sampler.py
+    geometry; docs/findings/sampler-geometry.md, "The hierarchical model, from funnels to
     conditional coordinates").
     The potential turns the N(0, 1) prior of z into the model's own density (the prior
     of d and the Jacobian 1/sqrt(P)), so the model is unchanged, only its coordinates:

@@ -34,7 +34,7 @@ def pooled_normal(name: str, mean: float, scale: float, dim: str, size: int, *,
     # ``centred`` is for values every group's own data pin down (a group's C1 to a
     # percent): then the group values do not follow tau towards zero and the centred
     # form has no funnel however few the groups, while the non-centred one couples each
-    # z to tau and mixes slowly (measured: benchmarks/convergence.py, 4 groups).
+    # z to tau and mixes slowly (measured: benchmarks/sampler.py convergence, 4 groups).
     if centred:
         return pm.Normal(name, mu, tau, dims=dim)
     z = pm.Normal(f"{name}_z", 0.0, 1.0, dims=dim)

@@ -8,8 +8,8 @@ small numba C callback that reads the ``pm.Data`` arrays from a record it passes
 time. numba refuses to cache those wrappers ("uses dynamic globals": they capture the
 shared arrays), so every new process compiled them again: about 7 of the 9 s a
 speculative fit took to compile with PyTensor's cache warm (measured when this module was
-written, 2026-12-04; ``benchmarks/compile_cache.py`` times a cold compile against a warm
-one).
+written, 2026-12-04; ``benchmarks/answer_speed.py first-fit`` times a cold compile
+against a warm one).
 
 This module writes the wrappers as numba can cache them: no captured arrays (the record
 is read as 64-bit words at offsets taken from its dtype), everything fixed at compile
