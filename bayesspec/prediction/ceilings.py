@@ -261,10 +261,25 @@ class AdmittedCapCurve(Curve):
         fitted = capped_latency(rps, c1, c2, own, wait_scale=scale)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             queueing = capped_latency(rps, c1, c2, cap, wait_scale=scale) / fitted
-            at_top = (capped_latency(top, c1, c2, cap, wait_scale=scale)
-                      / capped_latency(top, c1, c2, own, wait_scale=scale))
-            above = fitted * queueing / at_top
+            above = fitted * queueing / _lift(self._queueing_at_top(), rps)
         return np.where(rps <= top, fitted, np.where(np.isnan(above), np.inf, above))
+
+    def _queueing_at_top(self) -> np.ndarray:
+        """The admitted cap's queueing factor at the top fitted rate (per draw, the cost
+        arrays' shape), once per curve: every latency above the top divides by it."""
+        cached = self.__dict__.get("_at_top")
+        if cached is None:
+            from bayesspec.laws import capped_latency
+
+            c1, c2 = (np.broadcast_to(np.asarray(v, dtype=float), np.shape(self.c2))
+                      for v in (self.c1, self.c2))
+            own = np.broadcast_to(np.inf if self._own_cap is None else self._own_cap,
+                                  np.shape(self.c2))
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                cached = (capped_latency(self._top, c1, c2, self.cap, wait_scale=self.wait_scale)
+                          / capped_latency(self._top, c1, c2, own, wait_scale=self.wait_scale))
+            self.__dict__["_at_top"] = cached
+        return cached
 
     def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
         rps = np.asarray(rps, dtype=float)
