@@ -207,12 +207,12 @@ def totals_log_likelihood(pmf, accepted_mean, inv_drafts, resolution, run_scatte
 
 def chain_parameters(logit_persistence, spread, logit_stay_unguessable, decay,
                      switches: dict, max_depth: int, xp=np, deep_decay=None,
-                     measured_depth=None):
+                     measured_depth=None, trained_depth=None):
     """The token chain of a structure (:func:`bayesspec.laws.token_regimes_acceptance_expr`'s
     arguments): the persistences of two guessable regimes, entered equally often, the
     unguessable state's persistence and the reliability reached by depth i = 0..max_depth
     (:func:`bayesspec.laws.depth_reliability_expr`: the decay measured up to
-    ``measured_depth``, ``deep_decay`` beyond it), from the parameters and a structure's
+    ``measured_depth``, ``deep_decay`` past ``trained_depth``), from the parameters and a structure's
     switches (arrays broadcasting with the parameters)."""
     def sigmoid(v):
         return 1.0 / (1.0 + xp.exp(-v))
@@ -224,7 +224,12 @@ def chain_parameters(logit_persistence, spread, logit_stay_unguessable, decay,
     depth = switches["depth"]
     deep = 0.0 * decay if deep_decay is None else deep_decay
     measured = max_depth if measured_depth is None else measured_depth
-    reached = depth_reliability_expr(decay * depth, deep * depth, measured, max_depth, xp=xp)
+    if trained_depth is not None:
+        # a loss that starts at a T past the deepest measured position D is, to every
+        # count, one that starts at D at a slower rate: the counts place T only below D
+        trained_depth = xp.minimum(trained_depth, np.asarray(measured, dtype=float))
+    reached = depth_reliability_expr(decay * depth, deep * depth, measured, max_depth, xp=xp,
+                                     trained_depth=trained_depth)
     return (sigmoid(logit_persistence - delta), sigmoid(logit_persistence + delta),
             0.5 + 0.0 * stay_bad, stay_bad, reached)
 
@@ -244,6 +249,11 @@ def measured_depths(windows: dict) -> np.ndarray:
 #: (benchmarks/acceptance_totals.py, "choose"): a half-normal of the same scale covered
 #: the K = 10 runs but only 0.60 of the simulated E(5..8), missing every cliff.
 DEEP_DECAY_SCALE = 0.3
+#: Prior scale of a trained drafter's trained depth T (Normal at 1 truncated to T >= 1):
+#: the depth past which it loses ``deep_decay`` per depth. Heads are trained from one
+#: token ahead (an MTP head) to about seven (EAGLE-3's training-time test); a T inside the
+#: measured depths is a cliff the counts show, one past them the prior's.
+TRAINED_DEPTH_SCALE = 2.0
 #: Prior scale (HalfNormal) of the run-to-run relative scatter of E[A] between separate
 #: runs. Chosen on replicated runs of one build (3 runs per k, stderr 0.00-0.01 on an
 #: acceptance length near 2.7 and 3.4) and on two runs that differ in one setting
@@ -278,7 +288,8 @@ class TokenAcceptanceModel:
     def __init__(self, *, priors: dict | None = None):
         self.priors = {"logit_persistence": (0.0, 1.5), "logit_stay_unguessable": (0.0, 1.5),
                        "persistence_spread": 1.0, "depth_decay": 0.05,
-                       "deep_decay": DEEP_DECAY_SCALE, "run_scatter": RUN_SCATTER_SCALE,
+                       "deep_decay": DEEP_DECAY_SCALE, "trained_depth": TRAINED_DEPTH_SCALE,
+                       "run_scatter": RUN_SCATTER_SCALE,
                        "log_concentration": (np.log(2000.0), 1.5), **(priors or {})}
         self.windows: dict | None = None
         self.structures: list[str] = []
@@ -330,6 +341,8 @@ class TokenAcceptanceModel:
                                    dims="setup")
             decay = pm.HalfNormal("depth_decay", priors["depth_decay"], dims="setup")
             deep = pm.HalfCauchy("deep_decay", priors["deep_decay"], dims="setup")
+            trained = pm.TruncatedNormal("trained_depth", 1.0, priors["trained_depth"],
+                                         lower=1.0, dims="setup")
             scatter = pm.HalfNormal("run_scatter", priors["run_scatter"], dims="setup")
             totals = {name: pm.Data(f"window_{name}", windows[name], dims="window")
                       for name in ("accepted_mean", "inv_drafts", "resolution")}
@@ -341,7 +354,8 @@ class TokenAcceptanceModel:
             table = token_regimes_acceptance_expr(*chain_parameters(
                 x[setup], spread[setup], q[setup], decay[setup],
                 {n: v[setup] for n, v in switches.items()}, max_k, xp=pt,
-                deep_decay=deep[setup], measured_depth=measured_depths(windows)[setup]),
+                deep_decay=deep[setup], measured_depth=measured_depths(windows)[setup],
+                trained_depth=trained[setup]),
                 xp=pt)
             pick = (np.arange(1, max_k + 1)[None, :] == windows["k"][:, None]).astype(float)
             pmf = (table * pick[:, :, None]).sum(axis=1)            # (W, max_k + 1)
@@ -412,7 +426,8 @@ class TokenAcceptanceModel:
             self._draws("logit_persistence", setup), self._draws("persistence_spread", setup),
             self._draws("logit_stay_unguessable", setup), self._draws("depth_decay", setup),
             switches, int(k_max), deep_decay=self._draws("deep_decay", setup),
-            measured_depth=measured_depths(self.windows)[setup]))
+            measured_depth=measured_depths(self.windows)[setup],
+            trained_depth=self._draws("trained_depth", setup)))
 
     def acceptance_length_draws(self, setup: int, k_max: int) -> np.ndarray:
         """(S, k_max + 1) draws of E(k), k = 0..k_max (E(0) = 1)."""
@@ -461,7 +476,7 @@ class TokenAcceptanceModel:
         if replicated_setups(self.windows).any():
             names.append("log_concentration")
         if any(STRUCTURES[s]["depth"] for s in self.structures):
-            names.append("deep_decay")
+            names += ["deep_decay", "trained_depth"]
         if not self.windows["has_positions"].all():
             names.append("run_scatter")
         return convergence_verdict(self.tree, names)
@@ -931,6 +946,7 @@ def _parameters(model: TokenAcceptanceModel, setup: int, structure: str, prob: f
     if switches["depth"]:
         out["depth_decay"] = _interval(model._draws("depth_decay", setup), prob)
         out["deep_decay"] = _interval(model._draws("deep_decay", setup), prob)
+        out["trained_depth"] = _interval(model._draws("trained_depth", setup), prob)
     return out
 
 
@@ -1041,10 +1057,12 @@ def token_acceptance_lengths(windows: dict, structures: list[str], n_setups: int
                            dims="setup")
     decay = pm.HalfNormal("acceptance_depth_decay", priors["depth_decay"], dims="setup")
     deep = pm.HalfCauchy("acceptance_deep_decay", priors["deep_decay"], dims="setup")
+    trained = pm.TruncatedNormal("acceptance_trained_depth", 1.0, priors["trained_depth"],
+                                 lower=1.0, dims="setup")
     depth = max(k_max, windows["max_k"])
     table = token_regimes_acceptance_expr(*chain_parameters(
         x, spread, q, decay, switches, depth, xp=pt, deep_decay=deep,
-        measured_depth=windows["measured_depth"]), xp=pt)
+        measured_depth=windows["measured_depth"], trained_depth=trained), xp=pt)
     lengths = 1.0 + (table * np.arange(depth + 1, dtype=float)).sum(axis=-1)  # (S, depth)
     lengths = pt.concatenate([pt.ones((n_setups, 1)), lengths[:, :k_max]], axis=1)
     pm.Deterministic("acceptance_length", lengths, dims=("setup", "draft_length"))
@@ -1076,5 +1094,5 @@ def token_acceptance_lengths(windows: dict, structures: list[str], n_setups: int
 #: The token process's variables in a speculative fit (its decision quantities).
 TOKEN_VARIABLES = ["acceptance_logit_persistence", "acceptance_logit_stay_unguessable",
                    "acceptance_persistence_spread", "acceptance_depth_decay",
-                   "acceptance_deep_decay", "acceptance_run_scatter",
+                   "acceptance_deep_decay", "acceptance_trained_depth", "acceptance_run_scatter",
                    "acceptance_token_log_concentration", "acceptance_length"]
