@@ -13,8 +13,9 @@ run-to-run scatter) at the k not measured: are the measured values inside, do th
 intervals widen with k.
 
 Data chosen on and tested on:
-- choose (the priors of the depth loss past the measured depth and of the run-to-run
-  scatter, bayesspec.bayes.acceptance.DEEP_DECAY_SCALE and RUN_SCATTER_SCALE): one K = 10
+- choose (the priors of the depth loss past a head's trained depth, of the trained
+  depth and of the run-to-run scatter, bayesspec.bayes.acceptance.DEEP_DECAY_SCALE,
+  TRAINED_DEPTH_SCALE and RUN_SCATTER_SCALE): one K = 10
   run of Llama-3.1-8B-Instruct + EAGLE-3 on MT-Bench and one on SpecBench (vLLM PR 26498:
   per-position rates, so E(k) = 1 + sum of the first k rates), E(1..4) fitted and
   E(5..10) predicted; the run scatter from the replicated runs of vLLM PR 29845 (3 runs
@@ -32,7 +33,9 @@ Data chosen on and tested on:
   drawn at random per replicate; totals of 4000 drafts at k = 1..4, one run per k;
   truth E(k) from the exact law. Coverage of E(5..8) and the interval widths by k.
   Seeds 1000-1019 (``--seed-base 1000``) were used to choose the depth-loss prior's
-  shape (with the K = 10 runs above); seeds 2000-2019 (the default) test it.
+  shape and the trained depth's prior scale (with the K = 10 runs above); seeds
+  2000-2019 (the default) test them. Each part takes a few minutes at
+  ``--draws 300 --tune 300`` on two shared cores.
 
 Results go to benchmarks/results/acceptance_totals_<part>.json; ``figures`` draws
 docs/figures/acceptance_totals_public.png and acceptance_totals_simulated.png.

@@ -21,9 +21,10 @@ Structures (per setup; the richer ones where the data ask for them):
   token (a distribution of persistence; three states in all);
 - ``+depth``: a trained drafter's own errors grow with its depth in the draft (it
   drafts from its own outputs): a guessable token at depth i is accepted with
-  probability exp(-lambda (i - 1)) up to the deepest measured depth, and past it falls
-  from that level by the prior-driven ``deep_decay``. An n-gram proposer copies, so it
-  has none.
+  probability exp(-lambda (i - 1)) up to the deepest measured depth D, and past the
+  head's trained depth T (a parameter; taken as D where it lies past D, which no count
+  tells apart) falls by ``deep_decay`` per depth: a cliff inside the measured k is
+  measured, past D the loss is the prior's. An n-gram proposer copies, so it has none.
 - ``position``: the per-position decay logit alpha_i = a + b log i of the previous
   version (no k dependence), kept for comparison (:class:`PositionAcceptanceModel`).
 

@@ -226,7 +226,7 @@ def test_the_verb_answers_a_table_with_a_new_run_interval(tmp_path, capsys,
     setup = document["setups"][0]
     assert setup["structure"] == "spread+depth" and "totals alone" in setup["chosen_by"]
     assert setup["k_measured"] == [2, 3, 4]
-    assert {"run_scatter", "deep_decay"} <= set(setup["parameters"])
+    assert {"run_scatter", "deep_decay", "trained_depth"} <= set(setup["parameters"])
     entries = {e["k"]: e for e in setup["acceptance_length"]}
     assert entries[3]["measured"] and entries[6]["extrapolated"]
     assert set(entries[6]["new_run"]) >= {"lo", "median", "hi"}
@@ -259,7 +259,8 @@ def test_totals_enter_the_speculative_fit_through_the_same_token_process():
     model = SpeculativeLatencyModel(config={"acceptance_law": "token"})
     pm_model = model.build(prepare(out))
     names = {v.name for v in pm_model.free_RVs}
-    assert {"acceptance_run_scatter", "acceptance_deep_decay"} <= names
+    assert {"acceptance_run_scatter", "acceptance_deep_decay",
+            "acceptance_trained_depth"} <= names
     windows = model.inputs.extras["acceptance_token"]
     assert not windows["has_positions"].any()
     assert windows["measured_depth"].max() == 4
@@ -293,8 +294,9 @@ def test_a_depth_limited_drafter_from_totals_at_k_1_to_4():
 
 @pytest.mark.slow
 def test_a_cliff_at_depth_2_from_totals_at_k_1_to_4():
-    """A head that falls off a cliff past depth 2, totals at k = 1..4: E(3) and E(4),
-    already on the plateau, inside their 90% intervals, and the plateau past 4 too."""
+    """A head that falls off a cliff past depth 2, totals at k = 1..4: the fit places its
+    trained depth between 1.5 and 3, E(3) and E(4), already on the plateau, lie inside
+    their 90% intervals, and the plateau past 4 too."""
     from bayesspec.inference import SamplerSettings
 
     cliff = DepthLimitedDrafter(0.8, 0.5, trained_depth=2, loss=4.0, error=0.05)
@@ -308,3 +310,5 @@ def test_a_cliff_at_depth_2_from_totals_at_k_1_to_4():
     lo, hi = np.quantile(lengths, [0.05, 0.95], axis=0)
     truth = cliff.acceptance_length(range(1, 9))
     assert np.all((lo[3:] <= truth[2:]) & (truth[2:] <= hi[3:])), (lo, hi, truth)
+    trained = np.quantile(model._draws("trained_depth", 0), [0.05, 0.95])
+    assert 1.5 < trained[0] and trained[1] < 3.0, trained
