@@ -13,8 +13,9 @@ run-to-run scatter) at the k not measured: are the measured values inside, do th
 intervals widen with k.
 
 Data chosen on and tested on:
-- choose (the priors of the depth loss past the measured depth and of the run-to-run
-  scatter, bayesspec.bayes.acceptance.DEEP_DECAY_SCALE and RUN_SCATTER_SCALE): one K = 10
+- choose (the priors of the depth loss past a head's trained depth, of the trained
+  depth and of the run-to-run scatter, bayesspec.bayes.acceptance.DEEP_DECAY_SCALE,
+  TRAINED_DEPTH_SCALE and RUN_SCATTER_SCALE): one K = 10
   run of Llama-3.1-8B-Instruct + EAGLE-3 on MT-Bench and one on SpecBench (vLLM PR 26498:
   per-position rates, so E(k) = 1 + sum of the first k rates), E(1..4) fitted and
   E(5..10) predicted; the run scatter from the replicated runs of vLLM PR 29845 (3 runs
@@ -32,7 +33,10 @@ Data chosen on and tested on:
   drawn at random per replicate; totals of 4000 drafts at k = 1..4, one run per k;
   truth E(k) from the exact law. Coverage of E(5..8) and the interval widths by k.
   Seeds 1000-1019 (``--seed-base 1000``) were used to choose the depth-loss prior's
-  shape (with the K = 10 runs above); seeds 2000-2019 (the default) test it.
+  shape and the trained depth's prior scale (with the K = 10 runs above); seeds
+  2000-2019 (the default) test them. ``--positions`` fits the same drafters from
+  per-position counters at k = 1..4 instead of totals. Each part takes a few minutes at
+  ``--draws 300 --tune 300`` on two shared cores.
 
 Results go to benchmarks/results/acceptance_totals_<part>.json; ``figures`` draws
 docs/figures/acceptance_totals_public.png and acceptance_totals_simulated.png.
@@ -209,7 +213,8 @@ def part_simulated(args) -> list:
         seed = args.seed_base + i
         drafter = random_drafter(np.random.default_rng(seed))
         name = f"sim-head-{i:02d}"
-        frames.append(depth_limited_counters(drafter, [1, 2, 3, 4], seed=seed, name=name))
+        frames.append(depth_limited_counters(drafter, [1, 2, 3, 4], seed=seed, name=name,
+                                             positions=args.positions))
         label = f"sim-verifier + {name} (method=eagle)"
         truth[label] = dict(zip(range(1, 9), drafter.acceptance_length(range(1, 9))))
         drafters[label] = drafter.__dict__
@@ -286,6 +291,9 @@ def main() -> None:
     parser.add_argument("--seed-base", type=int, default=2000,
                         help="simulated drafters' seeds (1000: the choosing set, 2000: the "
                              "test set)")
+    parser.add_argument("--positions", action="store_true",
+                        help="simulated: per-position counters beside the totals (what "
+                             "vLLM's per-position series add)")
     parser.add_argument("--draws", type=int, default=1000)
     parser.add_argument("--tune", type=int, default=1000)
     args = parser.parse_args()
@@ -296,7 +304,8 @@ def main() -> None:
     rows = {"choose": part_choose, "public": part_public, "simulated": part_simulated}[
         args.part](args)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    suffix = f"_{args.seed_base}" if args.part == "simulated" else ""
+    suffix = (f"_{args.seed_base}{'_positions' if args.positions else ''}"
+              if args.part == "simulated" else "")
     path = RESULTS / f"acceptance_totals_{args.part}{suffix}.json"
     path.write_text(json.dumps(rows, indent=1, default=float))
     print(f"\n{path} ({time.time() - started:.0f} s)")

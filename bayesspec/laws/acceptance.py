@@ -202,27 +202,37 @@ def accepted_moments_of_pmf_expr(pmf, xp: ModuleType = np):
 
 
 def depth_reliability_expr(decay, deep_decay, measured_depth, max_depth: int,
-                           xp: ModuleType = np):
+                           xp: ModuleType = np, trained_depth=None):
     """R_i = prod_{j<=i} r_j, i = 0..max_depth: the chance that a trained drafter's own
     guesses hold up to depth i of a draft (R_0 = 1).
 
     A drafter that drafts from its own outputs errs more the deeper it goes:
-    log r_j = -decay (j - 1), the trend measured up to ``measured_depth`` D. Past D
-    nothing was measured, and heads differ there: some keep their level to depth 7 or
-    more, an MTP head applied recursively loses it at once. So past D the reliability
-    starts from its last measured level r_D and falls by ``deep_decay`` per depth,
-    log r_j = log r_D - deep_decay (j - D): 0 keeps r_D (a drafter never gets better
-    deeper), a large value plateaus E(k). With no counts beyond D, ``deep_decay`` is
-    what the prior says; it widens E(k) past the measured k and leaves the measured k
-    alone. Broadcasts over the parameters (``measured_depth`` a numpy constant shaped
-    like them, max_depth a Python int); returns (..., max_depth + 1)."""
+    log r_j = -decay (j - 1), the trend measured up to ``measured_depth`` D; past D the
+    trend is not carried on (a drafter never gets better deeper, and nothing measured
+    says it gets worse at the same pace), so r_j keeps r_D. A head is trained to guess a
+    few tokens ahead: past its ``trained_depth`` T it drafts from its own outputs beyond
+    what it learned and loses ``deep_decay`` more per depth,
+    log r_j -= deep_decay (j - T) for j > T (a large value is a cliff: an MTP head
+    applied recursively; near 0 keeps the level, as EAGLE-3 does to depth 7). T is not
+    an integer of the data: a T inside the measured depths is a loss the counts
+    measure, a T past D one that only the prior speaks of, which widens E(k) past the
+    measured k. ``trained_depth`` None is T = D. Broadcasts over the parameters
+    (``measured_depth`` a numpy constant shaped like them, ``trained_depth`` a parameter
+    or a constant, max_depth a Python int); returns (..., max_depth + 1)."""
     i = np.arange(max_depth + 1, dtype=float)
     depth = np.asarray(measured_depth, dtype=float)[..., None]
     within = np.minimum(i, depth)
     beyond = np.maximum(i - depth, 0.0)
-    return xp.exp(-decay[..., None] * (within * (within - 1.0) / 2.0
-                                       + np.maximum(depth - 1.0, 0.0) * beyond)
-                  - deep_decay[..., None] * (beyond * (beyond + 1.0) / 2.0))
+    trend = within * (within - 1.0) / 2.0 + np.maximum(depth - 1.0, 0.0) * beyond
+    if trained_depth is None:
+        lost = beyond * (beyond + 1.0) / 2.0
+    else:
+        # sum over j <= i of (j - T)^+, by a constant lower-triangular sum over j
+        hinge = xp.maximum(np.arange(1, max_depth + 1, dtype=float)
+                           - trained_depth[..., None], 0.0)            # (..., max_depth)
+        up_to = np.tril(np.ones((max_depth + 1, max_depth)), k=-1)
+        lost = (hinge[..., None, :] * up_to).sum(axis=-1)
+    return xp.exp(-decay[..., None] * trend - deep_decay[..., None] * lost)
 
 
 def two_state_transition_expr(stay_guessable, stay_unguessable, xp: ModuleType = np):

@@ -158,6 +158,38 @@ def test_deep_positions_widen_e_k_past_the_measured_depth_and_nowhere_else():
     assert reached[0] == pytest.approx(np.exp(-np.array([0, 0, 0, 1, 3])))
 
 
+def test_a_cliff_inside_the_measured_depths_is_expressible():
+    """A head that loses its guesses past depth 2 (a cliff) measured at k = 1..4: with the
+    trained depth T a parameter, the token process reproduces E(1..4) to counting
+    precision; with the loss starting only past the deepest measured depth (T = D = 4)
+    and the measured decay within three of its prior scales, it is 0.05 or more off,
+    far outside the interval of 4000 drafts."""
+    from scipy.optimize import least_squares
+
+    cliff = DepthLimitedDrafter(0.8, 0.5, trained_depth=2, loss=4.0, error=0.05)
+    truth = cliff.acceptance_length(range(1, 5))
+    switches = {k: np.float64(v) for k, v in STRUCTURES["spread+depth"].items()}
+    decay_bound = 3.0 * TokenAcceptanceModel().priors["depth_decay"]
+
+    def misfit(trained_depth_free: bool) -> float:
+        def residual(theta):
+            x, spread, q, decay, deep, trained = (np.array([v]) for v in theta)
+            parts = chain_parameters(x, spread, q, decay, switches, 4, deep_decay=deep,
+                                     measured_depth=np.array([4.0]),
+                                     trained_depth=trained if trained_depth_free else None)
+            lengths = 1.0 + (token_regimes_acceptance_expr(*parts) * np.arange(5)).sum(-1)
+            return lengths[0] - truth
+
+        starts = [[x, 0.3, 0.0, 0.02, 1.0, t] for x in (0.0, 1.0, 2.0) for t in (1.5, 2.5, 3.5)]
+        return min(np.abs(least_squares(residual, start,
+                                        bounds=([-6, 0, -6, 0, 0, 1],
+                                                [6, 3, 6, decay_bound, 20, 4])).fun).max()
+                   for start in starts)
+
+    assert misfit(True) < 1e-3
+    assert misfit(False) > 0.05
+
+
 def test_the_depth_limited_drafter_walks_its_own_law():
     rng = np.random.default_rng(4)
     for k in (2, 6):
@@ -194,7 +226,7 @@ def test_the_verb_answers_a_table_with_a_new_run_interval(tmp_path, capsys,
     setup = document["setups"][0]
     assert setup["structure"] == "spread+depth" and "totals alone" in setup["chosen_by"]
     assert setup["k_measured"] == [2, 3, 4]
-    assert {"run_scatter", "deep_decay"} <= set(setup["parameters"])
+    assert {"run_scatter", "deep_decay", "trained_depth"} <= set(setup["parameters"])
     entries = {e["k"]: e for e in setup["acceptance_length"]}
     assert entries[3]["measured"] and entries[6]["extrapolated"]
     assert set(entries[6]["new_run"]) >= {"lo", "median", "hi"}
@@ -227,7 +259,8 @@ def test_totals_enter_the_speculative_fit_through_the_same_token_process():
     model = SpeculativeLatencyModel(config={"acceptance_law": "token"})
     pm_model = model.build(prepare(out))
     names = {v.name for v in pm_model.free_RVs}
-    assert {"acceptance_run_scatter", "acceptance_deep_decay"} <= names
+    assert {"acceptance_run_scatter", "acceptance_deep_decay",
+            "acceptance_trained_depth"} <= names
     windows = model.inputs.extras["acceptance_token"]
     assert not windows["has_positions"].any()
     assert windows["measured_depth"].max() == 4
@@ -257,3 +290,25 @@ def test_a_depth_limited_drafter_from_totals_at_k_1_to_4():
     assert np.all((lo[1:] <= truth) & (truth <= hi[1:])), (lo, hi, truth)
     width = hi - lo
     assert np.all(np.diff(width[4:]) > 0), width
+
+
+@pytest.mark.slow
+def test_a_cliff_at_depth_2_from_totals_at_k_1_to_4():
+    """A head that falls off a cliff past depth 2, totals at k = 1..4: the fit places its
+    trained depth between 1.5 and 3, E(3) and E(4), already on the plateau, lie inside
+    their 90% intervals, and the plateau past 4 too."""
+    from bayesspec.inference import SamplerSettings
+
+    cliff = DepthLimitedDrafter(0.8, 0.5, trained_depth=2, loss=4.0, error=0.05)
+    frame = depth_limited_counters(cliff, [1, 2, 3, 4], seed=7)
+    model = TokenAcceptanceModel()
+    windows = counter_windows(counters_of(frame))
+    model.windows = windows
+    model.fit(windows, None, SamplerSettings(draws=500, tune=500, chains=2, seed=3,
+                                             progress=False))
+    lengths = model.acceptance_length_draws(0, 8)
+    lo, hi = np.quantile(lengths, [0.05, 0.95], axis=0)
+    truth = cliff.acceptance_length(range(1, 9))
+    assert np.all((lo[3:] <= truth[2:]) & (truth[2:] <= hi[3:])), (lo, hi, truth)
+    trained = np.quantile(model._draws("trained_depth", 0), [0.05, 0.95])
+    assert 1.5 < trained[0] and trained[1] < 3.0, trained
