@@ -474,6 +474,47 @@ def test_acceptance_by_position_nests_eq3(capsys, spec_fit, spec_fit_path):
     assert [row["alpha"] for row in table] == law.measured_alphas
 
 
+def test_kstar_answers_with_the_counted_acceptance(capsys, spec_fit_path, tmp_path,
+                                                   monkeypatch):
+    """Plumbing of `kstar --acceptance FILE`, the token-process fit replaced by known E(k)
+    draws: the table carries no alpha, the counted setup is named, and the answer is the
+    one those E(k) give (the real fit: the slow test below)."""
+    from bayesspec.bayes import acceptance_answers, load_fit
+
+    rows = [{"verifier": "Llama-3.1-8B", "drafter": "EAGLE3", "k": 3, "alpha": 0.84,
+             "rps": 1.0 + w, "latency_mean_s": 3.0, "prefill_tokens": 512,
+             "decode_tokens": 512} for w in range(3)]
+    counters = tmp_path / "counters.csv"
+    add_position_counters(pd.DataFrame(rows), drafts_per_row=5000, concentration=150,
+                          decay=-1.2, seed=4).to_csv(counters, index=False)
+    verdict = load_fit(spec_fit_path).diagnostics
+    rate = 0.84
+    lengths = np.array([(1 - rate ** (k + 1)) / (1 - rate) for k in range(5)])
+
+    class Counted:
+        def model(self, setup):
+            return self
+
+        def acceptance_length_draws(self, setup, k_max):
+            return np.tile(lengths[:k_max + 1], (200, 1))
+
+        def verdict(self):
+            return verdict
+
+    monkeypatch.setattr(acceptance_answers, "fit_acceptance", lambda *a, **k: Counted())
+    assert main(["kstar", str(spec_fit_path), "--acceptance", str(counters), "--rps", "0.5",
+                 "--kmax", "4", "--json"]) == 0
+    counted = json.loads(capsys.readouterr().out)
+    assert counted["table"][0]["alpha"] is None
+    assert counted["acceptance"]["setup"].startswith("Llama-3.1-8B + EAGLE3")
+    # E(k) of an i.i.d. acceptance of 0.84 is eq. (3)'s at alpha 0.84: the same k*
+    assert main(["kstar", str(spec_fit_path), "--alpha", "0.84", "--rps", "0.5", "--kmax",
+                 "4", "--json"]) == 0
+    stated = json.loads(capsys.readouterr().out)
+    assert counted["table"][0]["k"] == stated["table"][0]["k"]
+
+
+@pytest.mark.slow
 def test_kstar_reads_acceptance_from_a_counter_file(capsys, spec_fit_path, tmp_path):
     """`kstar --acceptance FILE` (windows at one k: one token-process fit, its structure
     by the drafter's kind) answers with E(k) from the counters: no alpha in the table,
