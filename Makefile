@@ -22,9 +22,11 @@ demo: install
 # Three workers on two cores: most of the fast suite's time is single-threaded
 # compilation (numba, PyTensor's C backend) or waiting on live test servers (tune, serve),
 # so a third process fills the idle time (measured 2026-12-04 on an idle 2-core machine,
-# warm caches: -n 2 5 min 24 s, -n 3 4 min 37 s; today's figures: benchmarks/README.md).
+# warm caches: -n 2 5 min 24 s, -n 3 4 min 37 s). Work stealing keeps one worker from
+# ending alone on a queue of heavy tests (2026-12-07, idle, warm: 5 min 04 s; the
+# default distribution 6 min 09 s an hour before, with one 65 s test since made a mock).
 test: install
-	$(BIN)/python -m pytest -q -n 3
+	$(BIN)/python -m pytest -q -n 3 --dist worksteal
 
 # Every command of the README's walkthrough as pasted, in order (about 5 minutes on 2
 # cores: three real fits at the defaults); CI runs it after the fast suite.
