@@ -14,7 +14,8 @@ import pandas as pd
 
 from bayesspec.bayes.acceptance_windows import (STRUCTURE_PARAMETERS, STRUCTURES,
                                                 counter_windows, default_structure,
-                                                measured_depths, replicated_setups)
+                                                measured_depths, position_counted,
+                                                replicated_setups)
 from bayesspec.errors import BadInput
 from bayesspec.laws import (acceptance_length_of_pmf_expr, accepted_moments_of_pmf_expr,
                             depth_reliability_expr, expected_accepted_positions_expr,
@@ -65,7 +66,7 @@ def totals_log_likelihood(pmf, accepted_mean, inv_drafts, resolution, run_scatte
 
 def chain_parameters(logit_persistence, spread, logit_stay_unguessable, decay,
                      switches: dict, max_depth: int, xp=np, deep_decay=None,
-                     measured_depth=None, trained_depth=None):
+                     measured_depth=None, trained_depth=None, counted=None):
     """The token chain of a structure (:func:`bayesspec.laws.token_regimes_acceptance_expr`'s
     arguments): the persistences of two guessable regimes, entered equally often, the
     unguessable state's persistence and the reliability reached by depth i = 0..max_depth
@@ -86,6 +87,9 @@ def chain_parameters(logit_persistence, spread, logit_stay_unguessable, decay,
         # a loss that starts at a T past the deepest measured position D is, to every
         # count, one that starts at D at a slower rate: the counts place T only below D
         trained_depth = xp.minimum(trained_depth, np.asarray(measured, dtype=float))
+        if counted is not None:
+            trained_depth = xp.where(np.asarray(counted, dtype=bool),
+                                     np.asarray(measured, dtype=float), trained_depth)
     reached = depth_reliability_expr(decay * depth, deep * depth, measured, max_depth, xp=xp,
                                      trained_depth=trained_depth)
     return (sigmoid(logit_persistence - delta), sigmoid(logit_persistence + delta),
@@ -213,7 +217,7 @@ class TokenAcceptanceModel:
                 x[setup], spread[setup], q[setup], decay[setup],
                 {n: v[setup] for n, v in switches.items()}, max_k, xp=pt,
                 deep_decay=deep[setup], measured_depth=measured_depths(windows)[setup],
-                trained_depth=trained[setup]),
+                trained_depth=trained[setup], counted=position_counted(windows)[setup]),
                 xp=pt)
             pick = (np.arange(1, max_k + 1)[None, :] == windows["k"][:, None]).astype(float)
             pmf = (table * pick[:, :, None]).sum(axis=1)            # (W, max_k + 1)
@@ -285,7 +289,8 @@ class TokenAcceptanceModel:
             self._draws("logit_stay_unguessable", setup), self._draws("depth_decay", setup),
             switches, int(k_max), deep_decay=self._draws("deep_decay", setup),
             measured_depth=measured_depths(self.windows)[setup],
-            trained_depth=self._draws("trained_depth", setup)))
+            trained_depth=self._draws("trained_depth", setup),
+            counted=bool(position_counted(self.windows)[setup])))
 
     def acceptance_length_draws(self, setup: int, k_max: int) -> np.ndarray:
         """(S, k_max + 1) draws of E(k), k = 0..k_max (E(0) = 1)."""
@@ -505,7 +510,8 @@ def token_acceptance_lengths(windows: dict, structures: list[str], n_setups: int
     depth = max(k_max, windows["max_k"])
     table = token_regimes_acceptance_expr(*chain_parameters(
         x, spread, q, decay, switches, depth, xp=pt, deep_decay=deep,
-        measured_depth=windows["measured_depth"], trained_depth=trained), xp=pt)
+        measured_depth=windows["measured_depth"], trained_depth=trained,
+        counted=position_counted(windows, n_setups)), xp=pt)
     lengths = 1.0 + (table * np.arange(depth + 1, dtype=float)).sum(axis=-1)  # (S, depth)
     lengths = pt.concatenate([pt.ones((n_setups, 1)), lengths[:, :k_max]], axis=1)
     pm.Deterministic("acceptance_length", lengths, dims=("setup", "draft_length"))
