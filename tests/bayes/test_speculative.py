@@ -474,6 +474,17 @@ def test_acceptance_by_position_nests_eq3(capsys, spec_fit, spec_fit_path):
     assert [row["alpha"] for row in table] == law.measured_alphas
 
 
+def one_k_counter_file(tmp_path):
+    """Per-position counters of an EAGLE3 drafter at k = 3, three windows."""
+    rows = [{"verifier": "Llama-3.1-8B", "drafter": "EAGLE3", "k": 3, "alpha": 0.84,
+             "rps": 1.0 + w, "latency_mean_s": 3.0, "prefill_tokens": 512,
+             "decode_tokens": 512} for w in range(3)]
+    counters = tmp_path / "counters.csv"
+    add_position_counters(pd.DataFrame(rows), drafts_per_row=5000, concentration=150,
+                          decay=-1.2, seed=4).to_csv(counters, index=False)
+    return counters
+
+
 def test_kstar_answers_with_the_counted_acceptance(capsys, spec_fit_path, tmp_path,
                                                    monkeypatch):
     """Plumbing of `kstar --acceptance FILE`, the token-process fit replaced by known E(k)
@@ -481,12 +492,7 @@ def test_kstar_answers_with_the_counted_acceptance(capsys, spec_fit_path, tmp_pa
     one those E(k) give (the real fit: the slow test below)."""
     from bayesspec.bayes import acceptance_answers, load_fit
 
-    rows = [{"verifier": "Llama-3.1-8B", "drafter": "EAGLE3", "k": 3, "alpha": 0.84,
-             "rps": 1.0 + w, "latency_mean_s": 3.0, "prefill_tokens": 512,
-             "decode_tokens": 512} for w in range(3)]
-    counters = tmp_path / "counters.csv"
-    add_position_counters(pd.DataFrame(rows), drafts_per_row=5000, concentration=150,
-                          decay=-1.2, seed=4).to_csv(counters, index=False)
+    counters = one_k_counter_file(tmp_path)
     verdict = load_fit(spec_fit_path).diagnostics
     rate = 0.84
     lengths = np.array([(1 - rate ** (k + 1)) / (1 - rate) for k in range(5)])
@@ -519,12 +525,7 @@ def test_kstar_reads_acceptance_from_a_counter_file(capsys, spec_fit_path, tmp_p
     """`kstar --acceptance FILE` (windows at one k: one token-process fit, its structure
     by the drafter's kind) answers with E(k) from the counters: no alpha in the table,
     the counted setup named."""
-    rows = [{"verifier": "Llama-3.1-8B", "drafter": "EAGLE3", "k": 3, "alpha": 0.84,
-             "rps": 1.0 + w, "latency_mean_s": 3.0, "prefill_tokens": 512,
-             "decode_tokens": 512} for w in range(3)]
-    counters = tmp_path / "counters.csv"
-    add_position_counters(pd.DataFrame(rows), drafts_per_row=5000, concentration=150,
-                          decay=-1.2, seed=4).to_csv(counters, index=False)
+    counters = one_k_counter_file(tmp_path)
     assert main(["kstar", str(spec_fit_path), "--acceptance", str(counters), "--rps", "0.5",
                  "--kmax", "4", "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
