@@ -20,7 +20,7 @@ Data chosen on and tested on:
   per-position rates, so E(k) = 1 + sum of the first k rates), E(1..4) fitted and
   E(5..10) predicted; the run scatter from the replicated runs of vLLM PR 29845 (3 runs
   per k, stderr 0.00-0.01) and PR 26498's two settings (3.64, 3.67).
-- public (tested): the acceptance-length tables of vLLM issue 20780 (EAGLE-1 and EAGLE-3
+- public (tested): the acceptance-length tables of vllm-project/vllm#20780 (EAGLE-1 and EAGLE-3
   heads of Llama-3.1-8B-Instruct, a separate run per k = 2..7, the same author and
   setup): fitted on k = 2..4, predicted at 5..7; the README of
   ../shared/data/public/vllm_llama31_8b_eagle_k_sweeps says these are the comparable ones
@@ -160,12 +160,12 @@ def part_public(args) -> list:
     frames, truth, fit_rows = [], {}, []
     for column, name in (("AL_eagle1", "EAGLE-1"), ("AL_eagle3", "EAGLE-3")):
         frame = pd.DataFrame({"verifier": "Llama-3.1-8B-Instruct", "drafter": name,
-                              "method": "eagle", "dataset": "issue 20780",
+                              "method": "eagle", "dataset": "vllm#20780",
                               "k": table["k_num_spec_tokens"],
                               "acceptance_length": table[column]})
         frames.append(frame)
         fit_rows.append(frame[frame["k"].isin([2, 3, 4])])
-        truth[f"Llama-3.1-8B-Instruct + {name} (method=eagle, dataset=issue 20780)"] = dict(
+        truth[f"Llama-3.1-8B-Instruct + {name} (method=eagle, dataset=vllm#20780)"] = dict(
             zip(table["k_num_spec_tokens"].astype(int), table[column].astype(float)))
     traces = pd.read_csv(ROOT / "examples" / "acceptance" / "specdecode_bench_llama8b.csv")
     traces = traces[["dataset", "verifier", "drafter", "method", "k", "num_drafts",
@@ -189,8 +189,8 @@ def part_public(args) -> list:
     fitted = pd.concat(fit_rows, ignore_index=True)
     rows, _ = fit_and_score(fitted, truth, fit_k=sorted(set(fitted["k"])), seed=2,
                             draws=args.draws, tune=args.tune, measured=fitted)
-    summary([r for r in rows if "issue 20780" in r["setup"]],
-            "public: issue 20780 acceptance lengths, k = 2..4 fitted")
+    summary([r for r in rows if "vllm#20780" in r["setup"]],
+            "public: vllm#20780 acceptance lengths, k = 2..4 fitted")
     summary([r for r in rows if "humaneval" not in r["setup"] and "issue" not in r["setup"]],
             "public: SpecDecode-Bench traces, totals of k = 1..4 fitted")
     summary([r for r in rows if "humaneval" in r["setup"]],

@@ -196,15 +196,7 @@ class TokenAcceptanceModel:
             weight = pm.Data("window_weight", np.ones(len(windows["k"])) if weights is None
                              else np.asarray(weights, float), dims="window")
             counts = pm.Data("window_counts", windows["counts"], dims=("window", "accepted"))
-            x = pm.Normal("logit_persistence", *priors["logit_persistence"], dims="setup")
-            q = pm.Normal("logit_stay_unguessable", *priors["logit_stay_unguessable"],
-                          dims="setup")
-            spread = pm.HalfNormal("persistence_spread", priors["persistence_spread"],
-                                   dims="setup")
-            decay = pm.HalfNormal("depth_decay", priors["depth_decay"], dims="setup")
-            deep = pm.HalfCauchy("deep_decay", priors["deep_decay"], dims="setup")
-            trained = pm.TruncatedNormal("trained_depth", 1.0, priors["trained_depth"],
-                                         lower=1.0, dims="setup")
+            x, q, spread, decay, deep, trained = token_process_priors(priors)
             scatter = pm.HalfNormal("run_scatter", priors["run_scatter"], dims="setup")
             totals = {name: pm.Data(f"window_{name}", windows[name], dims="window")
                       for name in ("accepted_mean", "inv_drafts", "resolution")}
@@ -480,6 +472,25 @@ class PositionAcceptanceModel:
 # each setup is fitted from its SD rows' per-position counters inside the latency model,
 # and E(k) of every SD group enters eq. (3) from the same draws.
 
+def token_process_priors(priors: dict, prefix: str = ""):
+    """The token process's parameters per setup, in the current model (the acceptance
+    verb's names, or the speculative fit's with ``prefix`` "acceptance_"): logit
+    persistence, logit stay-unguessable, persistence spread, depth decay, deep decay and
+    trained depth."""
+    import pymc as pm
+
+    return (pm.Normal(f"{prefix}logit_persistence", *priors["logit_persistence"],
+                      dims="setup"),
+            pm.Normal(f"{prefix}logit_stay_unguessable", *priors["logit_stay_unguessable"],
+                      dims="setup"),
+            pm.HalfNormal(f"{prefix}persistence_spread", priors["persistence_spread"],
+                          dims="setup"),
+            pm.HalfNormal(f"{prefix}depth_decay", priors["depth_decay"], dims="setup"),
+            pm.HalfCauchy(f"{prefix}deep_decay", priors["deep_decay"], dims="setup"),
+            pm.TruncatedNormal(f"{prefix}trained_depth", 1.0, priors["trained_depth"],
+                               lower=1.0, dims="setup"))
+
+
 def token_acceptance_lengths(windows: dict, structures: list[str], n_setups: int,
                              k_max: int, counts, priors: dict | None = None, totals=None):
     """Inside a PyMC model with a ``setup`` dim: the token process of every setup, the
@@ -498,15 +509,7 @@ def token_acceptance_lengths(windows: dict, structures: list[str], n_setups: int
     model = pm.modelcontext(None)
     if "draft_length" not in model.coords:
         model.add_coord("draft_length", np.arange(k_max + 1))
-    x = pm.Normal("acceptance_logit_persistence", *priors["logit_persistence"], dims="setup")
-    q = pm.Normal("acceptance_logit_stay_unguessable", *priors["logit_stay_unguessable"],
-                  dims="setup")
-    spread = pm.HalfNormal("acceptance_persistence_spread", priors["persistence_spread"],
-                           dims="setup")
-    decay = pm.HalfNormal("acceptance_depth_decay", priors["depth_decay"], dims="setup")
-    deep = pm.HalfCauchy("acceptance_deep_decay", priors["deep_decay"], dims="setup")
-    trained = pm.TruncatedNormal("acceptance_trained_depth", 1.0, priors["trained_depth"],
-                                 lower=1.0, dims="setup")
+    x, q, spread, decay, deep, trained = token_process_priors(priors, prefix="acceptance_")
     depth = max(k_max, windows["max_k"])
     table = token_regimes_acceptance_expr(*chain_parameters(
         x, spread, q, decay, switches, depth, xp=pt, deep_decay=deep,

@@ -271,21 +271,26 @@ def test_totals_enter_the_speculative_fit_through_the_same_token_process():
 
 # ----------------------------------------------------------------------------- a real fit
 
-@pytest.mark.slow
-def test_a_depth_limited_drafter_from_totals_at_k_1_to_4():
-    """Totals of a simulated depth-limited head at k = 1..4 (one run each): E(1..4)
-    covered, E(k) intervals wider at every k past 4, and the truth past the trained
-    depth inside them."""
+def fitted_intervals_of_totals(frame):
+    """The token-process fit of a drafter's totals and the 90% intervals of E(0..8)."""
     from bayesspec.inference import SamplerSettings
 
-    frame = depth_limited_counters(DRAFTER, [1, 2, 3, 4], seed=11)
     model = TokenAcceptanceModel()
     windows = counter_windows(counters_of(frame))
     model.windows = windows
     model.fit(windows, None, SamplerSettings(draws=500, tune=500, chains=2, seed=3,
                                              progress=False))
-    lengths = model.acceptance_length_draws(0, 8)
-    lo, hi = np.quantile(lengths, [0.05, 0.95], axis=0)
+    lo, hi = np.quantile(model.acceptance_length_draws(0, 8), [0.05, 0.95], axis=0)
+    return model, lo, hi
+
+
+@pytest.mark.slow
+def test_a_depth_limited_drafter_from_totals_at_k_1_to_4():
+    """Totals of a simulated depth-limited head at k = 1..4 (one run each): E(1..4)
+    covered, E(k) intervals wider at every k past 4, and the truth past the trained
+    depth inside them."""
+    frame = depth_limited_counters(DRAFTER, [1, 2, 3, 4], seed=11)
+    _, lo, hi = fitted_intervals_of_totals(frame)
     truth = DRAFTER.acceptance_length(range(1, 9))
     assert np.all((lo[1:] <= truth) & (truth <= hi[1:])), (lo, hi, truth)
     width = hi - lo
@@ -297,17 +302,9 @@ def test_a_cliff_at_depth_2_from_totals_at_k_1_to_4():
     """A head that falls off a cliff past depth 2, totals at k = 1..4: the fit places its
     trained depth between 1.5 and 3, E(3) and E(4), already on the plateau, lie inside
     their 90% intervals, and the plateau past 4 too."""
-    from bayesspec.inference import SamplerSettings
-
     cliff = DepthLimitedDrafter(0.8, 0.5, trained_depth=2, loss=4.0, error=0.05)
     frame = depth_limited_counters(cliff, [1, 2, 3, 4], seed=7)
-    model = TokenAcceptanceModel()
-    windows = counter_windows(counters_of(frame))
-    model.windows = windows
-    model.fit(windows, None, SamplerSettings(draws=500, tune=500, chains=2, seed=3,
-                                             progress=False))
-    lengths = model.acceptance_length_draws(0, 8)
-    lo, hi = np.quantile(lengths, [0.05, 0.95], axis=0)
+    model, lo, hi = fitted_intervals_of_totals(frame)
     truth = cliff.acceptance_length(range(1, 9))
     assert np.all((lo[3:] <= truth[2:]) & (truth[2:] <= hi[3:])), (lo, hi, truth)
     trained = np.quantile(model._draws("trained_depth", 0), [0.05, 0.95])
