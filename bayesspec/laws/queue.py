@@ -121,18 +121,26 @@ def capped_latency(rps, c1, c2, cap, *, wait_scale=1.0):
     rps, c1, c2, cap, wait_scale = np.broadcast_arrays(rps, c1, c2, cap, wait_scale)
     capped = np.isfinite(cap)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        open_law = latency_expr(rps, c1, c2)
-        safe_cap = np.where(capped, cap, 1.0)
-        past = rps >= ceiling_rps(c1, c2, np.where(capped, cap, np.inf))
-        live = capped & ~past & (rps > 0)
-        # Where cap-many requests in the system are practically impossible the queue is
-        # eq. (1) (decisions evaluate draws x rates x configurations: most lie there).
-        live &= cap_tail_log_bound(rps, c1, c2, safe_cap) > LOG_NEGLIGIBLE_CAP_TAIL
-        value = np.array(open_law, dtype=float, copy=True)
-        if live.any():
-            value[live] = slot_queue_latency_expr(rps[live], c1[live], c2[live],
-                                                  safe_cap[live],
-                                                  wait_scale=wait_scale[live])
+        value = latency_expr(rps, c1, c2)
+        # The ceiling (:func:`ceiling_rps`), the cap's throughput taken only where there
+        # is a cap: decisions evaluate draws x rates x configurations, and every pass over
+        # those arrays counts in an answer's time.
+        ceiling = np.asarray(1.0 / c2)
+        if capped.any():
+            ceiling[capped] = np.minimum(ceiling[capped], cap_throughput_expr(
+                c1[capped], c2[capped], cap[capped]))
+        past = rps >= ceiling
+        near = np.asarray(capped & ~past & (rps > 0))
+        if near.any():
+            at = (rps[near], c1[near], c2[near], cap[near])
+            # Where cap-many requests in the system are practically impossible the queue
+            # is eq. (1) (most points of a decision lie there).
+            live = cap_tail_log_bound(*at) > LOG_NEGLIGIBLE_CAP_TAIL
+            if live.any():
+                value = np.array(value, dtype=float, copy=True)
+                near[near] = live
+                value[near] = slot_queue_latency_expr(*(v[live] for v in at),
+                                                      wait_scale=wait_scale[near])
     return np.where(past, np.inf, np.where(rps <= 0, c1, value))[()]
 
 

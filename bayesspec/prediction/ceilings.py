@@ -259,10 +259,20 @@ class AdmittedCapCurve(Curve):
         c1, c2, own, cap, top = self._lifted(rps)
         scale = self.wait_scale
         fitted = capped_latency(rps, c1, c2, own, wait_scale=scale)
+        shape = np.broadcast_shapes(np.shape(fitted), np.shape(rps), np.shape(top))
+        value = np.array(np.broadcast_to(fitted, shape), dtype=float, copy=True)
+        above_top = np.broadcast_to(~(rps <= top), shape)
+        if not above_top.any():
+            return value
+        # the admitted cap's queue only where it is read: above the top fitted rate
+        at = [np.broadcast_to(np.asarray(v, dtype=float), shape)[above_top]
+              for v in (rps, c1, c2, cap, scale, _lift(self._queueing_at_top(), rps))]
+        fitted_above = value[above_top]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            queueing = capped_latency(rps, c1, c2, cap, wait_scale=scale) / fitted
-            above = fitted * queueing / _lift(self._queueing_at_top(), rps)
-        return np.where(rps <= top, fitted, np.where(np.isnan(above), np.inf, above))
+            queueing = capped_latency(*at[:4], wait_scale=at[4]) / fitted_above
+            above = fitted_above * queueing / at[5]
+        value[above_top] = np.where(np.isnan(above), np.inf, above)
+        return value
 
     def _queueing_at_top(self) -> np.ndarray:
         """The admitted cap's queueing factor at the top fitted rate (per draw, the cost
@@ -461,7 +471,7 @@ def _admitting_law_class(base: type) -> type:
                 return cached[1]
             top = self.configuration_fitted_max(None, 0)
             mean = curve if self._mean_law is None else self._mean_law.dense
-            floor, bound = seen_rates(self._data, [curve.label])
+            floor, bound = self._seen_of([curve.label])
             admitted = admit_unmeasured_limit(curve, top, admitted_limit(
                 mean, top, self._largest_of(0, mean), floor=floor, bound=bound))
             self.__dict__["_admitted_dense"] = (curve, admitted)
@@ -479,13 +489,42 @@ def _admitting_law_class(base: type) -> type:
                 return curve
             mean = curve if self._mean_law is None else self._mean_law.sd(alpha, k)
             largest = self._largest_of(int(np.max(ks)), mean)
-            seen = [seen_rates(self._data, self._labels_of(alpha, int(v)))
+            seen = [self._seen_of(self._labels_of(alpha, int(v)))
                     for v in np.atleast_1d(ks).ravel()]
             floor, bound = (np.array(v, dtype=float).reshape(np.shape(top)) for v in zip(*seen))
             return admit_unmeasured_limit(curve, top, admitted_limit(
                 mean, top, largest, floor=floor, bound=bound))
 
+        def _cache(self, name: str, source) -> dict:
+            """A memo of this law's (answers ask for the same configurations' curves
+            many times over), kept only while it is about ``source``."""
+            kept = self.__dict__.get(name)
+            if kept is None or kept[0] is not source:
+                kept = self.__dict__[name] = (source, {})
+            return kept[1]
+
+        def _seen_of(self, labels) -> tuple[float, float]:
+            """:func:`seen_rates` of the groups ``labels``, from each group's alone
+            (the highest floor and the lowest bound of theirs)."""
+            cache = self._cache("_seen_by_label", self._data)
+            floors, bounds = [], []
+            for label in (str(v) for v in labels):
+                if label not in cache:
+                    cache[label] = seen_rates(self._data, [label])
+                floor, bound = cache[label]
+                floors += [] if np.isnan(floor) else [floor]
+                bounds += [] if np.isnan(bound) else [bound]
+            return (max(floors) if floors else float("nan"),
+                    min(bounds) if bounds else float("nan"))
+
         def _labels_of(self, alpha, k: int) -> list[str]:
+            cache = self._cache("_labels_by_configuration", self._setup_rows)
+            key = (None if alpha is None else float(alpha), int(k))
+            if key not in cache:
+                cache[key] = self._find_labels(alpha, k)
+            return list(cache[key])
+
+        def _find_labels(self, alpha, k: int) -> list[str]:
             rows = self._setup_rows
             if rows is None or "alpha" not in rows.columns:
                 return []
