@@ -45,6 +45,13 @@ def first_crossing(sd_latency, dense_latency, ceiling: np.ndarray, *, grid: int 
     of each draw's ceiling (the lower saturation rate) and the first change is refined by
     bisection, all draws at once. Eq. (4) can bend the curves into more than one
     crossing; the first is the one a deployment meets when load rises.
+
+    The bisection's answer is the one it always gave, found with fewer evaluations of
+    the curves (the cost of a ``crossover``): each draw's crossing is first bracketed
+    within about 1e-12 of itself by regula falsi (the Illinois variant, a handful of
+    evaluations), and the bisection then evaluates only the midpoints inside that
+    bracket; a midpoint below it has the sign of the bracket's lower end, one above it
+    that of its upper end (one crossing inside a grid cell, as the scan assumes).
     """
     fractions = np.append(np.arange(grid) / grid, 1.0 - 1e-9)
     rates = ceiling[:, None] * fractions[None, :]                      # (S, G)
@@ -57,17 +64,64 @@ def first_crossing(sd_latency, dense_latency, ceiling: np.ndarray, *, grid: int 
     draws = np.arange(len(ceiling))
     lo = rates[draws, np.maximum(first - 1, 0)]
     hi = rates[draws, first]
+
+    def gap_at(rate, where):
+        """log(L_sd/L_dense) at one rate per draw, for the draws ``where`` (0 elsewhere:
+        the cheapest point of a curve)."""
+        at = np.where(where, rate, 0.0)[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return (np.log(sd_latency(at)) - np.log(dense_latency(at)))[:, 0]
+
+    below, above = _crossing_bracket(gap_at, lo, hi, gap[draws, np.maximum(first - 1, 0)],
+                                     gap[draws, first], start, has)
     for _ in range(steps):
         if np.all(~has | (hi - lo <= BISECTION_RTOL * hi)):
             break
         mid = 0.5 * (lo + hi)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            sign = np.sign(np.log(sd_latency(mid[:, None]))
-                           - np.log(dense_latency(mid[:, None])))[:, 0]
-        same = sign == start
+        same = mid <= below
+        unknown = has & (mid > below) & (mid < above)
+        if unknown.any():
+            same = np.where(unknown, np.sign(gap_at(mid, unknown)) == start, same)
         lo = np.where(same, mid, lo)
         hi = np.where(same, hi, mid)
     return np.where(has, 0.5 * (lo + hi), np.nan)
+
+
+#: How close the regula falsi bracket of a crossing gets (relative to the rate) before
+#: the bisection takes over.
+_BRACKET_RTOL = 1e-12
+
+
+def _crossing_bracket(gap_at, lo, hi, gap_lo, gap_hi, start, has, *, iterations: int = 16):
+    """(below, above) per draw: rates where the gap was evaluated to have the sign
+    ``start`` (below) and not (above), the crossing between them, at most
+    :data:`_BRACKET_RTOL` apart where ``iterations`` sufficed; (-inf, inf) for draws
+    without such a cell (their bisection evaluates every midpoint)."""
+    a, b = lo.astype(float), hi.astype(float)
+    fa, fb = gap_lo.astype(float), gap_hi.astype(float)
+    # a draw is searched where its grid cell's ends are what the bisection assumes
+    open_ = has & (np.sign(fa) == start) & (np.sign(fb) != start) & (a < b)
+    last_side = np.zeros(len(a))
+    for _ in range(iterations):
+        open_ &= b - a > _BRACKET_RTOL * b
+        if not open_.any():
+            break
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            secant = b - fb * (b - a) / (fb - fa)
+        usable = np.isfinite(fa) & np.isfinite(fb) & (secant > a) & (secant < b)
+        x = np.where(usable, secant, 0.5 * (a + b))
+        fx = gap_at(x, open_)
+        lower = open_ & (np.sign(fx) == start)
+        upper = open_ & ~lower
+        # Illinois: an end kept twice in a row has its value halved, so the secant
+        # moves it next time
+        fb = np.where(lower & (last_side == 1), 0.5 * fb, fb)
+        fa = np.where(upper & (last_side == -1), 0.5 * fa, fa)
+        a, fa = np.where(lower, x, a), np.where(lower, fx, fa)
+        b, fb = np.where(upper, x, b), np.where(upper, fx, fb)
+        last_side = np.where(lower, 1, np.where(upper, -1, last_side))
+    found = has & (np.sign(fa) == start) & (np.sign(fb) != start) & (a < b)
+    return np.where(found, a, -np.inf), np.where(found, b, np.inf)
 
 
 @dataclass(frozen=True)
