@@ -68,6 +68,7 @@ import xarray as xr
 from bayesspec.data import has_mean_latency, reference_latency
 from bayesspec.data.columns import PERCENTILE_RULE_COLUMN
 from bayesspec.errors import BadInput
+from bayesspec.inference.fitfile import stacked_samples
 from bayesspec.laws import (batch_count_loads,
                     batch_count_quantile_expr, count_spread_quantile_expr, latency_expr,
                     load_amplification_expr, load_elasticity_expr, load_factor_expr,
@@ -237,7 +238,7 @@ def data_spread(rows: pd.DataFrame, group_index: np.ndarray, family: str,
 def _summary_draws(fit, name: str, group: int, metric: str, dim: str = "metric") -> np.ndarray:
     """(S,) draws of a per-(metric, group) posterior variable, chains stacked first."""
     values = fit.posterior[name].sel({dim: metric}).isel(group=group)
-    return np.asarray(values.stack(sample=("chain", "draw")).values, dtype=float)
+    return np.asarray(stacked_samples(values), dtype=float)
 
 
 def _count_draws(fit, group: int, metric: str) -> dict | None:

@@ -127,6 +127,15 @@ def _open_tree_with_xarray(path: Path) -> xr.DataTree:
     return tree
 
 
+def stacked_samples(values: xr.DataArray) -> np.ndarray:
+    """The values of ``values.stack(sample=("chain", "draw"))``, samples last, without
+    building its index (most of an answer's reading time where a law reads many
+    variables): the same values in the same memory layout, so sums over draws add alike."""
+    others = [d for d in values.dims if d not in ("chain", "draw")]
+    data = values.transpose(*others, "chain", "draw").values
+    return np.reshape(data, data.shape[:len(others)] + (-1,))
+
+
 class Fit:
     """A posterior plus the data, groups and identity of the model that produced it.
 
@@ -263,13 +272,7 @@ class Fit:
             values = values.isel(group=group)
         if setup is not None:
             values = values.isel(setup=setup)
-        # xarray's stack(sample=("chain", "draw")).transpose("sample", ...) without its
-        # index (most of an answer's reading time where a law reads many variables): the
-        # same values in the same memory layout, so reductions over draws add alike
-        others = [d for d in values.dims if d not in ("chain", "draw")]
-        data = values.transpose(*others, "chain", "draw").values
-        data = np.reshape(data, data.shape[:len(others)] + (-1,))
-        return np.asarray(np.moveaxis(data, -1, 0), dtype=float)
+        return np.asarray(np.moveaxis(stacked_samples(values), -1, 0), dtype=float)
 
     @cached_property
     def diagnostics(self) -> dict:

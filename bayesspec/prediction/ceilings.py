@@ -381,6 +381,19 @@ class _LargestBatch:
         return self._cache[key]
 
 
+def _fit_memo(fit, name: str, source) -> dict:
+    """A memo kept on ``fit`` while it is about ``source`` (every law of a fit shares
+    it), or a new one where the fit takes no attributes."""
+    kept = getattr(fit, name, None)
+    if kept is None or kept[0] is not source:
+        kept = (source, {})
+        try:
+            setattr(fit, name, kept)
+        except AttributeError:
+            pass
+    return kept[1]
+
+
 def _largest(fit):
     batch = getattr(fit, "_largest_batch", None)
     if batch is None:
@@ -462,6 +475,7 @@ def _admitting_law_class(base: type) -> type:
         _largest = None
         _setup_rows = None
         _data = None
+        _seen_by_label = None
 
         @property
         def dense(self):
@@ -506,7 +520,8 @@ def _admitting_law_class(base: type) -> type:
         def _seen_of(self, labels) -> tuple[float, float]:
             """:func:`seen_rates` of the groups ``labels``, from each group's alone
             (the highest floor and the lowest bound of theirs)."""
-            cache = self._cache("_seen_by_label", self._data)
+            cache = (self._seen_by_label if self._seen_by_label is not None
+                     else self._cache("_seen_by_label", self._data))
             floors, bounds = [], []
             for label in (str(v) for v in labels):
                 if label not in cache:
@@ -569,4 +584,5 @@ def answering_law(fit, law, mean_law=None):
             rows = groups[groups["setup"] == groups.loc[same, "setup"].iloc[0]]
     admitted._setup_rows = rows
     admitted._data = fit.data
+    admitted._seen_by_label = _fit_memo(fit, "_seen_by_label", admitted._data)
     return admitted
