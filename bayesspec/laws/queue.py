@@ -118,30 +118,35 @@ def capped_latency(rps, c1, c2, cap, *, wait_scale=1.0):
     eq. (1) where ``cap`` is ``inf`` or NaN (unknown), ``inf`` at or past the ceiling
     (:func:`ceiling_rps`), C1 at zero load."""
     rps, c1, c2, cap, wait_scale = _as_float(rps, c1, c2, cap, wait_scale)
-    rps, c1, c2, cap, wait_scale = np.broadcast_arrays(rps, c1, c2, cap, wait_scale)
-    capped = np.isfinite(cap)
+    shape = np.broadcast_shapes(*(v.shape for v in (rps, c1, c2, cap, wait_scale)))
+
+    def full(values):
+        return np.broadcast_to(values, shape)
+
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
-        value = latency_expr(rps, c1, c2)
-        # The ceiling (:func:`ceiling_rps`), the cap's throughput taken only where there
-        # is a cap: decisions evaluate draws x rates x configurations, and every pass over
-        # those arrays counts in an answer's time.
-        ceiling = np.asarray(1.0 / c2)
+        # The ceiling (:func:`ceiling_rps`) depends on the costs and the cap alone: taken
+        # once per draw, not per draw and rate (decisions evaluate draws x rates x
+        # configurations, and every pass over those arrays counts in an answer's time).
+        c1_cap, c2_cap, cap = np.broadcast_arrays(c1, c2, cap)
+        capped = np.isfinite(cap)
+        ceiling = np.array(1.0 / c2_cap, dtype=float)
         if capped.any():
             ceiling[capped] = np.minimum(ceiling[capped], cap_throughput_expr(
-                c1[capped], c2[capped], cap[capped]))
-        past = rps >= ceiling
-        near = np.asarray(capped & ~past & (rps > 0))
-        if near.any():
-            at = (rps[near], c1[near], c2[near], cap[near])
+                c1_cap[capped], c2_cap[capped], cap[capped]))
+        past = full(rps >= ceiling)
+        value = full(latency_expr(rps, c1, c2))
+        live = np.array(capped & ~past & (rps > 0), dtype=bool)
+        if live.any():
             # Where cap-many requests in the system are practically impossible the queue
-            # is eq. (1) (most points of a decision lie there).
-            live = cap_tail_log_bound(*at) > LOG_NEGLIGIBLE_CAP_TAIL
-            if live.any():
-                value = np.array(value, dtype=float, copy=True)
-                near[near] = live
-                value[near] = slot_queue_latency_expr(*(v[live] for v in at),
-                                                      wait_scale=wait_scale[near])
-    return np.where(past, np.inf, np.where(rps <= 0, c1, value))[()]
+            # is eq. (1) (most points of a decision lie there). The bound's parts that
+            # depend on the draw alone are taken once per draw (broadcast, not gathered).
+            live &= cap_tail_log_bound(rps, c1, c2, np.where(capped, cap, 1.0)) \
+                > LOG_NEGLIGIBLE_CAP_TAIL
+        if live.any():
+            value = np.array(value, dtype=float, copy=True)
+            value[live] = slot_queue_latency_expr(
+                *(full(v)[live] for v in (rps, c1, c2, cap)), wait_scale=full(wait_scale)[live])
+    return np.where(past, np.inf, np.where(full(rps) <= 0, full(c1), value))[()]
 
 
 def cap_throughput(c1, c2, cap):
