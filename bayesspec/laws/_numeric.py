@@ -1,6 +1,6 @@
 """Array helpers the law modules share: float arrays for the public numpy functions, the
-backend's special functions, and an axis's length known before any value (numpy arrays
-and PyTensor graphs alike).
+backend's special functions, an axis's length known before any value (numpy arrays
+and PyTensor graphs alike), and a broadcast array's values at some points.
 """
 
 from __future__ import annotations
@@ -27,3 +27,15 @@ def _static_size(array, axis: int = -1) -> int:
     kind = getattr(array, "type", None)
     size = kind.shape[axis] if kind is not None and hasattr(kind, "shape") else None
     return int(size if size is not None else np.shape(array)[axis])
+
+
+def _gathered(values: np.ndarray, at: tuple) -> np.ndarray:
+    """``np.broadcast_to(values, shape)[at]`` for the indices ``at`` of np.nonzero over
+    that shape, read from ``values`` itself (a draw's cost, not a copy per rate); ``at``
+    a 0-d mask: ``values`` (0-d) masked."""
+    if not isinstance(at, tuple):
+        return values[at]
+    shape = (1,) * (len(at) - values.ndim) + values.shape
+    if all(n == 1 for n in shape):
+        return np.full(at[0].shape, values.reshape(-1)[0])
+    return values.reshape(shape)[tuple(i if n > 1 else 0 for i, n in zip(at, shape))]

@@ -13,7 +13,7 @@ from types import ModuleType
 
 import numpy as np
 
-from bayesspec.laws._numeric import _as_float, _special
+from bayesspec.laws._numeric import _as_float, _gathered, _special
 from bayesspec.laws.mean import latency_expr, load_elasticity_expr
 
 __all__ = ["cap_throughput_expr", "slot_queue_latency_expr", "queue_wait_scale",
@@ -144,8 +144,9 @@ def capped_latency(rps, c1, c2, cap, *, wait_scale=1.0):
                 > LOG_NEGLIGIBLE_CAP_TAIL
         if live.any():
             value = np.array(value, dtype=float, copy=True)
-            value[live] = slot_queue_latency_expr(
-                *(full(v)[live] for v in (rps, c1, c2, cap)), wait_scale=full(wait_scale)[live])
+            at = np.nonzero(live) if live.ndim else live
+            value[at] = slot_queue_latency_expr(*(_gathered(v, at) for v in (rps, c1, c2, cap)),
+                                                wait_scale=_gathered(wait_scale, at))
     return np.where(past, np.inf, np.where(full(rps) <= 0, full(c1), value))[()]
 
 

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from bayesspec.laws import load_elasticity_expr
+from bayesspec.laws._numeric import _gathered
 from bayesspec.prediction.curves import Curve, _lift
 
 __all__ = ["LARGEST_DEFAULT_BATCH", "UNMEASURED_LIMIT_SEED", "unmeasured_fractions",
@@ -265,13 +266,14 @@ class AdmittedCapCurve(Curve):
         if not above_top.any():
             return value
         # the admitted cap's queue only where it is read: above the top fitted rate
-        at = [np.broadcast_to(np.asarray(v, dtype=float), shape)[above_top]
+        where = np.nonzero(above_top) if above_top.ndim else above_top
+        at = [_gathered(np.asarray(v, dtype=float), where)
               for v in (rps, c1, c2, cap, scale, _lift(self._queueing_at_top(), rps))]
-        fitted_above = value[above_top]
+        fitted_above = value[where]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             queueing = capped_latency(*at[:4], wait_scale=at[4]) / fitted_above
             above = fitted_above * queueing / at[5]
-        value[above_top] = np.where(np.isnan(above), np.inf, above)
+        value[where] = np.where(np.isnan(above), np.inf, above)
         return value
 
     def _queueing_at_top(self) -> np.ndarray:
@@ -543,11 +545,17 @@ def _admitting_law_class(base: type) -> type:
             rows = self._setup_rows
             if rows is None or "alpha" not in rows.columns:
                 return []
-            alphas = pd.to_numeric(rows["alpha"], errors="coerce").to_numpy(float)
-            same = rows["k"].to_numpy(int) == int(k)
+            columns = self._cache("_setup_columns", rows)
+            if not columns:
+                columns.update(
+                    alpha=pd.to_numeric(rows["alpha"], errors="coerce").to_numpy(float),
+                    k=rows["k"].to_numpy(int),
+                    label=np.array(rows["label"].astype(str).tolist(), dtype=object))
+            alphas = columns["alpha"]
+            same = columns["k"] == int(k)
             if alpha is not None and np.isfinite(float(alpha)):
                 same &= np.isnan(alphas) | (np.abs(alphas - float(alpha)) < 1e-9)
-            return rows.loc[same, "label"].astype(str).tolist()
+            return columns["label"][same].tolist()
 
         def _largest_of(self, k: int, curve) -> float:
             cap = getattr(curve, "cap", None)
