@@ -105,12 +105,28 @@ def cap_tail_log_bound(rps, c1, c2, cap):
     P(N >= cap) <= ((1-x)/(1-s))^r (x/s)^cap. 0 (no bound) where the mean is not below the
     cap."""
     rps, c1, c2, cap = _as_float(rps, c1, c2, cap)
+    shape = np.broadcast_shapes(rps.shape, c1.shape, c2.shape, cap.shape)
     with np.errstate(divide="ignore", invalid="ignore"):
         r = c1 / c2
         x = rps * c2
         s = cap / (r + cap)
-        bound = r * np.log((1.0 - x) / (1.0 - s)) + cap * np.log(x / s)
-    return np.where((x < s) & np.isfinite(bound), np.minimum(bound, 0.0), 0.0)[()]
+        # r log((1-x)/(1-s)) + cap log(x/s), its passes over draws x rates in place
+        # (at most three such arrays alive: memory the system need not map anew)
+        bound = np.subtract(1.0, x, out=np.empty(shape))
+        second = np.divide(x, s, out=np.empty(shape))
+        bounded = x < s
+        del x
+        np.divide(bound, 1.0 - s, out=bound)
+        np.log(bound, out=bound)
+        np.multiply(r, bound, out=bound)
+        np.log(second, out=second)
+        np.multiply(cap, second, out=second)
+        np.add(bound, second, out=bound)
+        del second
+        bounded &= np.isfinite(bound)
+        np.minimum(bound, 0.0, out=bound)
+        np.copyto(bound, 0.0, where=~bounded)
+    return bound[()]
 
 
 def capped_latency(rps, c1, c2, cap, *, wait_scale=1.0):
@@ -134,7 +150,9 @@ def capped_latency(rps, c1, c2, cap, *, wait_scale=1.0):
             ceiling[capped] = np.minimum(ceiling[capped], cap_throughput_expr(
                 c1_cap[capped], c2_cap[capped], cap[capped]))
         past = full(rps >= ceiling)
-        value = full(latency_expr(rps, c1, c2))
+        value = latency_expr(rps, c1, c2)
+        if not isinstance(value, np.ndarray) or value.shape != shape:
+            value = np.array(np.broadcast_to(value, shape), dtype=float)
         live = np.array(capped & ~past & (rps > 0), dtype=bool)
         if live.any():
             # Where cap-many requests in the system are practically impossible the queue
@@ -143,11 +161,12 @@ def capped_latency(rps, c1, c2, cap, *, wait_scale=1.0):
             live &= cap_tail_log_bound(rps, c1, c2, np.where(capped, cap, 1.0)) \
                 > LOG_NEGLIGIBLE_CAP_TAIL
         if live.any():
-            value = np.array(value, dtype=float, copy=True)
             at = np.nonzero(live) if live.ndim else live
             value[at] = slot_queue_latency_expr(*(_gathered(v, at) for v in (rps, c1, c2, cap)),
                                                 wait_scale=_gathered(wait_scale, at))
-    return np.where(past, np.inf, np.where(full(rps) <= 0, full(c1), value))[()]
+    np.copyto(value, full(c1), where=full(rps) <= 0)
+    np.copyto(value, np.inf, where=past)
+    return value[()]
 
 
 def cap_throughput(c1, c2, cap):

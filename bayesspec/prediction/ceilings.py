@@ -261,7 +261,9 @@ class AdmittedCapCurve(Curve):
         scale = self.wait_scale
         fitted = capped_latency(rps, c1, c2, own, wait_scale=scale)
         shape = np.broadcast_shapes(np.shape(fitted), np.shape(rps), np.shape(top))
-        value = np.array(np.broadcast_to(fitted, shape), dtype=float, copy=True)
+        value = fitted     # a new array of the law's: written in place above the top
+        if not isinstance(value, np.ndarray) or value.shape != shape:
+            value = np.array(np.broadcast_to(fitted, shape), dtype=float)
         above_top = np.broadcast_to(~(rps <= top), shape)
         if not above_top.any():
             return value

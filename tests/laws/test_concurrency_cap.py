@@ -544,3 +544,24 @@ def test_fits_first_reading_of_a_left_out_cap_is_the_top_points_own_load():
     index, caps, wait = np.zeros(len(rows), dtype=int), np.array([464.0]), np.array([1.0])
     assert cap_reaches_the_data(rows, index, caps, wait, headroom=0.0)[0]
     assert not cap_reaches_the_data(rows, index, caps, wait, headroom=0.0, slope="top")[0]
+
+
+def test_draws_by_rates_give_each_points_own_latency_exactly():
+    """Decisions ask draws x configurations x rates at once (the ceiling and the tail's
+    bound taken per draw, the queue gathered from each draw's costs): every point is
+    exactly what it is asked alone."""
+    rng = np.random.default_rng(11)
+    c1 = rng.uniform(0.5, 2.0, (30, 3, 1))
+    c2 = c1 * rng.uniform(0.005, 0.05, (30, 3, 1))
+    cap = rng.choice([np.inf, np.nan, 4.0, 24.0, 96.0], (30, 3, 1))
+    wait = rng.uniform(0.5, 1.0, (30, 1, 1))
+    rps = np.linspace(0.0, 1.1, 12) / np.median(c2)
+    together = laws.capped_latency(rps, c1, c2, cap, wait_scale=wait)
+    assert together.shape == (30, 3, 12)
+    alone = np.array([[[laws.capped_latency(r, c1[s, j, 0], c2[s, j, 0], cap[s, j, 0],
+                                            wait_scale=wait[s, 0, 0]) for r in rps]
+                        for j in range(3)] for s in range(30)])
+    assert np.array_equal(together, alone)
+    # the queue itself was in play at some points, and the ceiling at others
+    queued = np.isfinite(together) & (together != laws.latency(rps, c1, c2))
+    assert queued.any() and np.isinf(together).any()
