@@ -26,6 +26,12 @@ checkout nor the environment is written to), and ``PYTHONDONTWRITEBYTECODE`` dro
 where the calling environment sets it. ``--no-bytecode`` times them compiling every
 module from source each run instead (about 0.2 s more for bayesspec's own modules).
 
+``verbs --in-process``: each verb's own work without the interpreter's start and its
+imports: in one process per verb (and per package), the verb runs once untimed (its
+imports), then ``--repeat`` times; the CPU seconds (``time.process_time``) of those runs,
+median and minimum, with ``old / new`` as above. CPU time is what a busy machine
+disturbs least.
+
 ``first-fit``: how much of a new process's first fit the on-disk compile caches save.
 Runs the walkthrough's fit (``bayesspec fit sweeps.csv --model speculative -o fit.nc
 --seed 1``), each time in a new process, and reads the ``compiled in X s`` line it
@@ -160,6 +166,68 @@ def timed_first_fit(folder: Path, pythonpath: Path, compiledir: Path, model: str
             "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)}
 
 
+#: One verb run ``repeat`` times in this process after an untimed first run: the CPU
+#: seconds of each (printed as JSON).
+IN_PROCESS = """
+import contextlib, io, json, sys, time
+from bayesspec.cli import main
+arguments, repeat = json.loads(sys.argv[1]), int(sys.argv[2])
+def run():
+    sys.argv = ["bayesspec", *arguments]
+    with contextlib.redirect_stdout(io.StringIO()):
+        main()
+run()
+seconds = []
+for _ in range(repeat):
+    started = time.process_time()
+    run()
+    seconds.append(time.process_time() - started)
+print(json.dumps(seconds))
+"""
+
+
+def in_process(args, chosen: list[str], folder: Path) -> int:
+    packages = {"new": ROOT}
+    if args.baseline_commit:
+        packages["old"] = old_package(args.baseline_commit,
+                                      Path(tempfile.mkdtemp(prefix="old-")))
+    load_before = load_average()
+    rows = []
+    for name in chosen:
+        row = {"verb": name, "command": "bayesspec " + " ".join(VERBS[name])}
+        for label, pythonpath in packages.items():
+            done = subprocess.run([sys.executable, "-c", IN_PROCESS, json.dumps(VERBS[name]),
+                                   str(args.repeat)], cwd=folder, capture_output=True,
+                                  text=True, env=dict(os.environ, PYTHONPATH=str(pythonpath)))
+            if done.returncode != 0:
+                raise SystemExit(f"failed: {name} ({label})\n{done.stderr[-2000:]}")
+            seconds = json.loads(done.stdout.strip().splitlines()[-1])
+            row[f"{label}_cpu_median_s"] = round(statistics.median(seconds), 3)
+            row[f"{label}_cpu_min_s"] = round(min(seconds), 3)
+        if "old_cpu_median_s" in row:
+            row["old_over_new"] = round(row["old_cpu_median_s"] / row["new_cpu_median_s"], 2)
+        rows.append(row)
+    document = {"repeat": args.repeat, "in_process": True, "load_average_before": load_before,
+                "load_average_after": load_average(), "baseline_commit": args.baseline_commit,
+                "verbs": rows, "workdir": str(folder)}
+    if args.json:
+        print(json.dumps(document, indent=2))
+        return 0
+    print(f"each verb's own CPU seconds after its imports, {args.repeat} runs in one process; "
+          f"load average before {load_before}, after {document['load_average_after']}")
+    header = f"  {'verb':<14} {'median s':>9} {'min s':>7}"
+    if args.baseline_commit:
+        header += f" {'old s':>7} {'old min':>8} {'old/new':>8}"
+    print(header)
+    for row in rows:
+        line = f"  {row['verb']:<14} {row['new_cpu_median_s']:9.3f} {row['new_cpu_min_s']:7.3f}"
+        if "old_over_new" in row:
+            line += (f" {row['old_cpu_median_s']:7.3f} {row['old_cpu_min_s']:8.3f} "
+                     f"{row['old_over_new']:8.2f}")
+        print(line)
+    return 0
+
+
 def verbs(args, parser) -> int:
     chosen = [v.strip() for v in args.verbs.split(",") if v.strip()]
     unknown = sorted(set(chosen) - set(VERBS))
@@ -169,6 +237,8 @@ def verbs(args, parser) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     load_before = load_average()
     made = make_fits(folder, with_slo="slo" in chosen)
+    if args.in_process:
+        return in_process(args, chosen, folder)
 
     commands = {name: (bayesspec(*VERBS[name]), ROOT) for name in chosen}
     commands.update({name: ([sys.executable, *arguments], ROOT)
@@ -289,6 +359,8 @@ def main(argv=None) -> int:
                          help="comma-separated subset of: " + ", ".join(VERBS))
     answers.add_argument("--no-bytecode", action="store_true",
                          help="compile every module from source each run (no bytecode)")
+    answers.add_argument("--in-process", action="store_true",
+                         help="each verb's own CPU time after its imports, in one process")
     answers.add_argument("--json", action="store_true")
     first = parts.add_parser("first-fit", help="a new process's first fit, cold against "
                              "warm compile caches")
