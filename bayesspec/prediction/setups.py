@@ -94,9 +94,10 @@ _BRACKET_RTOL = 1e-12
 
 def _crossing_bracket(gap_at, lo, hi, gap_lo, gap_hi, start, has, *, iterations: int = 16):
     """(below, above) per draw: rates where the gap was evaluated to have the sign
-    ``start`` (below) and not (above), the crossing between them, at most
-    :data:`_BRACKET_RTOL` apart where ``iterations`` sufficed; (-inf, inf) for draws
-    without such a cell (their bisection evaluates every midpoint)."""
+    ``start`` (below) and not (above), the crossing between them, as close as
+    ``iterations`` steps of regula falsi bring them (they stop at :data:`_BRACKET_RTOL`
+    apart); (-inf, inf) for draws whose grid cell is not the sign change the bisection
+    assumes (their bisection evaluates every midpoint)."""
     a, b = lo.astype(float), hi.astype(float)
     fa, fb = gap_lo.astype(float), gap_hi.astype(float)
     # a draw is searched where its grid cell's ends are what the bisection assumes
