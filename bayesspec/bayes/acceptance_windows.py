@@ -125,9 +125,10 @@ def measured_depths(windows: dict) -> np.ndarray:
 
 
 def position_counted(windows: dict, n_setups: int | None = None) -> np.ndarray:
-    """Per setup, whether every window of it has per-position counters. Such a setup
-    takes no trained depth (T = D): its counts fit the shape of every measured position,
-    and a trained depth inside them made its fits diverge and run 13 times as long."""
+    """Per setup, whether every window of it has per-position counters. Such a setup's
+    trained depth is at or past its deepest measured position D: its counts fit the
+    shape of every measured position, and a trained depth inside them made its fits
+    diverge and run 13 times as long."""
     setup = np.asarray(windows["setup"], dtype=int)
     has = np.asarray(windows["has_positions"], dtype=bool)
     count = int(setup.max()) + 1 if n_setups is None else int(n_setups)

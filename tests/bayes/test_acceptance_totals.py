@@ -190,6 +190,41 @@ def test_a_cliff_inside_the_measured_depths_is_expressible():
     assert misfit(False) > 0.05
 
 
+def test_past_the_measured_depths_the_prior_keeps_the_level_or_ends_the_head():
+    """Past the deepest measured position D = 4 a trained depth T = 7 keeps the measured
+    level to depth 7; a head that ends at D (the prior's share of heads trained to
+    exactly the measured depth) drafts nothing past it, so E(k) stays on E(4). Neither
+    changes a count of k <= D: the data cannot tell them apart."""
+    from bayesspec.bayes.acceptance_model import ENDS_AT_MEASURED_PROBABILITY
+
+    switches = {k: np.float64(v) for k, v in STRUCTURES["spread+depth"].items()}
+    theta = dict(logit_persistence=np.array([1.5]), spread=np.array([0.3]),
+                 logit_stay_unguessable=np.array([0.0]), decay=np.array([0.01]))
+
+    def table(trained, ends):
+        parts = chain_parameters(theta["logit_persistence"], theta["spread"],
+                                 theta["logit_stay_unguessable"], theta["decay"], switches, 10,
+                                 deep_decay=np.array([1.0]), measured_depth=np.array([4.0]),
+                                 trained_depth=np.array([trained]),
+                                 ends_at_measured=np.array([ends]))
+        return token_regimes_acceptance_expr(*parts)[0]
+
+    keeps = table(7.0, 0.99)
+    ends = table(7.0, 0.5 * ENDS_AT_MEASURED_PROBABILITY)
+    lengths = {name: 1.0 + (t * np.arange(11)).sum(-1) for name, t in
+               (("keeps", keeps), ("ends", ends))}
+    np.testing.assert_allclose(keeps[:4], ends[:4])             # P(A | k) for k = 1..4
+    assert lengths["ends"][9] == pytest.approx(lengths["ends"][3], abs=1e-9)
+    assert lengths["keeps"][6] > lengths["keeps"][3] + 0.1       # gains to depth 7
+    # the loss starts past T = 7: the same to depth 7 as a head trained to 20, less after
+    deeper = 1.0 + (table(20.0, 0.99) * np.arange(11)).sum(-1)
+    assert lengths["keeps"][6] == pytest.approx(deeper[6], abs=1e-12)
+    assert lengths["keeps"][9] < deeper[9] - 0.05
+    # a trained depth inside the measured depths is measured, never replaced by the end
+    inside = table(2.5, 0.5 * ENDS_AT_MEASURED_PROBABILITY)
+    np.testing.assert_allclose(inside, table(2.5, 0.99))
+
+
 def test_the_depth_limited_drafter_walks_its_own_law():
     rng = np.random.default_rng(4)
     for k in (2, 6):
