@@ -42,8 +42,13 @@ def test_roof_where_the_cards_exist_and_eq1_elsewhere():
     assert (groups["mean_law"] == "eq1").all() and "no card for the GPU TPU-v9" in note
     groups, note = _prepared(_sweeps(), mean_law="eq1")
     assert (groups["mean_law"] == "eq1").all()
+    # a stated cap keeps the roof: the roof and the cap are one law
     groups, note = _prepared(_sweeps(max_num_seqs=64), mean_law="auto")
-    assert (groups["mean_law"] == "eq1").all() and "cap is stated" in note
+    assert (groups["mean_law"] == "roof").all() and "engine's cap stated in 3" in note
+    assert np.isfinite(groups["cap"]).all()
+    # without cards a stated cap keeps the slot queue's eq. (1)
+    groups, note = _prepared(_sweeps(gpu="TPU-v9", max_num_seqs=64), mean_law="auto")
+    assert (groups["mean_law"] == "eq1").all() and "no card for the GPU" in note
     with pytest.raises(BadInput, match="no card for the GPU"):
         _prepared(_sweeps(gpu="TPU-v9"), mean_law="roofline")
 
