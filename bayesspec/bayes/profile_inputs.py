@@ -109,9 +109,10 @@ def roof_inputs(rows: pd.DataFrame, groups: pd.DataFrame, group_index: np.ndarra
     A group follows the roof where its verifier and its GPU have cards and no decode
     profile is stated for it (a measured profile is the better law); where the engine's
     cap is stated too, the roof and the cap are one law
-    (:func:`bayesspec.laws.roofline.roof_slot_queue_latency_expr`). ``how``: one of :data:`MEAN_LAWS`; with "roofline" a group
-    without what the roof needs is an error. ``cycles_known``: whether acceptance is
-    known from the table (the dense model), else the graph computes the cycles."""
+    (:func:`bayesspec.laws.roofline.roof_slot_queue_latency_expr`). ``how``: one of
+    :data:`MEAN_LAWS`; with "roofline" a group without what the roof needs is an error.
+    ``cycles_known``: whether acceptance is known from the table (the dense model), else
+    the graph computes the cycles."""
     from bayesspec.errors import BadInput
     from bayesspec.laws import expected_accepted
     from bayesspec.laws.roofline import ROOF_CARD_FIELDS, roof_card_values
