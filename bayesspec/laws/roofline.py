@@ -17,7 +17,8 @@ __all__ = ["TREND_TERMS", "TERM_NAMES", "covariates", "trend_coefficients",
            "roof_pass_expr", "roof_step_expr", "roof_excess_expr", "ROOF_NEWTON_STEPS",
            "roof_concurrency_expr", "ROOF_FAR_IN_FLIGHT", "roof_ceiling",
            "roof_concurrency_graph", "roof_full_batch_time_expr",
-           "roof_slot_queue_latency_expr", "roof_capped_latency", "roof_capped_ceiling"]
+           "roof_slot_queue_latency_expr", "roof_capped_latency", "roof_capped_ceiling",
+           "roof_cap_binds"]
 
 # (coefficient, term name, covariate) for every positive term, in a fixed order.
 TREND_TERMS = (
@@ -327,6 +328,19 @@ def _past_roof_peak(c1, c2, batch_others, roof, k, cycles, bend):
     return c1 + c2 * batch_others + excess - batch_others * (c2 + slope) <= 0
 
 
+def roof_cap_binds(c1, c2, cap, roof: dict, k, cycles, bend) -> np.ndarray:
+    """Whether the engine's cap sets :func:`roof_capped_ceiling` (it comes before the
+    roof's peak throughput), not the roof; False where ``cap`` is ``inf`` or NaN. numpy."""
+    c1, c2, cap, k, cycles, bend = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (c1, c2, cap, k, cycles, bend)))
+    roof = {name: np.broadcast_to(np.asarray(v, dtype=float), c1.shape)
+            for name, v in roof.items()}
+    capped = np.isfinite(cap)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return capped & ~_past_roof_peak(c1, c2, np.where(capped, cap, 1.0) - 1.0, roof, k,
+                                         cycles, bend)
+
+
 def roof_capped_ceiling(c1, c2, cap, roof: dict, k, cycles, bend) -> np.ndarray:
     """The highest rate of :func:`roof_slot_queue_latency_expr`: the full batch's rate
     cap / L_roof(cap - 1) where the cap comes before the roof's peak throughput (the
@@ -337,13 +351,11 @@ def roof_capped_ceiling(c1, c2, cap, roof: dict, k, cycles, bend) -> np.ndarray:
     c1, c2, cap, k, cycles, bend = arrays
     roof = {name: np.broadcast_to(np.asarray(v, dtype=float), c1.shape)
             for name, v in roof.items()}
-    capped = np.isfinite(cap)
-    safe_cap = np.where(capped, cap, 1.0)
+    safe_cap = np.where(np.isfinite(cap), cap, 1.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         full_batch = safe_cap / roof_full_batch_time_expr(c1, c2, safe_cap, roof, k, cycles,
                                                           bend)
-        before_peak = capped & ~_past_roof_peak(c1, c2, safe_cap - 1.0, roof, k, cycles,
-                                                bend)
+    before_peak = roof_cap_binds(c1, c2, cap, roof, k, cycles, bend)
     if before_peak.all():
         return full_batch
     return np.where(before_peak, full_batch, roof_ceiling(c1, c2, roof, k, cycles, bend))

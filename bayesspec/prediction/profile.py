@@ -320,7 +320,15 @@ class RoofCurve(Curve):
 
     @property
     def ceiling_binding(self) -> str:
-        return "compute roof" if self.cap is None else "cap"
+        """"cap" where the engine's cap comes before the roof's peak throughput in most
+        draws, else "compute roof"."""
+        if self.cap is None:
+            return "compute roof"
+        from bayesspec.laws.roofline import roof_cap_binds
+
+        binds = roof_cap_binds(self.c1, self.c2, self.cap, self.roof, self.k, self.cycles,
+                               self.bend)
+        return "cap" if np.mean(binds) > 0.5 else "compute roof"
 
     @property
     def has_fluid_run(self) -> bool:

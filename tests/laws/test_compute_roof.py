@@ -252,6 +252,9 @@ def test_roof_curve_with_the_cap(cards):
     assert ceiling == pytest.approx(np.full(draws, float(roof_capped_ceiling(
         3.0, 0.02, 16.0, cards, ROOF_K, ROOF_CYCLES, ROOF_BEND))))
     assert np.all(ceiling < open_curve.ceiling) and curve.ceiling_binding == "cap"
+    far = RoofCurve(np.full(draws, 3.0), np.full(draws, 0.02), cap=2000.0, **common)
+    assert far.ceiling_binding == "compute roof"
+    assert far.ceiling == pytest.approx(open_curve.ceiling, rel=1e-12)
     rates = np.array([1.0, 0.9 * ceiling[0], 1.01 * ceiling[0]])
     latency = curve.latency(rates)
     assert np.isfinite(latency[:, :2]).all() and np.isinf(latency[:, 2]).all()
