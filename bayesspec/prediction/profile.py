@@ -318,6 +318,41 @@ class RoofCurve(Curve):
         """1 / the ceiling: what eq. (1)'s C2 is to its pole."""
         return 1.0 / self.ceiling
 
+    def batch_throughput(self, batch) -> np.ndarray:
+        """Per draw, the rate a full batch of ``batch`` requests sustains:
+        batch / L_roof(batch - 1) (eq. (1)'s batch / (C1 + C2 (batch - 1)) plus the
+        roof's excess; :func:`bayesspec.laws.roofline.roof_full_batch_time_expr`).
+        ``batch``: the cost arrays' shape or broadcastable to it. What a ceiling that
+        admits an unmeasured limit reads (:func:`bayesspec.prediction.ceilings.
+        admitted_limit`)."""
+        from bayesspec.laws.roofline import roof_full_batch_time_expr
+
+        batch = np.asarray(batch, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return batch / roof_full_batch_time_expr(self.c1, self.c2, batch, self.roof,
+                                                     self.k, self.cycles, self.bend)
+
+    def batch_reaching(self, rate, *, steps: int = 64) -> np.ndarray:
+        """Per draw, the least batch (at least 1) whose full throughput
+        (:meth:`batch_throughput`) is ``rate``, on the rising side of the roof's peak;
+        ``inf`` where no batch reaches it. Bisection in log batch."""
+        from bayesspec.laws.roofline import _past_roof_peak
+
+        rate = np.broadcast_to(np.asarray(rate, dtype=float), self.c1.shape)
+        lo = np.zeros(self.c1.shape)
+        hi = np.full(self.c1.shape, np.log10(1e7))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for _ in range(steps):
+                mid = 0.5 * (lo + hi)
+                batch = 10.0 ** mid
+                climbing = ~_past_roof_peak(self.c1, self.c2, batch - 1.0, self.roof, self.k,
+                                            self.cycles, self.bend)
+                short = climbing & (self.batch_throughput(batch) < rate)
+                lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
+            batch = 10.0 ** hi
+            reached = self.batch_throughput(batch) >= rate * (1.0 - 1e-9)
+        return np.where(reached, np.maximum(batch, 1.0), np.inf)
+
     @property
     def ceiling_binding(self) -> str:
         """"cap" where the engine's cap comes before the roof's peak throughput in most

@@ -265,3 +265,34 @@ def test_roof_curve_with_the_cap(cards):
     assert np.all(np.isfinite(amplification)) and np.all(amplification > 0)
     assert curve.point_c2(rates[1:2], latency[:, 1:2]) * rates[1] == pytest.approx(
         amplification / (1 + amplification))
+
+
+def test_an_admitted_limit_reads_the_roofs_own_full_batch(cards):
+    """The ceiling that admits an unmeasured limit takes a full batch's throughput from
+    the roof (eq. (1)'s formula with C2 = 1/ceiling understated it); with no roof it is
+    the slot queue's curve's admitted limit exactly."""
+    from bayesspec.prediction import Curve, RoofCurve
+    from bayesspec.prediction.ceilings import admitted_limit
+
+    raw = {name: float(value) / 1.5 for name, value in cards.items()}
+    draws = 4
+    common = dict(cards=raw, memory_factor=np.full(draws, 1.5),
+                  compute_factor=np.full(draws, 1.5), bend=np.full(draws, ROOF_BEND),
+                  k=ROOF_K, cycles=ROOF_CYCLES)
+    curve = RoofCurve(np.full(draws, 3.0), np.full(draws, 0.02), cap=48.0, **common)
+    batch = curve.batch_reaching(0.6 * curve.ceiling)
+    np.testing.assert_allclose(curve.batch_throughput(batch), 0.6 * curve.ceiling,
+                               rtol=1e-9)
+    past_peak = 1.01 * roof_ceiling(3.0, 0.02, cards, ROOF_K, ROOF_CYCLES, ROOF_BEND)
+    assert np.all(np.isinf(curve.batch_reaching(past_peak)))   # no batch is that fast
+    top = 0.5 * float(curve.ceiling[0])
+    limit = admitted_limit(curve, top)
+    assert np.all(limit >= top) and np.all(limit <= curve.ceiling)
+    assert np.all(limit > curve.batch_throughput(curve.batch_reaching(top)) - 1e-9)
+    flat = {name: value * (0.0 if name.endswith(("token_s", "kv_s")) else 1.0)
+            for name, value in raw.items()}
+    no_roof = RoofCurve(np.full(draws, 3.0), np.full(draws, 0.02), cap=48.0,
+                        **{**common, "cards": flat, "bend": np.zeros(draws)})
+    plain = Curve(np.full(draws, 3.0), np.full(draws, 0.02), cap=48.0)
+    np.testing.assert_allclose(admitted_limit(no_roof, 20.0), admitted_limit(plain, 20.0),
+                               rtol=1e-9)
