@@ -637,7 +637,8 @@ class LatencyModel:
                          compute_factor=fit.draws("roof_compute_factor"),
                          bend=fit.draws("roof_bend"), k=float(row.get("k", 0) or 0),
                          cycles=float(row["roof_cycles"]) if cycles is None else cycles,
-                         label=label, noise=self.noise(fit) if noise is None else noise)
+                         label=label, noise=self.noise(fit) if noise is None else noise,
+                         **fitted_cap(groups, group, fit))
 
     def integrated_log_likelihood(self, fit):
         """Pointwise log-likelihood (an ``xr.Dataset`` of ``log_latency`` over chain, draw,

@@ -106,11 +106,13 @@ def roof_inputs(rows: pd.DataFrame, groups: pd.DataFrame, group_index: np.ndarra
     one request, NaN where the model learns acceptance). Returns the one line ``fit``
     says about it.
 
-    A group follows the roof where its verifier and its GPU have cards, and no decode
-    profile or engine cap is stated for it (a measured profile is the better law; a cap
-    keeps the slot queue's law). ``how``: one of :data:`MEAN_LAWS`; with "roofline" a group
-    without what the roof needs is an error. ``cycles_known``: whether acceptance is
-    known from the table (the dense model), else the graph computes the cycles."""
+    A group follows the roof where its verifier and its GPU have cards and no decode
+    profile is stated for it (a measured profile is the better law); where the engine's
+    cap is stated too, the roof and the cap are one law
+    (:func:`bayesspec.laws.roofline.roof_slot_queue_latency_expr`). ``how``: one of
+    :data:`MEAN_LAWS`; with "roofline" a group without what the roof needs is an error.
+    ``cycles_known``: whether acceptance is known from the table (the dense model), else
+    the graph computes the cycles."""
     from bayesspec.errors import BadInput
     from bayesspec.laws import expected_accepted
     from bayesspec.laws.roofline import ROOF_CARD_FIELDS, roof_card_values
@@ -146,8 +148,6 @@ def roof_inputs(rows: pd.DataFrame, groups: pd.DataFrame, group_index: np.ndarra
         why = ""
         if bool(row.get("decode_profile", False)):
             why = "a measured decode profile is its law"
-        elif np.isfinite(float(row.get("cap", np.inf))):
-            why = "the engine's cap is stated (the slot queue's law)"
         elif verifier is None:
             why = f"no card for the verifier {row['verifier']}"
         elif gpu is None:
@@ -181,6 +181,13 @@ def roof_inputs(rows: pd.DataFrame, groups: pd.DataFrame, group_index: np.ndarra
         common = max(set(reasons), key=reasons.count) if reasons else ""
         return f"mean law: eq. (1): {common}"
     what = "the compute roof from the cards (eq. (1) plus the step's roofline past its knee)"
+    roofed = (groups["mean_law"] == "roof").to_numpy(bool)
+    caps = (groups["cap"].to_numpy(float) if "cap" in groups
+            else np.full(n, np.inf))
+    with_cap = int(np.count_nonzero(roofed & np.isfinite(caps)))
+    if with_cap:
+        what += (f", with the engine's cap stated in {with_cap}: the slot queue's waiting "
+                 "line past it")
     if count == n:
         return f"mean law: {what}, all {n} group(s)"
     common = max(set(reasons), key=reasons.count)
@@ -249,4 +256,54 @@ def roof_mean_law(c1, c2, data: dict, cycles=None):
     mean = pt.where(has, n / rps, latency_expr(rps, point_c1, point_c2))
     # the likelihood's rate-error term x/(1 - x) stays finite past the roof's ceiling
     felt = pt.minimum(felt, 0.999 / rps)
-    return mean, pt.where(has, felt, point_c2)
+    felt = pt.where(has, felt, point_c2)
+    if "cap" not in data:
+        return mean, felt
+    return _capped_mean_law(mean, felt, n, point_c1, point_c2, roof, steps, bend, has, data)
+
+
+def _capped_mean_law(mean, felt, n, c1, c2, roof, cycles, bend, has_roof, data):
+    """:func:`roof_mean_law` where the engine's cap reaches the data (``data["cap"]``):
+    the roof's groups on :func:`bayesspec.laws.roofline.roof_slot_queue_latency_expr`,
+    the others on the slot queue. The likelihood reads a point's sensitivity to its rate
+    as x/(1 - x) at the C2 it feels, so the capped law's elasticity e (a central
+    difference, as the slot queue's) is passed as the C2 with that x/(1 - x):
+    e / (RPS (1 + e))."""
+    import pytensor.tensor as pt
+
+    from bayesspec.bayes.priors import CAP_MARGIN
+    from bayesspec.laws import load_elasticity_expr, slot_queue_latency_expr
+    from bayesspec.laws.roofline import roof_slot_queue_latency_expr
+
+    index, rps = data["group_index"], data["rps"]
+    cap, wait = data["cap"][index], data["wait_scale"][index]
+    has_cap = data["has_cap"][index] > 0
+    # the least root's growth with the rate, d log N / d log RPS = 1/(1 - RPS L'(N)),
+    # so that the difference quotient moves N with the rate as the law does
+    growth = 1.0 / (1.0 - rps * felt)
+
+    def roof_queue(at):
+        return roof_slot_queue_latency_expr(at, c1, c2, cap, roof, data["roof_k"][index],
+                                            cycles, bend, n * (at / rps) ** growth, xp=pt,
+                                            wait_scale=wait, soft_margin=CAP_MARGIN)
+
+    def slot_queue(at):
+        return slot_queue_latency_expr(at, c1, c2, cap, xp=pt, wait_scale=wait,
+                                       soft_margin=CAP_MARGIN)
+
+    def as_felt(elasticity):
+        return elasticity / (rps * (1.0 + elasticity))
+
+    roofed = np.asarray(data["has_roof"].get_value()) > 0
+    capped = np.asarray(data["has_cap"].get_value()) > 0
+    if (roofed & capped).any():
+        with_roof = has_cap & has_roof
+        mean = pt.where(with_roof, roof_queue(rps), mean)
+        felt = pt.where(with_roof, as_felt(load_elasticity_expr(roof_queue, rps, xp=pt)),
+                        felt)
+    if (capped & ~roofed).any():
+        without = has_cap & ~has_roof
+        mean = pt.where(without, slot_queue(rps), mean)
+        felt = pt.where(without, as_felt(load_elasticity_expr(slot_queue, rps, xp=pt)),
+                        felt)
+    return mean, felt

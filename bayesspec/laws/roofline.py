@@ -16,7 +16,9 @@ __all__ = ["TREND_TERMS", "TERM_NAMES", "covariates", "trend_coefficients",
            "physics_centres", "ROOF_JOIN_POWER", "ROOF_CARD_FIELDS", "roof_card_values",
            "roof_pass_expr", "roof_step_expr", "roof_excess_expr", "ROOF_NEWTON_STEPS",
            "roof_concurrency_expr", "ROOF_FAR_IN_FLIGHT", "roof_ceiling",
-           "roof_concurrency_graph"]
+           "roof_concurrency_graph", "roof_full_batch_time_expr",
+           "roof_slot_queue_latency_expr", "roof_capped_latency", "roof_capped_ceiling",
+           "roof_cap_binds"]
 
 # (coefficient, term name, covariate) for every positive term, in a fixed order.
 TREND_TERMS = (
@@ -280,6 +282,121 @@ def roof_ceiling(c1, c2, roof: dict, k, cycles, bend, *, steps: int = 48) -> np.
     n = 10.0 ** lo
     excess, _ = roof_excess_expr(n, roof, k, cycles, bend)
     return n / (c1 + c2 * n + excess)
+
+
+def roof_full_batch_time_expr(c1, c2, cap, roof: dict, k, cycles, bend, xp=np):
+    """A request's time in a full batch of ``cap`` with the compute roof:
+    L_roof(cap - 1) = C1 + C2 (cap - 1) + R(cap - 1), the law's time with cap - 1 others
+    in flight; cap over it is the rate the engine sustains with every slot busy."""
+    excess, _ = roof_excess_expr(cap - 1.0, roof, k, cycles, bend, xp=xp)
+    return c1 + c2 * (cap - 1.0) + excess
+
+
+def roof_slot_queue_latency_expr(rps, c1, c2, cap, roof: dict, k, cycles, bend, concurrency,
+                                 xp=np, *, wait_scale=1.0, soft_margin=None):
+    """Mean latency of eq. (1) with the compute roof when at most ``cap`` requests share
+    the batch (the slot cap ``max_num_seqs``, the KV cache over a request's tokens:
+    :func:`bayesspec.laws.concurrency_cap`).
+
+    Mean field for the roof, the slot queue for the cap: the roof's excess R
+    (:func:`roof_excess_expr`) is held at the roof's least root N (``concurrency``:
+    :func:`roof_concurrency_expr`, or :func:`roof_concurrency_graph` in a model) but
+    never past cap - 1, the most others a request can share the batch with; with that
+    excess added to C1 the batch is the slot queue's birth-death chain
+    (:func:`bayesspec.laws.slot_queue_latency_expr`: eq. (1) below the cap, a waiting
+    line for a slot past it, whose slots free at the full batch's rate).
+
+    Where the cap is far, the slot queue at C1 + R(N) is (C1 + R(N))/(1 - RPS C2) = N/RPS:
+    the roof's law exactly; without a roof (R = 0) it is the slot queue exactly. Where
+    the roof's N would pass cap - 1 the excess is the full batch's, R(cap - 1), and the
+    rate the engine sustains is cap / L_roof(cap - 1) (:func:`roof_full_batch_time_expr`).
+    So the cap binds where it comes before the roof's peak throughput, and the roof's
+    ceiling where the peak comes first (:func:`roof_capped_ceiling`).
+    numpy or PyTensor (``xp``), arrays broadcast together."""
+    from bayesspec.laws.queue import slot_queue_latency_expr
+
+    held = xp.minimum(concurrency, cap - 1.0)
+    shift, _ = roof_excess_expr(held, roof, k, cycles, bend, xp=xp)
+    return slot_queue_latency_expr(rps, c1 + shift, c2, cap, xp, wait_scale=wait_scale,
+                                   soft_margin=soft_margin)
+
+
+def _past_roof_peak(c1, c2, batch_others, roof, k, cycles, bend):
+    """Whether N / L_roof(N) falls at N = ``batch_others`` (past the roof's peak
+    throughput): L(N) <= N L'(N), the test :func:`roof_ceiling` bisects on."""
+    excess, slope = roof_excess_expr(batch_others, roof, k, cycles, bend)
+    return c1 + c2 * batch_others + excess - batch_others * (c2 + slope) <= 0
+
+
+def roof_cap_binds(c1, c2, cap, roof: dict, k, cycles, bend) -> np.ndarray:
+    """Whether the engine's cap sets :func:`roof_capped_ceiling` (it comes before the
+    roof's peak throughput), not the roof; False where ``cap`` is ``inf`` or NaN. numpy."""
+    c1, c2, cap, k, cycles, bend = np.broadcast_arrays(
+        *(np.asarray(v, dtype=float) for v in (c1, c2, cap, k, cycles, bend)))
+    roof = {name: np.broadcast_to(np.asarray(v, dtype=float), c1.shape)
+            for name, v in roof.items()}
+    capped = np.isfinite(cap)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return capped & ~_past_roof_peak(c1, c2, np.where(capped, cap, 1.0) - 1.0, roof, k,
+                                         cycles, bend)
+
+
+def roof_capped_ceiling(c1, c2, cap, roof: dict, k, cycles, bend) -> np.ndarray:
+    """The highest rate of :func:`roof_slot_queue_latency_expr`: the full batch's rate
+    cap / L_roof(cap - 1) where the cap comes before the roof's peak throughput (the
+    batch fills before the roof binds), the roof's own (:func:`roof_ceiling`) where the
+    peak comes first or ``cap`` is ``inf`` or NaN. numpy."""
+    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float)
+                                   for v in (c1, c2, cap, k, cycles, bend)))
+    c1, c2, cap, k, cycles, bend = arrays
+    roof = {name: np.broadcast_to(np.asarray(v, dtype=float), c1.shape)
+            for name, v in roof.items()}
+    safe_cap = np.where(np.isfinite(cap), cap, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        full_batch = safe_cap / roof_full_batch_time_expr(c1, c2, safe_cap, roof, k, cycles,
+                                                          bend)
+    before_peak = roof_cap_binds(c1, c2, cap, roof, k, cycles, bend)
+    if before_peak.all():
+        return full_batch
+    return np.where(before_peak, full_batch, roof_ceiling(c1, c2, roof, k, cycles, bend))
+
+
+def roof_capped_latency(rps, c1, c2, cap, roof: dict, k, cycles, bend, *, wait_scale=1.0):
+    """numpy: (mean latency, the roof's least root N, whether the rate is below the
+    ceiling) of :func:`roof_slot_queue_latency_expr`; the roof's law alone where ``cap``
+    is ``inf`` or NaN. ``inf`` at and past the ceiling (:func:`roof_capped_ceiling`), C1
+    at zero load. Arrays broadcast together."""
+    from bayesspec.laws.queue import LOG_NEGLIGIBLE_CAP_TAIL, cap_tail_log_bound
+
+    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (
+        rps, c1, c2, cap, k, cycles, bend, wait_scale,
+        *(roof[name] for name in ROOF_CARD_FIELDS))))
+    rps, c1, c2, cap, k, cycles, bend, wait_scale, *cards = arrays
+    roof = dict(zip(ROOF_CARD_FIELDS, cards))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        safe_rps = np.maximum(rps, 1e-300)
+        n, _, found = roof_concurrency_expr(safe_rps, c1, c2, roof, k, cycles, bend)
+        value = n / safe_rps
+        capped = np.isfinite(cap)
+        safe_cap = np.where(capped, cap, 1.0)
+        below_cap = found & (n < safe_cap - 1.0)
+        full = roof_full_batch_time_expr(c1, c2, safe_cap, roof, k, cycles, bend)
+        within = np.where(capped, below_cap | (rps * full < safe_cap), found)
+        held = np.where(below_cap, n, safe_cap - 1.0)
+        shift, _ = roof_excess_expr(held, roof, k, cycles, bend)
+        # where cap-many in the batch are practically impossible the queue is the roof's
+        # law (answers evaluate draws x rates x configurations: most lie there)
+        live = (capped & within & (rps > 0)
+                & (~below_cap | (cap_tail_log_bound(rps, c1 + shift, c2, safe_cap)
+                                 > LOG_NEGLIGIBLE_CAP_TAIL)))
+        if live.any():
+            part = {name: v[live] for name, v in roof.items()}
+            value = np.array(value, dtype=float, copy=True)
+            value[live] = roof_slot_queue_latency_expr(
+                rps[live], c1[live], c2[live], safe_cap[live], part, k[live], cycles[live],
+                bend[live], held[live], wait_scale=wait_scale[live])
+    value = np.where(rps > 0, value, c1)
+    return np.where(within | (rps <= 0), value, np.inf), n, within
 
 
 def roof_concurrency_graph(rps, c1, c2, roof: dict, k, cycles, bend):

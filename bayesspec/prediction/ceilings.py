@@ -92,13 +92,25 @@ def admitted_limit(curve, top, largest_batch=np.nan, *, floor=np.nan,
     largest = (np.full(law.shape, fallback) if cap is None
                else np.where(np.isfinite(cap), cap, fallback))
     bound = np.broadcast_to(np.asarray(bound, dtype=float), law.shape)
+    # A law with a batch's own throughput (the compute roof's) reads it; eq. (1)'s is
+    # batch / (C1 + C2 (batch - 1)).
+    throughput = getattr(curve, "batch_throughput", None)
+    if throughput is None:
+        def batch_at(rate):
+            return _batch_at(rate, c1, c2)
+
+        def throughput(batch):
+            return batch / (c1 + c2 * (batch - 1.0))
+    else:
+        def batch_at(rate):
+            return curve.batch_reaching(rate)
     largest = np.where(np.isfinite(bound) & (bound > seen),
-                       np.fmin(largest, _batch_at(bound, c1, c2)), largest)
+                       np.fmin(largest, batch_at(bound)), largest)
     fraction = unmeasured_fractions(law.shape[0]).reshape((-1,) + (1,) * (law.ndim - 1))
-    reached = _batch_at(np.minimum(seen, law), c1, c2)
+    reached = batch_at(np.minimum(seen, law))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         batch = reached + fraction * np.maximum(largest - reached, 0.0)
-        limit = np.minimum(law, batch / (c1 + c2 * (batch - 1.0)))
+        limit = np.minimum(law, throughput(batch))
     usable = np.isfinite(top) & (top > 0) & np.isfinite(limit) & (law > top) & (top * c2 < 1)
     return np.where(usable, np.clip(limit, np.minimum(seen, law), law), law)
 

@@ -204,13 +204,23 @@ class RoofCurve(Curve):
     ceiling is the largest throughput N/L(N) (:func:`bayesspec.laws.roofline.roof_ceiling`),
     below eq. (1)'s pole 1/C2 by what the roof takes. The learned factors and bend are
     draws like C1 and C2, so what the sweep did not reach stays as uncertain as their
-    posterior."""
+    posterior.
+
+    With the engine's ``cap`` (requests in the batch: the slot cap, the KV cache over a
+    request's tokens) the roof and the cap are one law
+    (:func:`bayesspec.laws.roofline.roof_slot_queue_latency_expr`, the fit's own): past
+    the cap requests wait for a slot that frees at the full batch's rate
+    cap / L_roof(cap - 1), the ceiling
+    (:func:`bayesspec.laws.roofline.roof_capped_ceiling`)."""
 
     law_name = "eq. (1) with the compute roof"
 
     def __init__(self, c1, c2, *, cards: dict, memory_factor, compute_factor, bend, k,
-                 cycles, label: str = "", noise: Noise | None = None):
-        super().__init__(c1, c2, label=label, noise=noise)
+                 cycles, label: str = "", noise: Noise | None = None, cap=None,
+                 wait_scale: float = 1.0):
+        super().__init__(c1, c2, label=label, noise=noise, cap=cap, wait_scale=wait_scale)
+        if self.cap is not None:
+            self.law_name = "eq. (1) with the compute roof and the engine's cap"
         shape = (-1,) + (1,) * (self.c1.ndim - 1)
         memory = np.asarray(memory_factor, dtype=float).reshape(shape)
         compute = np.asarray(compute_factor, dtype=float).reshape(shape)
@@ -242,29 +252,65 @@ class RoofCurve(Curve):
         self._solved_c1 = c1
         return rps, n, felt, found
 
+    def _capped(self, rps) -> np.ndarray:
+        """The latency with the engine's cap (:meth:`latency` where a cap is known)."""
+        from bayesspec.laws.roofline import roof_capped_latency
+
+        rps = np.asarray(rps, dtype=float)
+        roof = {name: _lift(v, rps) for name, v in self.roof.items()}
+        parts = [_lift(v, rps) for v in (self.c1, self.c2, self.cap, self.k, self.cycles,
+                                         self.bend)]
+        value, *_ = roof_capped_latency(rps, *parts[:3], roof, *parts[3:],
+                                        wait_scale=self.wait_scale)
+        return value
+
     def latency(self, rps) -> np.ndarray:
+        if self.cap is not None:
+            return self._capped(rps)
         rps, n, _, found = self._solve(rps)
         value = np.where(rps > 0, n / np.maximum(rps, 1e-300), self._solved_c1)
         return np.where(found | (rps <= 0), value, np.inf)
 
     def concurrency(self, rps) -> np.ndarray:
-        """Per draw, the least self-consistent N at ``rps`` (``inf`` past the ceiling)."""
+        """Per draw, the least self-consistent N at ``rps`` (``inf`` past the ceiling);
+        with the cap, the mean number in the system, RPS x L."""
+        if self.cap is not None:
+            rps = np.asarray(rps, dtype=float)
+            return rps * self._capped(rps)
         _, n, _, found = self._solve(rps)
         return np.where(found, n, np.inf)
 
     def point_c2(self, rps, curve: np.ndarray) -> np.ndarray:
         """C2 plus the roof's marginal cost at the point's N: the rate error's
-        amplification is x/(1 - x) with x = RPS times it, as in the fit."""
+        amplification is x/(1 - x) with x = RPS times it, as in the fit (with the cap,
+        the C2 whose x/(1 - x) is the law's elasticity, as the fit passes it)."""
+        if self.cap is not None:
+            rps = np.asarray(rps, dtype=float)
+            elasticity = self.amplification(rps, curve)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                return elasticity / (rps * (1.0 + elasticity))
         _, _, felt, found = self._solve(rps)
         return np.broadcast_to(np.where(found, felt, np.inf), np.shape(curve))
+
+    def amplification(self, rps, curve: np.ndarray) -> np.ndarray:
+        if self.cap is None:
+            return super().amplification(rps, curve)
+        rps = np.asarray(rps, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            value = load_elasticity_expr(self._capped, rps)
+        return np.broadcast_to(np.where(np.isnan(value), np.inf, value), np.shape(curve))
 
     @property
     def ceiling(self) -> np.ndarray:
         if self._ceiling is None:
-            from bayesspec.laws.roofline import roof_ceiling
+            from bayesspec.laws.roofline import roof_capped_ceiling, roof_ceiling
 
-            self._ceiling = roof_ceiling(self.c1, self.c2, self.roof, self.k, self.cycles,
-                                         self.bend)
+            if self.cap is None:
+                self._ceiling = roof_ceiling(self.c1, self.c2, self.roof, self.k,
+                                             self.cycles, self.bend)
+            else:
+                self._ceiling = roof_capped_ceiling(self.c1, self.c2, self.cap, self.roof,
+                                                    self.k, self.cycles, self.bend)
         return self._ceiling
 
     @property
@@ -272,9 +318,52 @@ class RoofCurve(Curve):
         """1 / the ceiling: what eq. (1)'s C2 is to its pole."""
         return 1.0 / self.ceiling
 
+    def batch_throughput(self, batch) -> np.ndarray:
+        """Per draw, the rate a full batch of ``batch`` requests sustains:
+        batch / L_roof(batch - 1) (eq. (1)'s batch / (C1 + C2 (batch - 1)) plus the
+        roof's excess; :func:`bayesspec.laws.roofline.roof_full_batch_time_expr`).
+        ``batch``: the cost arrays' shape or broadcastable to it. What a ceiling that
+        admits an unmeasured limit reads (:func:`bayesspec.prediction.ceilings.
+        admitted_limit`)."""
+        from bayesspec.laws.roofline import roof_full_batch_time_expr
+
+        batch = np.asarray(batch, dtype=float)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            return batch / roof_full_batch_time_expr(self.c1, self.c2, batch, self.roof,
+                                                     self.k, self.cycles, self.bend)
+
+    def batch_reaching(self, rate, *, steps: int = 64) -> np.ndarray:
+        """Per draw, the least batch (at least 1) whose full throughput
+        (:meth:`batch_throughput`) is ``rate``, on the rising side of the roof's peak;
+        ``inf`` where no batch reaches it. Bisection in log batch."""
+        from bayesspec.laws.roofline import _past_roof_peak
+
+        rate = np.broadcast_to(np.asarray(rate, dtype=float), self.c1.shape)
+        lo = np.zeros(self.c1.shape)
+        hi = np.full(self.c1.shape, np.log10(1e7))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            for _ in range(steps):
+                mid = 0.5 * (lo + hi)
+                batch = 10.0 ** mid
+                climbing = ~_past_roof_peak(self.c1, self.c2, batch - 1.0, self.roof, self.k,
+                                            self.cycles, self.bend)
+                short = climbing & (self.batch_throughput(batch) < rate)
+                lo, hi = np.where(short, mid, lo), np.where(short, hi, mid)
+            batch = 10.0 ** hi
+            reached = self.batch_throughput(batch) >= rate * (1.0 - 1e-9)
+        return np.where(reached, np.maximum(batch, 1.0), np.inf)
+
     @property
     def ceiling_binding(self) -> str:
-        return "compute roof"
+        """"cap" where the engine's cap comes before the roof's peak throughput in most
+        draws, else "compute roof"."""
+        if self.cap is None:
+            return "compute roof"
+        from bayesspec.laws.roofline import roof_cap_binds
+
+        binds = roof_cap_binds(self.c1, self.c2, self.cap, self.roof, self.k, self.cycles,
+                               self.bend)
+        return "cap" if np.mean(binds) > 0.5 else "compute roof"
 
     @property
     def has_fluid_run(self) -> bool:

@@ -454,7 +454,8 @@ class CoefficientLaw(Law):
                 length = (expected_accepted(alpha, k) * np.ones_like(c1)
                           if self.acceptance_lengths is None else length)
             return RoofCurve(c1, c2, **self.roof, k=k, cycles=self.decode_tokens / length,
-                             label=label, noise=self.noise)
+                             label=label, noise=self.noise, cap=self.cap_at(k),
+                             wait_scale=self.engine_limits.get("wait_scale", 1.0))
         if self.moe is None:
             return Curve(c1, c2, label=label, noise=self.noise, cap=self.cap_at(k),
                          wait_scale=self.engine_limits.get("wait_scale", 1.0))

@@ -42,8 +42,13 @@ def test_roof_where_the_cards_exist_and_eq1_elsewhere():
     assert (groups["mean_law"] == "eq1").all() and "no card for the GPU TPU-v9" in note
     groups, note = _prepared(_sweeps(), mean_law="eq1")
     assert (groups["mean_law"] == "eq1").all()
+    # a stated cap keeps the roof: the roof and the cap are one law
     groups, note = _prepared(_sweeps(max_num_seqs=64), mean_law="auto")
-    assert (groups["mean_law"] == "eq1").all() and "cap is stated" in note
+    assert (groups["mean_law"] == "roof").all() and "engine's cap stated in 3" in note
+    assert np.isfinite(groups["cap"]).all()
+    # without cards a stated cap keeps the slot queue's eq. (1)
+    groups, note = _prepared(_sweeps(gpu="TPU-v9", max_num_seqs=64), mean_law="auto")
+    assert (groups["mean_law"] == "eq1").all() and "no card for the GPU" in note
     with pytest.raises(BadInput, match="no card for the GPU"):
         _prepared(_sweeps(gpu="TPU-v9"), mean_law="roofline")
 
@@ -83,3 +88,36 @@ def test_plain_decoding_alone_stays_on_eq1_unless_asked():
     assert (groups["mean_law"] == "eq1").all() and "plain decoding only" in note
     groups, _ = _prepared(dense_only, model="dense", mean_law="roofline")
     assert (groups["mean_law"] == "roof").all()
+
+
+@pytest.mark.slow   # builds the graph and draws from it: about 15 s
+def test_a_cap_that_reaches_the_data_enters_the_roofs_likelihood():
+    """The graph's mean latency with the roof and a binding cap is the curve's law at the
+    same parameters (prior draws, where both are finite)."""
+    import pymc as pm
+
+    from bayesspec.bayes import MODEL_CLASSES
+    from bayesspec.laws.roofline import ROOF_CARD_FIELDS, roof_capped_latency
+
+    model = MODEL_CLASSES["dense"]({"mean_law": "auto"})
+    built = model.build(_sweeps(max_num_seqs=8))
+    groups, rows, g = model.inputs.groups, model.inputs.rows, model.inputs.group_index
+    assert (groups["mean_law"] == "roof").all()
+    assert groups["cap_in_likelihood"].all() and "cap" in built.named_vars
+    names = ["C1", "C2", "roof_memory_factor", "roof_compute_factor", "roof_bend"]
+    compared = 0
+    for seed in range(4):
+        *values, mu = pm.draw([built[n] for n in names]
+                              + [built["log_latency"].owner.inputs[2]], random_seed=seed)
+        c1, c2, memory, compute, bend = values
+        roof = {name: groups[name].to_numpy(float)[g]
+                * (compute if name.endswith("token_s") else memory)
+                for name in ROOF_CARD_FIELDS}
+        expected, _, _ = roof_capped_latency(
+            rows["rps"].to_numpy(float), c1[g], c2[g], groups["cap"].to_numpy(float)[g],
+            roof, groups["k"].to_numpy(float)[g], groups["roof_cycles"].to_numpy(float)[g],
+            bend, wait_scale=groups["wait_scale"].to_numpy(float)[g])
+        both = np.isfinite(expected) & np.isfinite(mu)
+        np.testing.assert_allclose(np.exp(mu)[both], expected[both], rtol=1e-5)
+        compared += int(both.sum())
+    assert compared >= 8

@@ -114,3 +114,185 @@ def test_roof_curve_shapes_for_several_k(cards):
     np.testing.assert_allclose(curve.latency(np.array([0.0, 2.0]))[..., 0], c1)
     ceilings = curve.ceiling
     assert ceilings.shape == (draws, 3) and np.all(np.diff(ceilings[0]) < 0)   # falls with k
+
+
+# ---------------------------------------------------------------------------------------
+# The roof and the engine's cap in one law
+# ---------------------------------------------------------------------------------------
+
+ROOF_K, ROOF_CYCLES, ROOF_BEND = 7.0, 512 / 3.5, 0.1
+
+
+def _capped(rates, cap, cards, c1=3.0, c2=0.02, bend=ROOF_BEND):
+    from bayesspec.laws.roofline import roof_capped_latency
+
+    return roof_capped_latency(rates, c1, c2, cap, cards, ROOF_K, ROOF_CYCLES, bend)
+
+
+def test_roof_with_the_cap_numpy_equals_pytensor(cards):
+    import pytensor
+    import pytensor.tensor as pt
+
+    from bayesspec.laws.roofline import (roof_capped_ceiling, roof_concurrency_graph,
+                                         roof_slot_queue_latency_expr)
+
+    cap = 48.0
+    rates = roof_capped_ceiling(3.0, 0.02, cap, cards, ROOF_K, ROOF_CYCLES, ROOF_BEND) \
+        * np.array([0.2, 0.6, 0.9, 0.97])
+    expected, _, within = _capped(rates, cap, cards)
+    assert within.all()
+    rps = pt.dvector("rps")
+    roof = {name: pt.as_tensor_variable(value) for name, value in cards.items()}
+    n, _ = roof_concurrency_graph(rps, 3.0, 0.02, roof, ROOF_K, ROOF_CYCLES, ROOF_BEND)
+    law = roof_slot_queue_latency_expr(rps, 3.0, 0.02, cap, roof, ROOF_K, ROOF_CYCLES,
+                                       ROOF_BEND, n, xp=pt)
+    value = pytensor.function([rps], law, mode="FAST_COMPILE")(rates)
+    # two implementations of the incomplete beta (as the slot queue's own test)
+    np.testing.assert_allclose(value, expected, rtol=1e-5)
+    assert value[-1] > 1.5 * value[0]         # near the cap: the queue, not eq. (1)
+
+
+def test_roof_with_an_infinite_cap_is_the_roof_law(cards):
+    from bayesspec.laws.roofline import roof_slot_queue_latency_expr
+
+    rates = roof_ceiling(3.0, 0.02, cards, ROOF_K, ROOF_CYCLES, ROOF_BEND) \
+        * np.array([0.1, 0.5, 0.9, 0.99])
+    n, _, found = roof_concurrency_expr(rates, 3.0, 0.02, cards, ROOF_K, ROOF_CYCLES,
+                                        ROOF_BEND)
+    assert found.all()
+    latency, _, _ = _capped(rates, np.inf, cards)
+    np.testing.assert_array_equal(latency, n / rates)
+    # the formula itself: the slot queue at C1 + R(N) far from its cap is N / RPS
+    far = roof_slot_queue_latency_expr(rates, 3.0, 0.02, 1e5, cards, ROOF_K, ROOF_CYCLES,
+                                       ROOF_BEND, n)
+    np.testing.assert_allclose(far, n / rates, rtol=1e-9)
+
+
+def test_roof_with_the_cap_and_no_roof_is_the_slot_queue(cards):
+    from bayesspec.laws import ceiling_rps, slot_queue_latency_expr
+    from bayesspec.laws.roofline import roof_capped_ceiling
+
+    cap = 24.0
+    rates = ceiling_rps(3.0, 0.02, cap) * np.array([0.1, 0.5, 0.9, 0.99])
+    queue = slot_queue_latency_expr(rates, 3.0, 0.02, cap, wait_scale=0.5)
+    # no compute (knee at infinity) and no memory beyond the floor: R = 0
+    flat = {name: np.asarray(value) * (0.0 if name.endswith(("token_s", "kv_s")) else 1.0)
+            for name, value in cards.items()}
+    from bayesspec.laws.roofline import roof_capped_latency
+
+    latency, _, within = roof_capped_latency(rates, 3.0, 0.02, cap, flat, ROOF_K, ROOF_CYCLES,
+                                             0.0, wait_scale=0.5)
+    assert within.all()
+    np.testing.assert_allclose(latency, queue, rtol=1e-12)
+    assert float(roof_capped_ceiling(3.0, 0.02, cap, flat, ROOF_K, ROOF_CYCLES, 0.0)) == \
+        pytest.approx(float(ceiling_rps(3.0, 0.02, cap)), rel=1e-12)
+
+
+def test_the_cap_binds_before_the_roofs_peak_and_the_roof_after(cards):
+    from bayesspec.laws.roofline import roof_capped_ceiling, roof_full_batch_time_expr
+
+    peak = float(roof_ceiling(3.0, 0.02, cards, ROOF_K, ROOF_CYCLES, ROOF_BEND))
+    for cap in (16.0, 48.0, 2000.0):
+        ceiling = float(roof_capped_ceiling(3.0, 0.02, cap, cards, ROOF_K, ROOF_CYCLES,
+                                            ROOF_BEND))
+        full = cap / float(roof_full_batch_time_expr(3.0, 0.02, cap, cards, ROOF_K,
+                                                     ROOF_CYCLES, ROOF_BEND))
+        latency, _, _ = _capped(ceiling * np.array([0.999, 1.001]), cap, cards)
+        assert np.isfinite(latency[0]) and np.isinf(latency[1])   # the law's own edge
+        if cap < 100:    # a small batch fills before the roof's peak: its rate binds
+            assert ceiling == pytest.approx(full, rel=1e-12) and ceiling < peak
+        else:            # the peak comes first: the roof's ceiling, not the fuller batch's
+            assert ceiling == pytest.approx(peak, rel=1e-12) and full < peak
+    # the cap only ever adds latency
+    rates = np.array([2.0, 6.0, 10.0])
+    capped, _, _ = _capped(rates, 16.0, cards)
+    alone, _, _ = _capped(rates, np.inf, cards)
+    assert np.all(capped >= alone) and capped[-1] > 1.05 * alone[-1]
+
+
+def test_roof_with_the_cap_is_near_the_exact_birth_death_chain(cards):
+    """The mean field against the chain in which n requests leave at n / L_roof(n - 1)
+    (exact for the Markov queue): within 4% up to nine tenths of the ceiling, on a cap
+    that binds before the roof's peak and on one past it."""
+    from bayesspec.laws import profile_chain_latency_expr
+    from bayesspec.laws.roofline import roof_capped_ceiling
+
+    for cap in (48.0, 160.0):
+        ceiling = float(roof_capped_ceiling(1.4, 0.01, cap, cards, ROOF_K, 256 / 3.5, 0.1))
+        rates = ceiling * np.array([0.2, 0.5, 0.8, 0.9])
+        law, _, _ = roof_capped_latency_at(rates, cap, cards)
+        others = np.arange(int(cap)) * 1.0
+        extra, _ = roof_excess_expr(others, cards, ROOF_K, 256 / 3.5, 0.1)
+        shape = (len(rates), int(cap))
+        chain = profile_chain_latency_expr(rates, np.full(4, 1.4), np.full(4, 0.01),
+                                           np.full(4, cap), np.broadcast_to(extra, shape),
+                                           np.ones(shape))
+        np.testing.assert_allclose(law, chain, rtol=0.04)
+
+
+def roof_capped_latency_at(rates, cap, cards):
+    from bayesspec.laws.roofline import roof_capped_latency
+
+    return roof_capped_latency(rates, 1.4, 0.01, cap, cards, ROOF_K, 256 / 3.5, 0.1)
+
+
+def test_roof_curve_with_the_cap(cards):
+    from bayesspec.laws.roofline import roof_capped_ceiling
+    from bayesspec.prediction import RoofCurve
+
+    raw = {name: float(value) / 1.5 for name, value in cards.items()}
+    draws = 3
+    common = dict(cards=raw, memory_factor=np.full(draws, 1.5),
+                  compute_factor=np.full(draws, 1.5), bend=np.full(draws, ROOF_BEND),
+                  k=ROOF_K, cycles=ROOF_CYCLES)
+    curve = RoofCurve(np.full(draws, 3.0), np.full(draws, 0.02), cap=16.0, wait_scale=0.5,
+                      **common)
+    open_curve = RoofCurve(np.full(draws, 3.0), np.full(draws, 0.02), **common)
+    ceiling = curve.ceiling
+    assert ceiling == pytest.approx(np.full(draws, float(roof_capped_ceiling(
+        3.0, 0.02, 16.0, cards, ROOF_K, ROOF_CYCLES, ROOF_BEND))))
+    assert np.all(ceiling < open_curve.ceiling) and curve.ceiling_binding == "cap"
+    far = RoofCurve(np.full(draws, 3.0), np.full(draws, 0.02), cap=2000.0, **common)
+    assert far.ceiling_binding == "compute roof"
+    assert far.ceiling == pytest.approx(open_curve.ceiling, rel=1e-12)
+    rates = np.array([1.0, 0.9 * ceiling[0], 1.01 * ceiling[0]])
+    latency = curve.latency(rates)
+    assert np.isfinite(latency[:, :2]).all() and np.isinf(latency[:, 2]).all()
+    assert np.all(latency[:, :2] >= open_curve.latency(rates[:2]))
+    met = curve.rate_meeting(float(latency[0, 1]))
+    assert met == pytest.approx(np.full(draws, rates[1]), rel=1e-6)
+    amplification = curve.amplification(rates[1:2], latency[:, 1:2])
+    assert np.all(np.isfinite(amplification)) and np.all(amplification > 0)
+    assert curve.point_c2(rates[1:2], latency[:, 1:2]) * rates[1] == pytest.approx(
+        amplification / (1 + amplification))
+
+
+def test_an_admitted_limit_reads_the_roofs_own_full_batch(cards):
+    """The ceiling that admits an unmeasured limit takes a full batch's throughput from
+    the roof (eq. (1)'s formula with C2 = 1/ceiling understated it); with no roof it is
+    the slot queue's curve's admitted limit exactly."""
+    from bayesspec.prediction import Curve, RoofCurve
+    from bayesspec.prediction.ceilings import admitted_limit
+
+    raw = {name: float(value) / 1.5 for name, value in cards.items()}
+    draws = 4
+    common = dict(cards=raw, memory_factor=np.full(draws, 1.5),
+                  compute_factor=np.full(draws, 1.5), bend=np.full(draws, ROOF_BEND),
+                  k=ROOF_K, cycles=ROOF_CYCLES)
+    curve = RoofCurve(np.full(draws, 3.0), np.full(draws, 0.02), cap=48.0, **common)
+    batch = curve.batch_reaching(0.6 * curve.ceiling)
+    np.testing.assert_allclose(curve.batch_throughput(batch), 0.6 * curve.ceiling,
+                               rtol=1e-9)
+    past_peak = 1.01 * roof_ceiling(3.0, 0.02, cards, ROOF_K, ROOF_CYCLES, ROOF_BEND)
+    assert np.all(np.isinf(curve.batch_reaching(past_peak)))   # no batch is that fast
+    top = 0.5 * float(curve.ceiling[0])
+    limit = admitted_limit(curve, top)
+    assert np.all(limit >= top) and np.all(limit <= curve.ceiling)
+    assert np.all(limit > curve.batch_throughput(curve.batch_reaching(top)) - 1e-9)
+    flat = {name: value * (0.0 if name.endswith(("token_s", "kv_s")) else 1.0)
+            for name, value in raw.items()}
+    no_roof = RoofCurve(np.full(draws, 3.0), np.full(draws, 0.02), cap=48.0,
+                        **{**common, "cards": flat, "bend": np.zeros(draws)})
+    plain = Curve(np.full(draws, 3.0), np.full(draws, 0.02), cap=48.0)
+    np.testing.assert_allclose(admitted_limit(no_roof, 20.0), admitted_limit(plain, 20.0),
+                               rtol=1e-9)
