@@ -395,9 +395,10 @@ OPTIONS_LIST = [
            SPECULATIVE),
     Option("mean_law", "experimental", Choice("eq1", "auto", "roofline"), "eq1",
            "roofline: the compute roof from the verifier's, drafter's and GPU's cards added "
-           "to eq. (1)/(3) (auto: where speculative groups have cards and no cap or decode "
-           "profile is stated); on held-out simulated roof sweeps 0.55 coverage against "
-           "eq. (1)+(3)'s 0.19, short of 0.80 (docs/findings/compute-roof.md)",
+           "to eq. (1)/(3), with a stated engine cap as its slot queue (auto: where "
+           "speculative groups have cards and no decode profile is stated); on held-out "
+           "simulated roof sweeps 0.64 coverage against eq. (1)+(3)'s 0.20, short of 0.80 "
+           "(docs/findings/compute-roof.md)",
            ("dense", "speculative")),
     Option("acceptance_dispersion", "experimental", Choice("learned", "none"), "learned",
            "window-to-window spread of alpha (a Beta-Binomial); none: plain Binomial counts",
