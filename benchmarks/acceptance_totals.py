@@ -24,7 +24,7 @@ Data chosen on and tested on:
 - public (tested): the acceptance-length tables of vllm-project/vllm#20780 (EAGLE-1 and EAGLE-3
   heads of Llama-3.1-8B-Instruct, a separate run per k = 2..7, the same author and
   setup): fitted on k = 2..4, predicted at 5..7; the README of
-  ../shared/data/public/vllm_llama31_8b_eagle_k_sweeps says these are the comparable ones
+  examples/acceptance/README.md says these are the comparable ones
   (PR 26498's K = 10 runs are another build and date; the CI table is another drafter).
   Also the repository's examples/acceptance (SpecDecode-Bench traces, EAGLE-3 and n-gram
   on four datasets, k = 1..10, fitted on the totals of k = 1..4; vLLM PR 32628, EAGLE-3
@@ -63,9 +63,7 @@ from bayesspec.data import counters_of  # noqa: E402
 from bayesspec.inference import SamplerSettings  # noqa: E402
 from bayesspec.simulate.drafters import DepthLimitedDrafter, depth_limited_counters  # noqa: E402
 
-PUBLIC = ROOT.parent / "shared" / "data" / "public" / "vllm_llama31_8b_eagle_k_sweeps"
-if not PUBLIC.exists():
-    PUBLIC = Path("/work/shared/data/public/vllm_llama31_8b_eagle_k_sweeps")
+PUBLIC = ROOT / "examples" / "acceptance"
 RESULTS = ROOT / "benchmarks" / "results"
 FIGURES = ROOT / "docs" / "figures"
 PROB = 0.9
@@ -140,7 +138,7 @@ def al_rows(label_to_lengths: dict, verifier: str, drafter_of: dict) -> pd.DataF
 
 
 def part_choose(args) -> list:
-    table = pd.read_csv(PUBLIC / "pr26498_per_position_k10.csv")
+    table = pd.read_csv(PUBLIC / "vllm_llama31_8b_eagle3_per_position_k10.csv")
     truth, frames = {}, []
     for run, block in table.groupby("run_label", sort=False):
         name = "EAGLE-3 MT-Bench K10" if run.startswith("MTBench") else "EAGLE-3 SpecBench K10"
@@ -157,7 +155,7 @@ def part_choose(args) -> list:
 def part_public(args) -> list:
     """One fit, every set side by side (setups are never pooled: the same posteriors as
     separate fits, one compile)."""
-    table = pd.read_csv(PUBLIC / "issue20780_al_and_tpot_by_k.csv")
+    table = pd.read_csv(PUBLIC / "vllm_llama31_8b_eagle_lengths_by_k.csv")
     frames, truth, fit_rows = [], {}, []
     for column, name in (("AL_eagle1", "EAGLE-1"), ("AL_eagle3", "EAGLE-3")):
         frame = pd.DataFrame({"verifier": "Llama-3.1-8B-Instruct", "drafter": name,
