@@ -36,6 +36,25 @@ def _ratio_of_latencies(l_dense, l_sd) -> np.ndarray:
     return np.where(both, 1.0, ratio)
 
 
+def sign_change_cells(sd_latency, dense_latency, ceiling: np.ndarray, grid: int) -> dict:
+    """The scan of :func:`first_crossing`: the sign of log(L_sd/L_dense) on a grid of
+    fractions of each draw's ceiling, and per draw the first grid cell where it changes:
+    ``start`` (the sign at rate 0), ``has`` (a change below the ceiling), the cell's ends
+    ``lo``, ``hi`` and the gap there, ``gap_lo``, ``gap_hi``."""
+    fractions = np.append(np.arange(grid) / grid, 1.0 - 1e-9)
+    rates = ceiling[:, None] * fractions[None, :]                      # (S, G)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = np.log(sd_latency(rates)) - np.log(dense_latency(rates))
+    start = np.sign(gap[:, 0])
+    changed = (np.sign(gap) != start[:, None]) & (start[:, None] != 0) & ~np.isnan(gap)
+    first = np.argmax(changed, axis=1)
+    draws = np.arange(len(ceiling))
+    before = np.maximum(first - 1, 0)
+    return {"start": start, "has": changed.any(axis=1), "lo": rates[draws, before],
+            "hi": rates[draws, first], "gap_lo": gap[draws, before],
+            "gap_hi": gap[draws, first]}
+
+
 def first_crossing(sd_latency, dense_latency, ceiling: np.ndarray, *, grid: int = 48,
                    steps: int = 44) -> np.ndarray:
     """Lowest rate where L_sd = L_dense below ``ceiling`` (per draw), else nan.
@@ -53,17 +72,8 @@ def first_crossing(sd_latency, dense_latency, ceiling: np.ndarray, *, grid: int 
     bracket; a midpoint below it has the sign of the bracket's lower end, one above it
     that of its upper end (one crossing inside a grid cell, as the scan assumes).
     """
-    fractions = np.append(np.arange(grid) / grid, 1.0 - 1e-9)
-    rates = ceiling[:, None] * fractions[None, :]                      # (S, G)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.log(sd_latency(rates)) - np.log(dense_latency(rates))
-    start = np.sign(gap[:, 0])
-    changed = (np.sign(gap) != start[:, None]) & (start[:, None] != 0) & ~np.isnan(gap)
-    has = changed.any(axis=1)
-    first = np.argmax(changed, axis=1)
-    draws = np.arange(len(ceiling))
-    lo = rates[draws, np.maximum(first - 1, 0)]
-    hi = rates[draws, first]
+    scan = sign_change_cells(sd_latency, dense_latency, ceiling, grid)
+    start, has, lo, hi = scan["start"], scan["has"], scan["lo"], scan["hi"]
 
     def gap_at(rate, where):
         """log(L_sd/L_dense) at one rate per draw, for the draws ``where`` (0 elsewhere:
@@ -72,8 +82,8 @@ def first_crossing(sd_latency, dense_latency, ceiling: np.ndarray, *, grid: int 
         with np.errstate(divide="ignore", invalid="ignore"):
             return (np.log(sd_latency(at)) - np.log(dense_latency(at)))[:, 0]
 
-    below, above = _crossing_bracket(gap_at, lo, hi, gap[draws, np.maximum(first - 1, 0)],
-                                     gap[draws, first], start, has)
+    below, above = _crossing_bracket(gap_at, lo, hi, scan["gap_lo"], scan["gap_hi"], start,
+                                     has)
     for _ in range(steps):
         if np.all(~has | (hi - lo <= BISECTION_RTOL * hi)):
             break

@@ -8,22 +8,14 @@ import pytest
 
 from bayesspec.laws import capped_latency
 from bayesspec.prediction.curves import BISECTION_RTOL
-from bayesspec.prediction.setups import first_crossing
+from bayesspec.prediction.setups import first_crossing, sign_change_cells
 
 
 def plain_bisection(sd_latency, dense_latency, ceiling, grid=48, steps=44):
-    """The search as a bisection evaluating every midpoint of every draw."""
-    fractions = np.append(np.arange(grid) / grid, 1.0 - 1e-9)
-    rates = ceiling[:, None] * fractions[None, :]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        gap = np.log(sd_latency(rates)) - np.log(dense_latency(rates))
-    start = np.sign(gap[:, 0])
-    changed = (np.sign(gap) != start[:, None]) & (start[:, None] != 0) & ~np.isnan(gap)
-    has = changed.any(axis=1)
-    first = np.argmax(changed, axis=1)
-    draws = np.arange(len(ceiling))
-    lo = rates[draws, np.maximum(first - 1, 0)]
-    hi = rates[draws, first]
+    """The search as a bisection evaluating every midpoint of every draw, from the same
+    grid scan."""
+    scan = sign_change_cells(sd_latency, dense_latency, ceiling, grid)
+    start, has, lo, hi = scan["start"], scan["has"], scan["lo"], scan["hi"]
     for _ in range(steps):
         if np.all(~has | (hi - lo <= BISECTION_RTOL * hi)):
             break
