@@ -328,13 +328,19 @@ def _past_roof_peak(c1, c2, batch_others, roof, k, cycles, bend):
     return c1 + c2 * batch_others + excess - batch_others * (c2 + slope) <= 0
 
 
+def _broadcast_with_roof(c1, c2, cap, k, cycles, bend, roof: dict):
+    """The arguments as float arrays of one shape, the roof's cards broadcast to it."""
+    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float)
+                                   for v in (c1, c2, cap, k, cycles, bend)))
+    return (*arrays, {name: np.broadcast_to(np.asarray(v, dtype=float), arrays[0].shape)
+                      for name, v in roof.items()})
+
+
 def roof_cap_binds(c1, c2, cap, roof: dict, k, cycles, bend) -> np.ndarray:
     """Whether the engine's cap sets :func:`roof_capped_ceiling` (it comes before the
     roof's peak throughput), not the roof; False where ``cap`` is ``inf`` or NaN. numpy."""
-    c1, c2, cap, k, cycles, bend = np.broadcast_arrays(
-        *(np.asarray(v, dtype=float) for v in (c1, c2, cap, k, cycles, bend)))
-    roof = {name: np.broadcast_to(np.asarray(v, dtype=float), c1.shape)
-            for name, v in roof.items()}
+    c1, c2, cap, k, cycles, bend, roof = _broadcast_with_roof(c1, c2, cap, k, cycles, bend,
+                                                              roof)
     capped = np.isfinite(cap)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return capped & ~_past_roof_peak(c1, c2, np.where(capped, cap, 1.0) - 1.0, roof, k,
@@ -346,11 +352,8 @@ def roof_capped_ceiling(c1, c2, cap, roof: dict, k, cycles, bend) -> np.ndarray:
     cap / L_roof(cap - 1) where the cap comes before the roof's peak throughput (the
     batch fills before the roof binds), the roof's own (:func:`roof_ceiling`) where the
     peak comes first or ``cap`` is ``inf`` or NaN. numpy."""
-    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float)
-                                   for v in (c1, c2, cap, k, cycles, bend)))
-    c1, c2, cap, k, cycles, bend = arrays
-    roof = {name: np.broadcast_to(np.asarray(v, dtype=float), c1.shape)
-            for name, v in roof.items()}
+    c1, c2, cap, k, cycles, bend, roof = _broadcast_with_roof(c1, c2, cap, k, cycles, bend,
+                                                              roof)
     safe_cap = np.where(np.isfinite(cap), cap, 1.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         full_batch = safe_cap / roof_full_batch_time_expr(c1, c2, safe_cap, roof, k, cycles,
