@@ -398,8 +398,8 @@ class _LargestBatch:
 
 
 def _fit_memo(fit, name: str, source) -> dict:
-    """A memo kept on ``fit`` while it is about ``source`` (every law of a fit shares
-    it), or a new one where the fit takes no attributes."""
+    """A memo kept on ``fit`` (or any object) while it is about ``source`` (every law of
+    a fit shares it), or a new one where the object takes no attributes."""
     kept = getattr(fit, name, None)
     if kept is None or kept[0] is not source:
         kept = (source, {})
@@ -528,16 +528,13 @@ def _admitting_law_class(base: type) -> type:
         def _cache(self, name: str, source) -> dict:
             """A memo of this law's (answers ask for the same configurations' curves
             many times over), kept only while it is about ``source``."""
-            kept = self.__dict__.get(name)
-            if kept is None or kept[0] is not source:
-                kept = self.__dict__[name] = (source, {})
-            return kept[1]
+            return _fit_memo(self, name, source)
 
         def _seen_of(self, labels) -> tuple[float, float]:
             """:func:`seen_rates` of the groups ``labels``, from each group's alone
             (the highest floor and the lowest bound of theirs)."""
             cache = (self._seen_by_label if self._seen_by_label is not None
-                     else self._cache("_seen_by_label", self._data))
+                     else self._cache("_seen_memo", self._data))
             floors, bounds = [], []
             for label in (str(v) for v in labels):
                 if label not in cache:
