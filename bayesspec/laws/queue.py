@@ -143,13 +143,8 @@ def capped_latency(rps, c1, c2, cap, *, wait_scale=1.0):
         # The ceiling (:func:`ceiling_rps`) depends on the costs and the cap alone: taken
         # once per draw, not per draw and rate (decisions evaluate draws x rates x
         # configurations, and every pass over those arrays counts in an answer's time).
-        c1_cap, c2_cap, cap = np.broadcast_arrays(c1, c2, cap)
         capped = np.isfinite(cap)
-        ceiling = np.array(1.0 / c2_cap, dtype=float)
-        if capped.any():
-            ceiling[capped] = np.minimum(ceiling[capped], cap_throughput_expr(
-                c1_cap[capped], c2_cap[capped], cap[capped]))
-        past = full(rps >= ceiling)
+        past = full(rps >= ceiling_rps(c1, c2, np.where(capped, cap, np.inf)))
         value = latency_expr(rps, c1, c2)
         if not isinstance(value, np.ndarray) or value.shape != shape:
             value = np.array(np.broadcast_to(value, shape), dtype=float)
