@@ -320,133 +320,6 @@ def closed_loop(seed: int, k: int, rates: list[float], draws: int, tune: int,
     return out
 
 
-def prompt_step(batch, roof: dict, k: float, rate: float, prompt_tokens: float,
-                terms: int = 40, cycles: float | None = None, mean=None):
-    """The roof's engine step with the prompts in it (numpy, one configuration): the
-    expectation over m ~ Poisson(RPS x the decode step) prompts a step of the verifier's
-    pass and the drafter's first pass over the batch's k + 1 tokens a request plus m
-    prompts, and the drafter's later passes. A sketch of the law
-    findings/compute-roof.md says would meet the targets."""
-    from scipy.special import gammaln
-
-    from bayesspec.laws.roofline import roof_pass_expr, roof_step_expr
-
-    batch = np.asarray(batch, dtype=float)[..., None]
-    # prompts a step: the rate times the decode step, or (``cycles`` given) the batch over
-    # a request's steps, each request bringing its prompt once
-    if mean is not None:    # a count given (the fixed point's iterate)
-        mean = np.asarray(mean, dtype=float)[..., None]
-    else:
-        mean = batch / cycles if cycles else rate * roof_step_expr(batch, roof, k, 0.0)[0]
-    m = np.arange(terms + 1, dtype=float)
-    weight = np.exp(-mean + m * np.log(np.maximum(mean, 1e-300)) - gammaln(m + 1.0))
-    # past the terms (far batches of the root's search): the mean's own count
-    rest = np.clip(1.0 - weight.sum(axis=-1, keepdims=True), 0.0, 1.0)
-    counts = np.concatenate([np.broadcast_to(m, weight.shape),
-                             np.maximum(mean, terms + 1.0)], axis=-1)
-    weight = np.concatenate([weight, rest], axis=-1)
-    tokens = (k + 1.0) + counts * prompt_tokens / batch
-    verify, _ = roof_pass_expr(batch, roof["verifier_floor_s"], roof["verifier_kv_s"],
-                               roof["verifier_token_s"], tokens, 0.0)
-    step = (weight * verify).sum(axis=-1)
-    if k > 0:
-        floor = max(roof["drafter_floor_s"], 1e-12)
-        first, _ = roof_pass_expr(batch, floor, roof["drafter_kv_s"], roof["drafter_token_s"],
-                                  tokens, 0.0)
-        later, _ = roof_pass_expr(batch[..., 0], floor, roof["drafter_kv_s"],
-                                  roof["drafter_token_s"], 1.0, 0.0)
-        step = step + (weight * first).sum(axis=-1) + (k - 1.0) * later
-    return step
-
-
-def prompts_in_step(seed: int, draws: int, tune: int, prefill: int = PREFILL_TOKENS,
-                    per_step: str = "rate") -> dict:
-    """Per k, the law's latency at the held-out rates from the posterior medians of the
-    oracle fit (factors known) with the roof's step as today (decode tokens only) and
-    with the prompts in it (:func:`prompt_step`), against the measured means: whether the
-    prompts are what the law misses. Not refitted: C1 and C2 are the fit's."""
-    from bayesspec.bayes.workflow import fit as fit_model
-    from bayesspec.checks.rate_holdout import split_by_rate
-    from bayesspec.data import prepare
-    from bayesspec.inference import SamplerSettings
-    from bayesspec.laws.roofline import roof_step_expr
-
-    data = prepare(simulated(seed, prefill=prefill), source=f"<roof sweep seed {seed}>")
-    low, high = split_by_rate(data, 0.5)
-    settings = SamplerSettings(draws=draws, tune=tune, chains=2, seed=seed, progress=False)
-    with _law_context("oracle"):
-        fit = fit_model(low, "speculative", settings=settings, config={"mean_law": "auto"})
-    law = fit.law({})
-    grid = np.linspace(0.0, 3000.0, 30001)
-    out = {}
-    for k in KS:
-        curve = law.dense if k == 0 else law.sd(0.8, k)
-        c1, c2 = float(np.median(curve.c1)), float(np.median(curve.c2))
-        cycles = float(np.median(curve.cycles))
-        roof = {name: float(np.median(value)) for name, value in curve.roof.items()}
-
-        def excess_of(step):
-            one, two = step(np.array([1.0]))[0], step(np.array([2.0]))[0]
-            return cycles * (step(1.0 + grid) - one - grid * (two - one))
-
-        decode_only = excess_of(lambda b: roof_step_expr(b, roof, float(k), 0.0)[0])
-        rows = high.loc[~high["saturated"].astype(bool) & (high["k"] == k)]
-        errors = {"decode tokens": [], "with prompts": []}
-        for row in rows.sort_values("rps_target").itertuples():
-            rate = float(row.rps_target)
-            if per_step == "fixed":
-                excesses = {"decode tokens": decode_only,
-                            "with prompts": fixed_point_excess(roof, float(k), rate, prefill,
-                                                               cycles, c1, grid)}
-            else:
-                excesses = {"decode tokens": decode_only,
-                            "with prompts": excess_of(lambda b: prompt_step(
-                                b, roof, float(k), rate, prefill,
-                                cycles=cycles if per_step == "batch" else None))}
-            for name, excess in excesses.items():
-                # the least root of N = RPS (C1 + C2 N + R(N)), on the grid
-                gap = rate * (c1 + c2 * grid + excess) - grid
-                below = np.flatnonzero(gap <= 0)
-                latency = grid[below[0]] / rate if below.size else np.inf
-                errors[name].append(latency / float(row.latency_mean_s) - 1.0)
-        out[k] = errors
-    return out
-
-
-def step_with_prompts(batch, roof, k, prompts, prompt_tokens):
-    """The roof's step at ``batch`` with exactly ``prompts`` prompts in it."""
-    from bayesspec.laws.roofline import roof_pass_expr
-
-    batch = np.asarray(batch, dtype=float)
-    tokens = (k + 1.0) + prompts * prompt_tokens / batch
-    step, _ = roof_pass_expr(batch, roof["verifier_floor_s"], roof["verifier_kv_s"],
-                             roof["verifier_token_s"], tokens, 0.0)
-    if k > 0:
-        floor = max(roof["drafter_floor_s"], 1e-12)
-        first, _ = roof_pass_expr(batch, floor, roof["drafter_kv_s"], roof["drafter_token_s"],
-                                  tokens, 0.0)
-        later, _ = roof_pass_expr(batch, floor, roof["drafter_kv_s"], roof["drafter_token_s"],
-                                  1.0, 0.0)
-        step = step + first + (k - 1.0) * later
-    return step
-
-
-def fixed_point_excess(roof, k, rate, prefill, cycles, c1, grid):
-    """The excess with the prompts a step counted from the step with its prompts (a fixed
-    point: m = RPS x step(m)), over eq. (1)'s line holding the decode step's light-load
-    line and one prompt's light-load stall per arrival (RPS ~ N / C1 at light load)."""
-    from bayesspec.laws.roofline import roof_step_expr
-
-    batch = 1.0 + grid
-    mean = rate * roof_step_expr(batch, roof, k, 0.0)[0]
-    for _ in range(8):
-        mean = rate * prompt_step(batch, roof, k, rate, prefill, mean=mean)
-    full = prompt_step(batch, roof, k, rate, prefill, mean=mean)
-    one, two = (float(roof_step_expr(np.array(b), roof, k, 0.0)[0]) for b in (1.0, 2.0))
-    stall = float(step_with_prompts(1.0, roof, k, 1.0, prefill)) - one
-    return cycles * (full - one - grid * (two - one) - stall * one * grid / c1)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
@@ -464,30 +337,11 @@ def main() -> int:
                              "law's step against the simulator's")
     parser.add_argument("--rates", default="24,27,30,33,36",
                         help="open-loop rates of --closed-loop (comma-separated)")
-    parser.add_argument("--prompts-in-step", action="store_true",
-                        help="the law's median error at the held-out rates with the roof's "
-                             "step as today and with the prompts in it (factors known)")
-    parser.add_argument("--prompts-per-step", choices=("rate", "batch", "fixed"),
-                        default="rate",
-                        help="with --prompts-in-step: RPS x the decode step, the batch "
-                             "over a request's steps, or the fixed point m = RPS x step(m)")
     parser.add_argument("--ceiling-only", action="store_true",
                         help="replicates of the ceiling's coverage alone (no predictive check)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     results = []
-    if args.prompts_in_step:
-        for seed in args.seeds:
-            errors = prompts_in_step(seed, args.draws, args.tune, args.prefill,
-                                     args.prompts_per_step)
-            results.append({"seed": seed, "prefill": args.prefill, "errors": errors})
-            for k, by_step in errors.items():
-                print(f"seed {seed} k {k}: " + "; ".join(
-                    f"{name} " + " ".join(f"{e:+.0%}" for e in values)
-                    for name, values in by_step.items()), flush=True)
-        if args.json:
-            Path(args.json).write_text(json.dumps(results, indent=1, default=str))
-        return 0
     if args.closed_loop is not None:
         rates = [float(r) for r in args.rates.split(",")]
         for seed in args.seeds:
