@@ -280,29 +280,32 @@ def closed_loop(seed: int, k: int, rates: list[float], draws: int, tune: int,
     settings = SamplerSettings(draws=draws, tune=tune, chains=2, seed=seed, progress=False)
     with _law_context("oracle"):
         fit = fit_model(low, "speculative", settings=settings, config={"mean_law": "auto"})
-    curve = fit.law({}).dense if k == 0 else fit.law({}).sd(0.8, k)
+    law = fit.law({})
+    curve = law.dense if k == 0 else law.sd(0.8, k)
     roof = {name: float(np.median(value)) for name, value in curve.roof.items()}
-
-    def law_latency(rate):
-        return float(np.median(fit.law({}).latency(float(rate), alpha=0.8 if k else None,
-                                                   k=k)))
-
     s = _setup(k, prefill)
     context = prefill + 0.5 * 256
+
+    def law_latency(rate):
+        return float(np.median(law.latency(float(rate), alpha=0.8 if k else None, k=k)))
+
+    def law_step(batch):
+        return float(roof_step_expr(np.array(batch), roof, float(k), 0.0)[0])
+
+    def simulator_step(batch):
+        return float(s.step_model.decode_step_time(batch, context, k))
+
+    def excess(step, batch):
+        """A step's excess over its straight line at light load (what the roof adds)."""
+        one, two = step(1.0), step(2.0)
+        return step(float(batch)) - one - (batch - 1.0) * (two - one)
+
     out = []
     for row in at_rates(s, rates, n_requests=2000, seed=seed + 7).rows.itertuples():
         in_flight = int(round(row.rps * row.latency_mean_s))
         closed = at_concurrency(s, [in_flight], n_requests=2000, seed=seed + 7).rows.iloc[0]
-
-        def excess(step, batch):
-            """A step's excess over its straight line at light load (what the roof adds)."""
-            one, two = step(1.0), step(2.0)
-            return step(float(batch)) - one - (batch - 1.0) * (two - one)
-
-        law_excess = excess(lambda b: float(roof_step_expr(np.array(b), roof, float(k),
-                                                           0.0)[0]), in_flight)
-        simulator_excess = excess(lambda b: float(s.step_model.decode_step_time(b, context,
-                                                                                k)), in_flight)
+        law_excess = excess(law_step, in_flight)
+        simulator_excess = excess(simulator_step, in_flight)
         out.append({"rps": float(row.rps), "open_latency": float(row.latency_mean_s),
                     "in_flight": in_flight, "law_open": law_latency(row.rps),
                     "closed_rps": float(closed["rps"]),
@@ -314,9 +317,8 @@ def closed_loop(seed: int, k: int, rates: list[float], draws: int, tune: int,
                     "closed_itl_ms": 1e3 * float(closed["itl_mean_s"]),
                     # the decode step over the tokens a cycle commits: the closed loop's
                     # time per output token were its steps decode tokens alone
-                    "decode_step_per_token_ms": 1e3 * float(s.step_model.decode_step_time(
-                        in_flight, context, k)) / (float(expected_accepted(0.8, k))
-                                                   if k else 1.0)})
+                    "decode_step_per_token_ms": 1e3 * simulator_step(in_flight)
+                    / (float(expected_accepted(0.8, k)) if k else 1.0)})
     return out
 
 
