@@ -229,7 +229,9 @@ def roof_factors():
 def scaled_roof(cards: dict, memory_factor, compute_factor) -> dict:
     """The cards' bounds in the stack's seconds: memory terms times the memory factor,
     arithmetic times the compute factor."""
-    return {name: value * (compute_factor if name.endswith("token_s") else memory_factor)
+    from bayesspec.laws.roofline import ROOF_COMPUTE_FIELDS
+
+    return {name: value * (compute_factor if name in ROOF_COMPUTE_FIELDS else memory_factor)
             for name, value in cards.items()}
 
 

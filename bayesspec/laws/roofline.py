@@ -18,7 +18,8 @@ __all__ = ["TREND_TERMS", "TERM_NAMES", "covariates", "trend_coefficients",
            "roof_concurrency_expr", "ROOF_FAR_IN_FLIGHT", "roof_ceiling",
            "roof_concurrency_graph", "roof_full_batch_time_expr",
            "roof_slot_queue_latency_expr", "roof_capped_latency", "roof_capped_ceiling",
-           "roof_cap_binds"]
+           "roof_cap_binds", "ROOF_COMPUTE_FIELDS", "roof_prompt_step", "roof_prompt_count",
+           "roof_alone_expr", "PROMPT_POISSON_TERMS"]
 
 # (coefficient, term name, covariate) for every positive term, in a fixed order.
 TREND_TERMS = (
@@ -99,9 +100,15 @@ ROOF_JOIN_POWER = 4.0
 
 #: The card values of one configuration's roof, in this order (seconds): the verifier's
 #: weight stream per pass, its KV read per request in the batch, its arithmetic per token
-#: processed; the same for the drafter (zeros for plain decoding).
+#: processed, its arithmetic over one prompt; the same for the drafter (zeros for plain
+#: decoding).
 ROOF_CARD_FIELDS = ("verifier_floor_s", "verifier_kv_s", "verifier_token_s",
-                    "drafter_floor_s", "drafter_kv_s", "drafter_token_s")
+                    "verifier_prompt_s", "drafter_floor_s", "drafter_kv_s",
+                    "drafter_token_s", "drafter_prompt_s")
+#: The fields that are arithmetic (scaled by the learned compute factor; the others are
+#: memory traffic, scaled by the memory factor).
+ROOF_COMPUTE_FIELDS = ("verifier_token_s", "verifier_prompt_s", "drafter_token_s",
+                       "drafter_prompt_s")
 
 
 def roof_card_values(verifier_card, gpu_card, drafter_card=None, *, prefill_tokens: float,
@@ -109,8 +116,9 @@ def roof_card_values(verifier_card, gpu_card, drafter_card=None, *, prefill_toke
     """The bounds a configuration's step cannot beat, from its cards: weight bytes (active
     ones for a sparse verifier: the experts a full batch touches are the weights read) over
     HBM bandwidth, a request's KV bytes at its mean context (prompt + half its output) over
-    bandwidth, 2 x active parameters per token over peak bf16 FLOP/s. Real stacks run
-    slower than these bounds; the factors that say how much are learned
+    bandwidth, 2 x active parameters per token over peak bf16 FLOP/s, and that arithmetic
+    over one prompt (prefill rides in the decode steps: :func:`roof_prompt_step`). Real
+    stacks run slower than these bounds; the factors that say how much are learned
     (:func:`roof_pass_expr`)."""
     bandwidth = gpu_card.hbm_bandwidth_bytes_s
     flops = gpu_card.peak_bf16_flops
@@ -118,23 +126,17 @@ def roof_card_values(verifier_card, gpu_card, drafter_card=None, *, prefill_toke
 
     def card(c):
         if c is None:
-            return 0.0, 0.0, 0.0
+            return 0.0, 0.0, 0.0, 0.0
+        token = 2e9 * c.params_active_b / flops
         return (c.weight_bytes / bandwidth, c.kv_bytes_per_token * context / bandwidth,
-                2e9 * c.params_active_b / flops)
+                token, token * float(prefill_tokens))
 
     values = card(verifier_card) + card(drafter_card)
     return dict(zip(ROOF_CARD_FIELDS, (float(v) for v in values)))
 
 
-def roof_pass_expr(batch, floor, kv, token, tokens_per_request, bend, xp=np,
-                   power: float = ROOF_JOIN_POWER):
-    """Seconds of one forward pass over ``batch`` requests of ``tokens_per_request``
-    tokens each, and its derivative in the batch: the smooth maximum of the memory floor
-    (``floor`` + ``batch`` x ``kv``: weights streamed once, each request's KV read) and
-    the arithmetic, ``batch`` x ``tokens_per_request`` x ``token`` x (1 + ``bend`` x its
-    ratio to the floor). ``bend`` >= 0 lets the marginal cost keep rising past the knee
-    (kernels past the engine's CUDA-graph sizes, tile steps, a token budget split over
-    more steps): 0 is the plain roofline."""
+def _pass_parts(batch, floor, kv, token, tokens_per_request, bend, xp, power):
+    """(joined, its slope in the batch, the arithmetic, its slope) of one decode pass."""
     per_request = tokens_per_request * token
     memory = floor + batch * kv
     work = batch * per_request
@@ -148,10 +150,24 @@ def roof_pass_expr(batch, floor, kv, token, tokens_per_request, bend, xp=np,
         norm = xp.sqrt(xp.sqrt(a2 * a2 + b2 * b2))
         joined = top * norm
         a, b = a / norm, b / norm
-        return joined, a * a * a * kv + b * b * b * compute_slope
+        return joined, a * a * a * kv + b * b * b * compute_slope, compute, compute_slope
     joined = top * (a ** power + b ** power) ** (1.0 / power)
     slope = ((memory / joined) ** (power - 1.0) * kv
              + (compute / joined) ** (power - 1.0) * compute_slope)
+    return joined, slope, compute, compute_slope
+
+
+def roof_pass_expr(batch, floor, kv, token, tokens_per_request, bend, xp=np,
+                   power: float = ROOF_JOIN_POWER):
+    """Seconds of one forward pass over ``batch`` requests of ``tokens_per_request``
+    tokens each, and its derivative in the batch: the smooth maximum of the memory floor
+    (``floor`` + ``batch`` x ``kv``: weights streamed once, each request's KV read) and
+    the arithmetic, ``batch`` x ``tokens_per_request`` x ``token`` x (1 + ``bend`` x its
+    ratio to the floor). ``bend`` >= 0 lets the marginal cost keep rising past the knee
+    (kernels past the engine's CUDA-graph sizes, tile steps, a token budget split over
+    more steps): 0 is the plain roofline."""
+    joined, slope, _, _ = _pass_parts(batch, floor, kv, token, tokens_per_request, bend, xp,
+                                      power)
     return joined, slope
 
 
@@ -159,8 +175,9 @@ def roof_step_expr(batch, roof: dict, k, bend, xp=np):
     """One speculative cycle's engine step at ``batch`` requests and its derivative: the
     verifier's pass over k + 1 tokens per request, the drafter's first pass over the same
     tokens and its k - 1 further passes over one token each (plain decoding: k = 0, one
-    pass of one token). ``roof``: :data:`ROOF_CARD_FIELDS` as arrays, already in the
-    seconds of the stack (the card's bounds times the learned factors)."""
+    pass of one token); decode tokens only (:func:`roof_prompt_step` adds the prompts).
+    ``roof``: :data:`ROOF_CARD_FIELDS` as arrays, already in the seconds of the stack
+    (the card's bounds times the learned factors)."""
     verify, verify_slope = roof_pass_expr(batch, roof["verifier_floor_s"],
                                           roof["verifier_kv_s"], roof["verifier_token_s"],
                                           k + 1.0, bend, xp=xp)
@@ -176,19 +193,208 @@ def roof_step_expr(batch, roof: dict, k, bend, xp=np):
     return step, slope
 
 
-def roof_excess_expr(concurrency, roof: dict, k, cycles, bend, xp=np, alone=None):
+#: Poisson terms the graph sums for a count's distribution function (exact to 1e-12 for
+#: means up to about 20 prompts a step; the searches use the full function).
+PROMPT_POISSON_TERMS = 48
+#: The most a step's prompt-free room is counted in prompts (a step far from its
+#: arithmetic: the prompts never reach it).
+_FAR_PROMPTS = 1e9
+
+
+def _poisson_at(count, mean, xp):
+    """P(m = count) and P(m > count) for m ~ Poisson(``mean``), ``count`` a whole number
+    >= 0 (as a float)."""
+    if xp is np:
+        from scipy.special import gammaln, pdtrc
+
+        log_mean = np.log(np.maximum(mean, 1e-300))
+        pmf = np.exp(count * log_mean - mean - gammaln(count + 1.0))
+        return pmf, pdtrc(count, mean)
+    from pytensor.gradient import disconnected_grad
+
+    count = disconnected_grad(count)
+    log_mean = xp.log(xp.maximum(mean, 1e-300))
+    pmf = xp.exp(count * log_mean - mean - xp.gammaln(count + 1.0))
+    j = xp.arange(PROMPT_POISSON_TERMS + 1, dtype="float64")
+    terms = xp.exp(j * log_mean[..., None] - mean[..., None] - xp.gammaln(j + 1.0))
+    below = xp.sum(xp.where(j <= count[..., None], terms, 0.0), axis=-1)
+    return pmf, xp.clip(1.0 - below, 0.0, 1.0)
+
+
+def _prompt_pass(batch, floor, kv, token, tokens_per_request, bend, prompt, mean, xp):
+    """(seconds, d/d batch, d/d mean) of one pass that carries, besides its batch's decode
+    tokens, m ~ Poisson(``mean``) prompts of ``prompt`` seconds of arithmetic each: the
+    larger of the decode pass and its arithmetic with the prompts,
+    E max(S, C + m q) = S + q E(m - T)+, T = (S - C)/q the prompt-free room of the decode
+    pass S over its arithmetic C. E(m - T)+ = mean P(m >= n) - T P(m > n), n = floor T."""
+    joined, slope, compute, compute_slope = _pass_parts(batch, floor, kv, token,
+                                                        tokens_per_request, bend, xp,
+                                                        ROOF_JOIN_POWER)
+    has = prompt > 0
+    safe = xp.where(has, prompt, 1.0)
+    room = xp.minimum(xp.maximum((joined - compute) / safe, 0.0), _FAR_PROMPTS)
+    count = xp.floor(room)
+    pmf, above = _poisson_at(count, mean, xp)
+    at_least = above + pmf
+    extra = xp.where(has, safe * (mean * at_least - room * above), 0.0)
+    d_batch = slope - xp.where(has, above * (slope - compute_slope), 0.0)
+    d_mean = xp.where(has, safe * (above + pmf * (1.0 - room + count)), 0.0)
+    return joined + extra, d_batch, d_mean
+
+
+def roof_prompt_step(batch, roof: dict, k, bend, mean, xp=np):
+    """(seconds, d/d batch, d/d mean) of one engine step at ``batch`` decoding requests
+    that also carries m ~ Poisson(``mean``) prompts: the verifier's pass and the
+    drafter's first pass process the prompts' tokens with the batch's k + 1 a request
+    (chunked prefill rides in the decode steps), the drafter's later passes one token a
+    request (:func:`roof_step_expr` at ``mean`` 0). A step's floor hides a prompt's
+    arithmetic below the knee and hides nothing past it."""
+    zero = roof.get("verifier_prompt_s", 0.0) * 0.0
+    verify, verify_batch, verify_mean = _prompt_pass(
+        batch, roof["verifier_floor_s"], roof["verifier_kv_s"], roof["verifier_token_s"],
+        k + 1.0, bend, roof.get("verifier_prompt_s", zero), mean, xp)
+    drafter_floor = xp.maximum(roof["drafter_floor_s"], 1e-12)
+    first, first_batch, first_mean = _prompt_pass(
+        batch, drafter_floor, roof["drafter_kv_s"], roof["drafter_token_s"], k + 1.0, bend,
+        roof.get("drafter_prompt_s", zero), mean, xp)
+    later, later_slope = roof_pass_expr(batch, drafter_floor, roof["drafter_kv_s"],
+                                        roof["drafter_token_s"], 1.0, bend, xp=xp)
+    drafting = (k > 0) * 1.0
+    later_passes = xp.maximum(k - 1.0, 0.0)
+    return (verify + drafting * (first + later_passes * later),
+            verify_batch + drafting * (first_batch + later_passes * later_slope),
+            verify_mean + drafting * first_mean)
+
+
+def _has_prompts(roof: dict) -> bool:
+    """Whether any prompt arithmetic is stated (numpy cards; a graph always counts)."""
+    values = [roof.get(name) for name in ("verifier_prompt_s", "drafter_prompt_s")]
+    if any(v is not None and not isinstance(v, (np.ndarray, float, int)) for v in values):
+        return True
+    return any(v is not None and np.any(np.asarray(v) > 0) for v in values)
+
+
+def roof_alone_expr(roof: dict, k, bend, like, xp=np):
+    """(h(1), h'(1), s0): a request's step alone, its slope in the batch, and one prompt's
+    stall of it at light load (the step's growth per prompt a step at no load), the
+    light-load line eq. (1)'s C1 and C2 hold. ``like``: an array of the shape wanted."""
+    ones = xp.ones_like(like)
+    step, slope, stall = roof_prompt_step(ones, roof, k, bend, like * 0.0, xp=xp)
+    return step, slope, stall
+
+
+def _excess_at(n, mean, c1, c2, roof, k, cycles, bend, alone, xp):
+    """The roof's excess at ``n`` others in flight with ``mean`` prompts a step, its
+    partial derivatives, and the prompt count's residual g = mean L - n h and its partial
+    derivatives (zero where ``mean`` is the rate the latency implies times the step)."""
+    step, step_n, step_mean = roof_prompt_step(1.0 + n, roof, k, bend, mean, xp=xp)
+    alone_step, alone_slope, stall = alone
+    rate = mean / step
+    rate_n = -mean * step_n / (step * step)
+    rate_mean = (step - mean * step_mean) / (step * step)
+    excess = cycles * (step - alone_step - n * alone_slope - rate * alone_step * stall)
+    excess_n = cycles * (step_n - alone_slope - alone_step * stall * rate_n)
+    excess_mean = cycles * (step_mean - alone_step * stall * rate_mean)
+    latency = c1 + c2 * n + excess
+    residual = mean * latency - n * step
+    residual_n = mean * (c2 + excess_n) - step - n * step_n
+    residual_mean = latency + mean * excess_mean - n * step_mean
+    return excess, excess_n, excess_mean, residual, residual_n, residual_mean
+
+
+#: Newton steps of the prompt count (:func:`roof_prompt_count`; from the decode step's
+#: count, 1e-12 within 5 on every configuration of the study).
+PROMPT_NEWTON_STEPS = 8
+
+
+def roof_prompt_count(concurrency, c1, c2, roof: dict, k, cycles, bend, *, alone=None,
+                      start=None, steps: int = PROMPT_NEWTON_STEPS):
+    """numpy: the mean number of prompts an engine step carries at ``concurrency`` others
+    in flight, a fixed point: m = X h(m), the arrival rate X = N / L(N) times the step
+    that collects them, which the prompts lengthen; L holds the roof's excess at m
+    (:func:`roof_excess_expr`). Newton's method from the decode step's count (or
+    ``start``), the fixed-point map where Newton's slope fails."""
+    n = np.asarray(concurrency, dtype=float)
+    if alone is None:
+        alone = roof_alone_expr(roof, k, bend, n)
+    if start is None:
+        step, _ = roof_step_expr(1.0 + n, roof, k, bend)
+        alone_step, alone_slope, _ = alone
+        latency = c1 + c2 * n + cycles * (step - alone_step - n * alone_slope)
+        start = n * step / np.maximum(latency, 1e-300)
+    mean = np.maximum(np.asarray(start, dtype=float), 0.0)
+    for _ in range(steps):
+        excess, _, _, residual, _, residual_mean = _excess_at(n, mean, c1, c2, roof, k,
+                                                              cycles, bend, alone, np)
+        newton = mean - residual / np.where(residual_mean > 0, residual_mean, np.inf)
+        latency = c1 + c2 * n + excess
+        fixed = (mean * latency - residual) / np.maximum(latency, 1e-300)   # N h / L
+        moved = np.where((residual_mean > 0) & (newton >= 0), newton,
+                         np.maximum(fixed, 0.0))
+        settled = np.abs(moved - mean) <= 1e-13 * np.maximum(np.abs(moved), 1e-300)
+        mean = moved
+        if np.all(settled):
+            break
+    return mean
+
+
+def roof_excess_expr(concurrency, c1, c2, roof: dict, k, cycles, bend, xp=np, alone=None,
+                     prompts=None):
     """The latency the compute roof adds to eq. (1) at ``concurrency`` requests in
     flight, and its derivative in it: a request's ``cycles`` steps, each at a batch of
     itself and the others, h(1 + N), less the straight line eq. (1) already holds,
-    h(1) + N h'(1). Zero with zero slope at N = 0, convex, so eq. (1)'s C1 and C2 keep
-    their meaning (a request alone, what each other one adds at light load) and the roof
-    bends the curve upward only past its knee."""
-    at_batch, slope = roof_step_expr(1.0 + concurrency, roof, k, bend, xp=xp)
-    if alone is None:   # (h(1), h'(1)): callers that evaluate often pass them once
-        alone = roof_step_expr(xp.ones_like(concurrency), roof, k, bend, xp=xp)
-    alone, alone_slope = alone
-    excess = cycles * (at_batch - alone - concurrency * alone_slope)
-    return excess, cycles * (slope - alone_slope)
+    h(1) + N h'(1) + X h(1) s0 (each prompt that arrives at rate X stalls a step by its
+    light-load s0: eq. (1)'s C2 holds it). Zero with zero slope at N = 0, so eq. (1)'s C1
+    and C2 keep their meaning (a request alone, what each other one adds at light load)
+    and the roof bends the curve only past its knee.
+
+    The step carries the prompts that arrive during it (:func:`roof_prompt_step`), m of
+    them on average, m = X h: with X = N / L(N) (Little's law, exact at the law's root)
+    the count is a fixed point at each N (:func:`roof_prompt_count`), so the excess is a
+    function of N alone and the least root, the ceiling and the full batch keep their
+    form. ``prompts``: the count where the caller has it (a start in numpy; in a graph,
+    the searched count the implicit step refines); ``alone``: :func:`roof_alone_expr`.
+    Returns (excess, d excess / dN with the count following N)."""
+    if alone is None:
+        alone = roof_alone_expr(roof, k, bend, concurrency, xp=xp)
+    if xp is np:
+        excess, slope, _ = _excess_numpy(concurrency, c1, c2, roof, k, cycles, bend, alone,
+                                         prompts)
+        return excess, slope
+    else:
+        mean = prompts if prompts is not None else _PromptCountSearch.apply(
+            (concurrency, c1, c2, *(roof[name] for name in ROOF_CARD_FIELDS), k, cycles,
+             bend))
+        # one Newton step from the searched count held fixed: its implicit gradient
+        _, _, _, residual, _, residual_mean = _excess_at(concurrency, mean, c1, c2, roof, k,
+                                                         cycles, bend, alone, xp)
+        mean = mean - residual / xp.where(residual_mean > 0, residual_mean, 1.0)
+    return _excess_following_count(concurrency, mean, c1, c2, roof, k, cycles, bend, alone,
+                                   xp)
+
+
+def _excess_following_count(n, mean, c1, c2, roof, k, cycles, bend, alone, xp):
+    """(excess, its total derivative in N) at the count ``mean``: the count follows N,
+    dm/dN = -g_N / g_m (the implicit function of :func:`roof_prompt_count`)."""
+    excess, excess_n, excess_mean, _, residual_n, residual_mean = _excess_at(
+        n, mean, c1, c2, roof, k, cycles, bend, alone, xp)
+    safe = xp.where(residual_mean > 0, residual_mean, 1.0)
+    return excess, excess_n - excess_mean * xp.where(residual_mean > 0, residual_n / safe,
+                                                     0.0)
+
+
+def _excess_numpy(n, c1, c2, roof, k, cycles, bend, alone, start=None):
+    """numpy: (excess, its total derivative, the prompt count); decode tokens alone where
+    no prompt arithmetic is stated (the count then zero)."""
+    if not _has_prompts(roof):
+        step, slope = roof_step_expr(1.0 + n, roof, k, bend)
+        alone_step, alone_slope, _ = alone
+        return (cycles * (step - alone_step - n * alone_slope),
+                cycles * (slope - alone_slope), np.zeros_like(step))
+    mean = roof_prompt_count(n, c1, c2, roof, k, cycles, bend, alone=alone, start=start)
+    excess, slope = _excess_following_count(n, mean, c1, c2, roof, k, cycles, bend, alone,
+                                            np)
+    return excess, slope, mean
 
 
 #: Newton steps of :func:`roof_concurrency_expr` (from eq. (1)'s N, quadratic near the
@@ -215,13 +421,14 @@ def roof_concurrency_expr(rps, c1, c2, roof: dict, k, cycles, bend, xp=np,
     safe_free = xp.where(free > 0, free, 1.0)
     n = rps * c1 / safe_free
     floor_slope = -0.05 * safe_free
-    alone = roof_step_expr(xp.ones_like(n), roof, k, bend, xp=xp)
+    alone = roof_alone_expr(roof, k, bend, n, xp=xp)
     for _ in range(steps):
-        excess, slope = roof_excess_expr(n, roof, k, cycles, bend, xp=xp, alone=alone)
+        excess, slope = roof_excess_expr(n, c1, c2, roof, k, cycles, bend, xp=xp,
+                                         alone=alone)
         residual = rps * (c1 + excess) - n * safe_free
         derivative = rps * slope - safe_free
         n = xp.minimum(n - residual / xp.minimum(derivative, floor_slope), ROOF_FAR_IN_FLIGHT)
-    excess, slope = roof_excess_expr(n, roof, k, cycles, bend, xp=xp, alone=alone)
+    excess, slope = roof_excess_expr(n, c1, c2, roof, k, cycles, bend, xp=xp, alone=alone)
     residual = rps * (c1 + excess) - n * safe_free
     found = ((free > 0) & (rps * slope < safe_free)
              & (xp.abs(residual) <= 1e-6 * (rps * c1 + n * safe_free + 1e-300)))
@@ -230,24 +437,29 @@ def roof_concurrency_expr(rps, c1, c2, roof: dict, k, cycles, bend, xp=np,
 
 def _roof_concurrency_numpy(rps, c1, c2, roof, k, cycles, bend, steps):
     """:func:`roof_concurrency_expr`'s steps in numpy on the points not yet settled only
-    (most settle in a few steps; answers evaluate it over draws x k x rates)."""
+    (most settle in a few steps; answers evaluate it over draws x k x rates), each
+    point's prompt count carried from one step to the next."""
     arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (
-        rps, c1, c2, k, cycles, bend, *(roof[name] for name in ROOF_CARD_FIELDS))))
+        rps, c1, c2, k, cycles, bend, *(roof.get(name, 0.0) for name in ROOF_CARD_FIELDS))))
     shape = arrays[0].shape
     rps, c1, c2, k, cycles, bend, *cards = (a.ravel() for a in arrays)
     roof = dict(zip(ROOF_CARD_FIELDS, cards))
     free = 1.0 - rps * c2
     safe_free = np.where(free > 0, free, 1.0)
     n = rps * c1 / safe_free
-    alone = roof_step_expr(np.ones_like(n), roof, k, bend)
+    alone = roof_alone_expr(roof, k, bend, n)
+    mean = None
+    counts = np.zeros_like(n)
     active = np.arange(n.size)
-    for _ in range(steps + 1):
+    for first in range(steps + 1):
         if not active.size:
             break
         part = {name: value[active] for name, value in roof.items()}
         at = n[active]
-        excess, slope = roof_excess_expr(at, part, k[active], cycles[active], bend[active],
-                                         alone=(alone[0][active], alone[1][active]))
+        excess, slope, count = _excess_numpy(
+            at, c1[active], c2[active], part, k[active], cycles[active], bend[active],
+            tuple(a[active] for a in alone), None if first == 0 else counts[active])
+        counts[active] = count
         residual = rps[active] * (c1[active] + excess) - at * safe_free[active]
         derivative = rps[active] * slope - safe_free[active]
         moved = np.minimum(at - residual / np.minimum(derivative, -0.05 * safe_free[active]),
@@ -255,7 +467,8 @@ def _roof_concurrency_numpy(rps, c1, c2, roof, k, cycles, bend, steps):
         n[active] = moved
         settled = (np.abs(moved - at) <= 1e-13 * np.abs(moved)) | (moved >= ROOF_FAR_IN_FLIGHT)
         active = active[~settled]
-    excess, slope = roof_excess_expr(n, roof, k, cycles, bend, alone=alone)
+    del mean
+    excess, slope, _ = _excess_numpy(n, c1, c2, roof, k, cycles, bend, alone, counts)
     residual = rps * (c1 + excess) - n * safe_free
     found = ((free > 0) & (rps * slope < safe_free)
              & (np.abs(residual) <= 1e-6 * (rps * c1 + n * safe_free + 1e-300)))
@@ -264,23 +477,26 @@ def _roof_concurrency_numpy(rps, c1, c2, roof, k, cycles, bend, steps):
 
 def roof_ceiling(c1, c2, roof: dict, k, cycles, bend, *, steps: int = 48) -> np.ndarray:
     """The highest rate eq. (1) with the compute roof sustains: the largest throughput
-    N / L(N), L(N) = C1 + C2 N + R(N). L is convex and positive at N = 0, so N / L rises
-    to one maximum, where L = N L'(N): found by bisection in log N. Without a roof it is
-    eq. (1)'s pole 1/C2. numpy; arrays broadcast together."""
-    c1, c2, k, cycles, bend = np.broadcast_arrays(*(np.asarray(v, dtype=float)
-                                                    for v in (c1, c2, k, cycles, bend)))
+    N / L(N), L(N) = C1 + C2 N + R(N). Where L is convex and positive at N = 0, N / L
+    rises to one maximum, where L = N L'(N): found by bisection in log N. Without a roof
+    it is eq. (1)'s pole 1/C2. numpy; arrays broadcast together."""
+    arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (
+        c1, c2, k, cycles, bend, *(roof.get(name, 0.0) for name in ROOF_CARD_FIELDS))))
+    c1, c2, k, cycles, bend, *cards = arrays
+    roof = dict(zip(ROOF_CARD_FIELDS, cards))
     lo = np.full(c1.shape, -6.0)
     hi = np.full(c1.shape, np.log10(ROOF_FAR_IN_FLIGHT))
+    alone = roof_alone_expr(roof, k, bend, lo)
     for _ in range(steps):
         mid = 0.5 * (lo + hi)
         n = 10.0 ** mid
-        excess, slope = roof_excess_expr(n, roof, k, cycles, bend)
+        excess, slope = roof_excess_expr(n, c1, c2, roof, k, cycles, bend, alone=alone)
         rising = c1 + c2 * n + excess - n * (c2 + slope) > 0
         lo, hi = np.where(rising, mid, lo), np.where(rising, hi, mid)
         if np.all(hi - lo < 1e-12):
             break
     n = 10.0 ** lo
-    excess, _ = roof_excess_expr(n, roof, k, cycles, bend)
+    excess, _ = roof_excess_expr(n, c1, c2, roof, k, cycles, bend, alone=alone)
     return n / (c1 + c2 * n + excess)
 
 
@@ -288,7 +504,7 @@ def roof_full_batch_time_expr(c1, c2, cap, roof: dict, k, cycles, bend, xp=np):
     """A request's time in a full batch of ``cap`` with the compute roof:
     L_roof(cap - 1) = C1 + C2 (cap - 1) + R(cap - 1), the law's time with cap - 1 others
     in flight; cap over it is the rate the engine sustains with every slot busy."""
-    excess, _ = roof_excess_expr(cap - 1.0, roof, k, cycles, bend, xp=xp)
+    excess, _ = roof_excess_expr(cap - 1.0, c1, c2, roof, k, cycles, bend, xp=xp)
     return c1 + c2 * (cap - 1.0) + excess
 
 
@@ -316,7 +532,7 @@ def roof_slot_queue_latency_expr(rps, c1, c2, cap, roof: dict, k, cycles, bend, 
     from bayesspec.laws.queue import slot_queue_latency_expr
 
     held = xp.minimum(concurrency, cap - 1.0)
-    shift, _ = roof_excess_expr(held, roof, k, cycles, bend, xp=xp)
+    shift, _ = roof_excess_expr(held, c1, c2, roof, k, cycles, bend, xp=xp)
     return slot_queue_latency_expr(rps, c1 + shift, c2, cap, xp, wait_scale=wait_scale,
                                    soft_margin=soft_margin)
 
@@ -324,7 +540,7 @@ def roof_slot_queue_latency_expr(rps, c1, c2, cap, roof: dict, k, cycles, bend, 
 def _past_roof_peak(c1, c2, batch_others, roof, k, cycles, bend):
     """Whether N / L_roof(N) falls at N = ``batch_others`` (past the roof's peak
     throughput): L(N) <= N L'(N), the test :func:`roof_ceiling` bisects on."""
-    excess, slope = roof_excess_expr(batch_others, roof, k, cycles, bend)
+    excess, slope = roof_excess_expr(batch_others, c1, c2, roof, k, cycles, bend)
     return c1 + c2 * batch_others + excess - batch_others * (c2 + slope) <= 0
 
 
@@ -373,7 +589,7 @@ def roof_capped_latency(rps, c1, c2, cap, roof: dict, k, cycles, bend, *, wait_s
 
     arrays = np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (
         rps, c1, c2, cap, k, cycles, bend, wait_scale,
-        *(roof[name] for name in ROOF_CARD_FIELDS))))
+        *(roof.get(name, 0.0) for name in ROOF_CARD_FIELDS))))
     rps, c1, c2, cap, k, cycles, bend, wait_scale, *cards = arrays
     roof = dict(zip(ROOF_CARD_FIELDS, cards))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
@@ -386,7 +602,7 @@ def roof_capped_latency(rps, c1, c2, cap, roof: dict, k, cycles, bend, *, wait_s
         full = roof_full_batch_time_expr(c1, c2, safe_cap, roof, k, cycles, bend)
         within = np.where(capped, below_cap | (rps * full < safe_cap), found)
         held = np.where(below_cap, n, safe_cap - 1.0)
-        shift, _ = roof_excess_expr(held, roof, k, cycles, bend)
+        shift, _ = roof_excess_expr(held, c1, c2, roof, k, cycles, bend)
         # where cap-many in the batch are practically impossible the queue is the roof's
         # law (answers evaluate draws x rates x configurations: most lie there)
         live = (capped & within & (rps > 0)
@@ -405,26 +621,48 @@ def roof_capped_latency(rps, c1, c2, cap, roof: dict, k, cycles, bend, *, wait_s
 def roof_concurrency_graph(rps, c1, c2, roof: dict, k, cycles, bend):
     """:func:`roof_concurrency_expr` inside a PyTensor graph at a fixed cost: the Newton
     search runs as one Op without gradients (numba element by element under nutpie,
-    numpy otherwise), then one Newton step from its root N0 held fixed,
-    N0 - F(N0)/F'(N0), carries the implicit gradient dN/dtheta = -F_theta/F_N. Unrolled
-    in the graph the search took 48 s to compile a seven-group model's log density
-    alone (measured 2026-12-07). Returns (N, the C2 a point feels)."""
+    numpy otherwise) and gives the root N0 and its prompt count m0; one Newton step of
+    the count from m0 and one of N from N0, both held fixed, carry the implicit gradient
+    dN/dtheta = -F_theta/F_N (F's own through the count's, -g_theta/g_m). Unrolled in the
+    graph the search took 48 s to compile a seven-group model's log density alone
+    (measured 2026-12-07). Returns (N, the C2 a point feels)."""
     import pytensor.tensor as pt
 
     inputs = (rps, c1, c2, *(roof[name] for name in ROOF_CARD_FIELDS), k, cycles, bend)
-    root = _RoofRootSearch.apply(inputs)
+    root, count = _RoofRootSearch.apply(inputs)
     free = 1.0 - rps * c2
     safe_free = pt.where(free > 0, free, 1.0)
-    excess, slope = roof_excess_expr(root, roof, k, cycles, bend, xp=pt)
+    excess, slope = roof_excess_expr(root, c1, c2, roof, k, cycles, bend, xp=pt,
+                                     prompts=count)
     residual = rps * (c1 + excess) - root * safe_free
     derivative = rps * slope - safe_free
     return root - residual / pt.minimum(derivative, -0.05 * safe_free), c2 + slope
 
 
-class _RoofRootSearch:
-    """The Newton search of :func:`roof_concurrency_expr` as one PyTensor Op, its gradient
-    disconnected (the implicit step after it carries the gradient)."""
+def _numpy_root_and_count(rps, c1, c2, *rest):
+    cards, (k, cycles, bend) = rest[:-3], rest[-3:]
+    roof = dict(zip(ROOF_CARD_FIELDS, cards))
+    with np.errstate(all="ignore"):
+        n, _, _ = roof_concurrency_expr(rps, c1, c2, roof, k, cycles, bend)
+        count = roof_prompt_count(n, c1, c2, roof, k, cycles, bend)
+    return n, count
 
+
+def _numpy_count(n, c1, c2, *rest):
+    cards, (k, cycles, bend) = rest[:-3], rest[-3:]
+    roof = dict(zip(ROOF_CARD_FIELDS, cards))
+    with np.errstate(all="ignore"):
+        return (roof_prompt_count(n, c1, c2, roof, k, cycles, bend),)
+
+
+class _SearchOp:
+    """A search as one PyTensor Op over broadcast float inputs, its gradient disconnected
+    (an implicit Newton step after it carries the gradient); numba element by element
+    where the models compile under nutpie, the numpy ``perform`` otherwise."""
+
+    outputs = 1
+    numpy_search = None
+    numba_kernel = None   # name of the kernel in :func:`_numba_kernels`
     _op_class = None
 
     @classmethod
@@ -432,107 +670,253 @@ class _RoofRootSearch:
         import pytensor.tensor as pt
 
         if cls._op_class is None:
-            cls._op_class = cls._make_op_class()
+            cls._op_class = _make_search_op(cls.__name__, cls.outputs, cls.numpy_search,
+                                            cls.numba_kernel)
         inputs = pt.broadcast_arrays(*(pt.as_tensor_variable(x).astype("float64")
                                        for x in inputs))
-        return cls._op_class()(*inputs)
-
-    @staticmethod
-    def _make_op_class():
-        from pytensor.gradient import disconnected_type
-        from pytensor.graph.basic import Apply
-        from pytensor.graph.op import Op
-
-        class RoofRootSearch(Op):
-            __props__ = ()
-
-            def make_node(self, *inputs):
-                return Apply(self, list(inputs), [inputs[0].type()])
-
-            def perform(self, node, inputs, outputs):
-                rps, c1, c2, *cards, k, cycles, bend = inputs
-                roof = dict(zip(ROOF_CARD_FIELDS, cards))
-                with np.errstate(all="ignore"):
-                    n, _, _ = roof_concurrency_expr(rps, c1, c2, roof, k, cycles, bend)
-                outputs[0][0] = np.asarray(n, dtype="float64")
-
-            def connection_pattern(self, node):
-                return [[False] for _ in node.inputs]
-
-            def grad(self, inputs, output_gradients):
-                return [disconnected_type() for _ in inputs]
-
-            def infer_shape(self, fgraph, node, shapes):
-                return [shapes[0]]
-
-        _register_numba_roof_search(RoofRootSearch)
-        return RoofRootSearch
+        out = cls._op_class()(*inputs)
+        return out
 
 
-def _register_numba_roof_search(op_class) -> None:
+class _RoofRootSearch(_SearchOp):
+    """The least root of :func:`roof_concurrency_expr` and its prompt count."""
+
+    outputs = 2
+    numpy_search = staticmethod(_numpy_root_and_count)
+    numba_kernel = "root"
+
+
+class _PromptCountSearch(_SearchOp):
+    """The prompt count of :func:`roof_prompt_count` at a given number in flight."""
+
+    outputs = 1
+    numpy_search = staticmethod(_numpy_count)
+    numba_kernel = "count"
+
+
+def _make_search_op(name, outputs, numpy_search, kernel):
+    from pytensor.gradient import disconnected_type
+    from pytensor.graph.basic import Apply
+    from pytensor.graph.op import Op
+
+    class SearchOp(Op):
+        __props__ = ()
+
+        def make_node(self, *inputs):
+            return Apply(self, list(inputs), [inputs[0].type() for _ in range(outputs)])
+
+        def perform(self, node, inputs, output_storage):
+            results = numpy_search(*inputs)
+            for storage, value in zip(output_storage, results):
+                storage[0] = np.asarray(value, dtype="float64")
+
+        def connection_pattern(self, node):
+            return [[False] * outputs for _ in node.inputs]
+
+        def grad(self, inputs, output_gradients):
+            return [disconnected_type() for _ in inputs]
+
+        def infer_shape(self, fgraph, node, shapes):
+            return [shapes[0]] * outputs
+
+    SearchOp.__name__ = SearchOp.__qualname__ = name.lstrip("_")
+    _register_numba_search(SearchOp, outputs, kernel)
+    return SearchOp
+
+
+def _register_numba_search(op_class, outputs, kernel) -> None:
     """The search element by element in numba, for the models nutpie compiles (the same
-    steps as :func:`roof_concurrency_expr`; without it numba runs the numpy ``perform``
-    in object mode)."""
+    steps as the numpy search; without it numba runs the numpy ``perform`` in object
+    mode)."""
     try:
         from pytensor.link.numba.dispatch import basic as numba_basic
     except ImportError:   # no numba: the numpy perform serves
         return
-
-    power = ROOF_JOIN_POWER
-    steps, far = ROOF_NEWTON_STEPS, ROOF_FAR_IN_FLIGHT
+    kernels = _numba_kernels(numba_basic.numba_njit)
+    one = kernels[kernel]
 
     @numba_basic.register_funcify_default_op_cache_key(op_class)
     def funcify(op, node=None, **kwargs):
-        @numba_basic.numba_njit
-        def one_pass(batch, floor, kv, token, per_request_tokens, bend):
-            per_request = per_request_tokens * token
-            memory = floor + batch * kv
-            work = batch * per_request
-            compute = work * (1.0 + bend * work / floor)
-            compute_slope = per_request * (1.0 + 2.0 * bend * work / floor)
-            top = max(memory, compute)
-            joined = top * ((memory / top) ** power + (compute / top) ** power) ** (1.0 / power)
-            slope = ((memory / joined) ** (power - 1.0) * kv
-                     + (compute / joined) ** (power - 1.0) * compute_slope)
-            return joined, slope
-
-        @numba_basic.numba_njit
-        def step(batch, vf, vk, vt, df, dk, dt, k, bend):
-            verify, verify_slope = one_pass(batch, vf, vk, vt, k + 1.0, bend)
-            if k <= 0:
-                return verify, verify_slope
-            floor = max(df, 1e-12)
-            first, first_slope = one_pass(batch, floor, dk, dt, k + 1.0, bend)
-            later, later_slope = one_pass(batch, floor, dk, dt, 1.0, bend)
-            passes = max(k - 1.0, 0.0)
-            return (verify + first + passes * later,
-                    verify_slope + first_slope + passes * later_slope)
-
-        @numba_basic.numba_njit
-        def one(rps, c1, c2, vf, vk, vt, df, dk, dt, k, cycles, bend):
-            free = 1.0 - rps * c2
-            if not free > 0:
-                free = 1.0
-            n = rps * c1 / free
-            alone, alone_slope = step(1.0, vf, vk, vt, df, dk, dt, k, bend)
-            for _ in range(steps):
-                at, slope = step(1.0 + n, vf, vk, vt, df, dk, dt, k, bend)
-                excess = cycles * (at - alone - n * alone_slope)
-                residual = rps * (c1 + excess) - n * free
-                derivative = rps * cycles * (slope - alone_slope) - free
-                n = min(n - residual / min(derivative, -0.05 * free), far)
-            return n
-
-        @numba_basic.numba_njit
-        def search(rps, c1, c2, vf, vk, vt, df, dk, dt, k, cycles, bend):
-            out = np.empty(rps.shape, dtype=np.float64)
-            flat = out.reshape(-1)
-            a, b, c = rps.ravel(), c1.ravel(), c2.ravel()
-            d, e, f, g, h, i = vf.ravel(), vk.ravel(), vt.ravel(), df.ravel(), dk.ravel(), dt.ravel()
-            kk, cy, be = k.ravel(), cycles.ravel(), bend.ravel()
-            for j in range(flat.size):
-                flat[j] = one(a[j], b[j], c[j], d[j], e[j], f[j], g[j], h[j], i[j], kk[j],
-                              cy[j], be[j])
-            return out
-
+        if outputs == 2:
+            @numba_basic.numba_njit
+            def search(a, b, c, d, e, f, g, h, i, j, l, kk, cy, be):
+                first = np.empty(a.shape, dtype=np.float64)
+                second = np.empty(a.shape, dtype=np.float64)
+                x, y = first.reshape(-1), second.reshape(-1)
+                args = (a.ravel(), b.ravel(), c.ravel(), d.ravel(), e.ravel(), f.ravel(),
+                        g.ravel(), h.ravel(), i.ravel(), j.ravel(), l.ravel(), kk.ravel(),
+                        cy.ravel(), be.ravel())
+                for m in range(x.size):
+                    x[m], y[m] = one(args[0][m], args[1][m], args[2][m], args[3][m],
+                                     args[4][m], args[5][m], args[6][m], args[7][m],
+                                     args[8][m], args[9][m], args[10][m], args[11][m],
+                                     args[12][m], args[13][m])
+                return first, second
+        else:
+            @numba_basic.numba_njit
+            def search(a, b, c, d, e, f, g, h, i, j, l, kk, cy, be):
+                first = np.empty(a.shape, dtype=np.float64)
+                x = first.reshape(-1)
+                args = (a.ravel(), b.ravel(), c.ravel(), d.ravel(), e.ravel(), f.ravel(),
+                        g.ravel(), h.ravel(), i.ravel(), j.ravel(), l.ravel(), kk.ravel(),
+                        cy.ravel(), be.ravel())
+                for m in range(x.size):
+                    x[m] = one(args[0][m], args[1][m], args[2][m], args[3][m], args[4][m],
+                               args[5][m], args[6][m], args[7][m], args[8][m], args[9][m],
+                               args[10][m], args[11][m], args[12][m], args[13][m])
+                return first
         return search
+
+
+_NUMBA_KERNELS = None
+
+
+def _numba_kernels(njit):
+    """The roof's searches on scalars in numba: the same steps as the numpy functions
+    (:func:`_pass_parts`, :func:`_prompt_pass`, :func:`_excess_at`,
+    :func:`roof_prompt_count`, :func:`roof_concurrency_expr`), compiled once."""
+    global _NUMBA_KERNELS
+    if _NUMBA_KERNELS is not None:
+        return _NUMBA_KERNELS
+    import math
+
+    power = ROOF_JOIN_POWER
+    steps, far = ROOF_NEWTON_STEPS, ROOF_FAR_IN_FLIGHT
+    count_steps, far_prompts = PROMPT_NEWTON_STEPS, _FAR_PROMPTS
+
+    @njit
+    def pass_parts(batch, floor, kv, token, per_request_tokens, bend):
+        per_request = per_request_tokens * token
+        memory = floor + batch * kv
+        work = batch * per_request
+        compute = work * (1.0 + bend * work / floor)
+        compute_slope = per_request * (1.0 + 2.0 * bend * work / floor)
+        top = max(memory, compute)
+        joined = top * ((memory / top) ** power + (compute / top) ** power) ** (1.0 / power)
+        slope = ((memory / joined) ** (power - 1.0) * kv
+                 + (compute / joined) ** (power - 1.0) * compute_slope)
+        return joined, slope, compute, compute_slope
+
+    @njit
+    def poisson_at(count, mean):
+        if mean <= 0.0:
+            return (1.0 if count == 0.0 else 0.0), 0.0
+        pmf = math.exp(count * math.log(mean) - mean - math.lgamma(count + 1.0))
+        if count > mean + 12.0 * math.sqrt(mean) + 40.0:
+            return pmf, 0.0
+        if mean > 600.0:   # far iterates only: the normal's tail
+            return pmf, 0.5 * math.erfc((count + 0.5 - mean) / math.sqrt(2.0 * mean))
+        p = math.exp(-mean)
+        total = p
+        for j in range(1, int(count) + 1):
+            p *= mean / j
+            total += p
+        return pmf, max(1.0 - total, 0.0)
+
+    @njit
+    def prompt_pass(batch, floor, kv, token, per_request_tokens, bend, prompt, mean):
+        joined, slope, compute, compute_slope = pass_parts(batch, floor, kv, token,
+                                                           per_request_tokens, bend)
+        if prompt <= 0.0:
+            return joined, slope, 0.0
+        room = min(max((joined - compute) / prompt, 0.0), far_prompts)
+        count = math.floor(room)
+        pmf, above = poisson_at(count, mean)
+        return (joined + prompt * (mean * (above + pmf) - room * above),
+                slope - above * (slope - compute_slope),
+                prompt * (above + pmf * (1.0 - room + count)))
+
+    @njit
+    def step(batch, vf, vk, vt, vp, df, dk, dt, dp, k, bend, mean):
+        verify, verify_batch, verify_mean = prompt_pass(batch, vf, vk, vt, k + 1.0, bend,
+                                                        vp, mean)
+        if k <= 0:
+            return verify, verify_batch, verify_mean
+        floor = max(df, 1e-12)
+        first, first_batch, first_mean = prompt_pass(batch, floor, dk, dt, k + 1.0, bend,
+                                                     dp, mean)
+        later, later_slope, _, _ = pass_parts(batch, floor, dk, dt, 1.0, bend)
+        passes = max(k - 1.0, 0.0)
+        return (verify + first + passes * later,
+                verify_batch + first_batch + passes * later_slope, verify_mean + first_mean)
+
+    @njit
+    def excess_at(n, mean, c1, c2, vf, vk, vt, vp, df, dk, dt, dp, k, cycles, bend,
+                  alone_step, alone_slope, stall):
+        h, h_n, h_mean = step(1.0 + n, vf, vk, vt, vp, df, dk, dt, dp, k, bend, mean)
+        rate = mean / h
+        rate_n = -mean * h_n / (h * h)
+        rate_mean = (h - mean * h_mean) / (h * h)
+        excess = cycles * (h - alone_step - n * alone_slope - rate * alone_step * stall)
+        excess_n = cycles * (h_n - alone_slope - alone_step * stall * rate_n)
+        excess_mean = cycles * (h_mean - alone_step * stall * rate_mean)
+        latency = c1 + c2 * n + excess
+        residual = mean * latency - n * h
+        residual_n = mean * (c2 + excess_n) - h - n * h_n
+        residual_mean = latency + mean * excess_mean - n * h_mean
+        return excess, excess_n, excess_mean, residual, residual_n, residual_mean, latency
+
+    @njit
+    def count_from(n, start, c1, c2, vf, vk, vt, vp, df, dk, dt, dp, k, cycles, bend,
+                   alone_step, alone_slope, stall):
+        if vp <= 0.0 and dp <= 0.0:
+            return 0.0
+        mean = start
+        if not mean >= 0.0:   # the decode step's count
+            h, _, _ = step(1.0 + n, vf, vk, vt, vp, df, dk, dt, dp, k, bend, 0.0)
+            latency = c1 + c2 * n + cycles * (h - alone_step - n * alone_slope)
+            mean = max(n * h / max(latency, 1e-300), 0.0)
+        for _ in range(count_steps):
+            (_, _, _, residual, _, residual_mean,
+             latency) = excess_at(n, mean, c1, c2, vf, vk, vt, vp, df, dk, dt, dp, k,
+                                  cycles, bend, alone_step, alone_slope, stall)
+            moved = -1.0
+            if residual_mean > 0.0:
+                moved = mean - residual / residual_mean
+            if not moved >= 0.0:
+                moved = max((mean * latency - residual) / max(latency, 1e-300), 0.0)
+            settled = abs(moved - mean) <= 1e-13 * max(abs(moved), 1e-300)
+            mean = moved
+            if settled:
+                break
+        return mean
+
+    @njit
+    def alone_of(vf, vk, vt, vp, df, dk, dt, dp, k, bend):
+        return step(1.0, vf, vk, vt, vp, df, dk, dt, dp, k, bend, 0.0)
+
+    @njit
+    def count(n, c1, c2, vf, vk, vt, vp, df, dk, dt, dp, k, cycles, bend):
+        a, b, s = alone_of(vf, vk, vt, vp, df, dk, dt, dp, k, bend)
+        return count_from(n, -1.0, c1, c2, vf, vk, vt, vp, df, dk, dt, dp, k, cycles, bend,
+                          a, b, s)
+
+    @njit
+    def root(rps, c1, c2, vf, vk, vt, vp, df, dk, dt, dp, k, cycles, bend):
+        free = 1.0 - rps * c2
+        if not free > 0:
+            free = 1.0
+        n = rps * c1 / free
+        a, b, s = alone_of(vf, vk, vt, vp, df, dk, dt, dp, k, bend)
+        mean = -1.0
+        for _ in range(steps + 1):
+            mean = count_from(n, mean, c1, c2, vf, vk, vt, vp, df, dk, dt, dp, k, cycles,
+                              bend, a, b, s)
+            (excess, excess_n, excess_mean, _, residual_n, residual_mean,
+             _) = excess_at(n, mean, c1, c2, vf, vk, vt, vp, df, dk, dt, dp, k, cycles, bend,
+                            a, b, s)
+            slope = excess_n
+            if residual_mean > 0.0:
+                slope = excess_n - excess_mean * residual_n / residual_mean
+            residual = rps * (c1 + excess) - n * free
+            derivative = rps * slope - free
+            moved = min(n - residual / min(derivative, -0.05 * free), far)
+            settled = abs(moved - n) <= 1e-13 * abs(moved) or moved >= far
+            n = moved
+            if settled:
+                break
+        return n, count_from(n, mean, c1, c2, vf, vk, vt, vp, df, dk, dt, dp, k, cycles,
+                             bend, a, b, s)
+
+    _NUMBA_KERNELS = {"root": root, "count": count}
+    return _NUMBA_KERNELS

@@ -226,8 +226,10 @@ class RoofCurve(Curve):
         compute = np.asarray(compute_factor, dtype=float).reshape(shape)
         #: (S[, K]) per draw: the cards' bounds in the stack's seconds, the bend, k and a
         #: request's engine steps
+        from bayesspec.laws.roofline import ROOF_COMPUTE_FIELDS
+
         self.roof = {name: np.broadcast_to(
-                         float(value) * (compute if name.endswith("token_s") else memory),
+                         float(value) * (compute if name in ROOF_COMPUTE_FIELDS else memory),
                          self.c1.shape)
                      for name, value in cards.items()}
         self.bend = np.broadcast_to(np.asarray(bend, dtype=float).reshape(shape),

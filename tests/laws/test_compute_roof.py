@@ -29,7 +29,7 @@ def test_step_is_flat_then_steep_and_excess_is_convex(cards):
     upper, _ = roof_step_expr(batch + eps, cards, 7.0, 0.0)
     np.testing.assert_allclose((upper - step) / eps, slope, rtol=1e-4)
     n = np.array([0.0, 1.0, 10.0, 100.0])
-    excess, excess_slope = roof_excess_expr(n, cards, 7.0, 146.0, 0.2)
+    excess, excess_slope = roof_excess_expr(n, 3.0, 0.02, cards, 7.0, 146.0, 0.2)
     assert excess[0] == 0.0 and abs(excess_slope[0]) < 1e-15
     assert np.all(np.diff(excess_slope) > 0) and np.all(excess >= 0)
 
@@ -37,7 +37,7 @@ def test_step_is_flat_then_steep_and_excess_is_convex(cards):
 def test_least_root_and_ceiling_agree_with_a_scan(cards):
     c1, c2, k, cycles, bend = 3.0, 0.02, 7.0, 512 / 3.5, 0.1
     grid = np.linspace(0.0, 3000.0, 300001)
-    excess, _ = roof_excess_expr(grid, cards, k, cycles, bend)
+    excess, _ = roof_excess_expr(grid, c1, c2, cards, k, cycles, bend)
     ceiling = float(roof_ceiling(c1, c2, cards, k, cycles, bend))
     assert ceiling == pytest.approx(np.max(grid / (c1 + c2 * grid + excess)), rel=1e-6)
     assert ceiling < 0.5 / c2                               # the roof, not eq. (1)'s pole
@@ -176,7 +176,7 @@ def test_roof_with_the_cap_and_no_roof_is_the_slot_queue(cards):
     rates = ceiling_rps(3.0, 0.02, cap) * np.array([0.1, 0.5, 0.9, 0.99])
     queue = slot_queue_latency_expr(rates, 3.0, 0.02, cap, wait_scale=0.5)
     # no compute (knee at infinity) and no memory beyond the floor: R = 0
-    flat = {name: np.asarray(value) * (0.0 if name.endswith(("token_s", "kv_s")) else 1.0)
+    flat = {name: np.asarray(value) * (0.0 if name.endswith(("token_s", "kv_s", "prompt_s")) else 1.0)
             for name, value in cards.items()}
     from bayesspec.laws.roofline import roof_capped_latency
 
@@ -222,7 +222,7 @@ def test_roof_with_the_cap_is_near_the_exact_birth_death_chain(cards):
         rates = ceiling * np.array([0.2, 0.5, 0.8, 0.9])
         law, _, _ = roof_capped_latency_at(rates, cap, cards)
         others = np.arange(int(cap)) * 1.0
-        extra, _ = roof_excess_expr(others, cards, ROOF_K, 256 / 3.5, 0.1)
+        extra, _ = roof_excess_expr(others, 1.4, 0.01, cards, ROOF_K, 256 / 3.5, 0.1)
         shape = (len(rates), int(cap))
         chain = profile_chain_latency_expr(rates, np.full(4, 1.4), np.full(4, 0.01),
                                            np.full(4, cap), np.broadcast_to(extra, shape),
@@ -289,7 +289,7 @@ def test_an_admitted_limit_reads_the_roofs_own_full_batch(cards):
     limit = admitted_limit(curve, top)
     assert np.all(limit >= top) and np.all(limit <= curve.ceiling)
     assert np.all(limit > curve.batch_throughput(curve.batch_reaching(top)) - 1e-9)
-    flat = {name: value * (0.0 if name.endswith(("token_s", "kv_s")) else 1.0)
+    flat = {name: value * (0.0 if name.endswith(("token_s", "kv_s", "prompt_s")) else 1.0)
             for name, value in raw.items()}
     no_roof = RoofCurve(np.full(draws, 3.0), np.full(draws, 0.02), cap=48.0,
                         **{**common, "cards": flat, "bend": np.zeros(draws)})
