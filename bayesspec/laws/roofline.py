@@ -289,12 +289,11 @@ def _excess_at(n, mean, c1, c2, roof, k, cycles, bend, alone, xp):
     derivatives (zero where ``mean`` is the rate the latency implies times the step)."""
     step, step_n, step_mean = roof_prompt_step(1.0 + n, roof, k, bend, mean, xp=xp)
     alone_step, alone_slope, stall = alone
-    rate = mean / step
-    rate_n = -mean * step_n / (step * step)
-    rate_mean = (step - mean * step_mean) / (step * step)
-    excess = cycles * (step - alone_step - n * alone_slope - rate * alone_step * stall)
-    excess_n = cycles * (step_n - alone_slope - alone_step * stall * rate_n)
-    excess_mean = cycles * (step_mean - alone_step * stall * rate_mean)
+    # eq. (1)'s C2 holds the prompts' stall at light load, where the rate is N / C1
+    line_slope = alone_slope + alone_step * stall / c1
+    excess = cycles * (step - alone_step - n * line_slope)
+    excess_n = cycles * (step_n - line_slope)
+    excess_mean = cycles * step_mean
     latency = c1 + c2 * n + excess
     residual = mean * latency - n * step
     residual_n = mean * (c2 + excess_n) - step - n * step_n
@@ -343,8 +342,8 @@ def roof_excess_expr(concurrency, c1, c2, roof: dict, k, cycles, bend, xp=np, al
     """The latency the compute roof adds to eq. (1) at ``concurrency`` requests in
     flight, and its derivative in it: a request's ``cycles`` steps, each at a batch of
     itself and the others, h(1 + N), less the straight line eq. (1) already holds,
-    h(1) + N h'(1) + X h(1) s0 (each prompt that arrives at rate X stalls a step by its
-    light-load s0: eq. (1)'s C2 holds it). Zero with zero slope at N = 0, so eq. (1)'s C1
+    h(1) + N (h'(1) + h(1) s0 / C1) (at light load prompts arrive at N / C1 a second
+    and each stalls a step by s0: eq. (1)'s C2 holds it). Zero with zero slope at N = 0, so eq. (1)'s C1
     and C2 keep their meaning (a request alone, what each other one adds at light load)
     and the roof bends the curve only past its knee.
 
@@ -409,9 +408,11 @@ def roof_concurrency_expr(rps, c1, c2, roof: dict, k, cycles, bend, xp=np,
                           steps: int = ROOF_NEWTON_STEPS):
     """The least number in flight N of eq. (1) with the compute roof,
     N = RPS (C1 + C2 N + R(N)) (:func:`roof_excess_expr`), by Newton's method from
-    eq. (1)'s own N. The residual RPS (C1 + R(N)) - N (1 - RPS C2) is convex in N and
-    positive at the start, so the steps rise monotonically to its least root, the one a
-    load rising from zero reaches. Where there is none (past the roof's ceiling), a step
+    the zero-load N, RPS C1. The residual RPS (C1 + C2 N + R(N)) - N is positive there
+    (a latency that grows with the load), so the steps rise to its least root, the one a
+    load rising from zero reaches (monotonically where the residual is convex; the
+    prompts' stall, which a step's floor hides more of as the batch grows, can bend it
+    the other way in plain decoding, and can lift its ceiling above eq. (1)'s pole). Where there is none (past the roof's ceiling), a step
     on a flat or rising residual is taken with a floor on the slope, so the iterate keeps
     growing and the latency with it, smoothly in the parameters.
     Returns (N, R'(N) + C2 = the C2 a point feels, whether N is a root)."""
@@ -419,19 +420,20 @@ def roof_concurrency_expr(rps, c1, c2, roof: dict, k, cycles, bend, xp=np,
         return _roof_concurrency_numpy(rps, c1, c2, roof, k, cycles, bend, steps)
     free = 1.0 - rps * c2
     safe_free = xp.where(free > 0, free, 1.0)
-    n = rps * c1 / safe_free
+    n = rps * c1
     floor_slope = -0.05 * safe_free
     alone = roof_alone_expr(roof, k, bend, n, xp=xp)
     for _ in range(steps):
         excess, slope = roof_excess_expr(n, c1, c2, roof, k, cycles, bend, xp=xp,
                                          alone=alone)
-        residual = rps * (c1 + excess) - n * safe_free
-        derivative = rps * slope - safe_free
-        n = xp.minimum(n - residual / xp.minimum(derivative, floor_slope), ROOF_FAR_IN_FLIGHT)
+        residual = rps * (c1 + c2 * n + excess) - n
+        derivative = rps * (c2 + slope) - 1.0
+        n = xp.clip(n - residual / xp.minimum(derivative, floor_slope), 0.0,
+                    ROOF_FAR_IN_FLIGHT)
     excess, slope = roof_excess_expr(n, c1, c2, roof, k, cycles, bend, xp=xp, alone=alone)
-    residual = rps * (c1 + excess) - n * safe_free
-    found = ((free > 0) & (rps * slope < safe_free)
-             & (xp.abs(residual) <= 1e-6 * (rps * c1 + n * safe_free + 1e-300)))
+    residual = rps * (c1 + c2 * n + excess) - n
+    found = ((rps * (c2 + slope) < 1.0)
+             & (xp.abs(residual) <= 1e-6 * (rps * c1 + n + 1e-300)))
     return n, c2 + slope, found
 
 
@@ -446,7 +448,7 @@ def _roof_concurrency_numpy(rps, c1, c2, roof, k, cycles, bend, steps):
     roof = dict(zip(ROOF_CARD_FIELDS, cards))
     free = 1.0 - rps * c2
     safe_free = np.where(free > 0, free, 1.0)
-    n = rps * c1 / safe_free
+    n = rps * c1
     alone = roof_alone_expr(roof, k, bend, n)
     mean = None
     counts = np.zeros_like(n)
@@ -460,18 +462,18 @@ def _roof_concurrency_numpy(rps, c1, c2, roof, k, cycles, bend, steps):
             at, c1[active], c2[active], part, k[active], cycles[active], bend[active],
             tuple(a[active] for a in alone), None if first == 0 else counts[active])
         counts[active] = count
-        residual = rps[active] * (c1[active] + excess) - at * safe_free[active]
-        derivative = rps[active] * slope - safe_free[active]
-        moved = np.minimum(at - residual / np.minimum(derivative, -0.05 * safe_free[active]),
-                           ROOF_FAR_IN_FLIGHT)
+        residual = rps[active] * (c1[active] + c2[active] * at + excess) - at
+        derivative = rps[active] * (c2[active] + slope) - 1.0
+        moved = np.clip(at - residual / np.minimum(derivative, -0.05 * safe_free[active]),
+                        0.0, ROOF_FAR_IN_FLIGHT)
         n[active] = moved
         settled = (np.abs(moved - at) <= 1e-13 * np.abs(moved)) | (moved >= ROOF_FAR_IN_FLIGHT)
         active = active[~settled]
     del mean
     excess, slope, _ = _excess_numpy(n, c1, c2, roof, k, cycles, bend, alone, counts)
-    residual = rps * (c1 + excess) - n * safe_free
-    found = ((free > 0) & (rps * slope < safe_free)
-             & (np.abs(residual) <= 1e-6 * (rps * c1 + n * safe_free + 1e-300)))
+    residual = rps * (c1 + c2 * n + excess) - n
+    found = ((rps * (c2 + slope) < 1.0)
+             & (np.abs(residual) <= 1e-6 * (rps * c1 + n + 1e-300)))
     return n.reshape(shape), (c2 + slope).reshape(shape), found.reshape(shape)
 
 
@@ -634,8 +636,8 @@ def roof_concurrency_graph(rps, c1, c2, roof: dict, k, cycles, bend):
     safe_free = pt.where(free > 0, free, 1.0)
     excess, slope = roof_excess_expr(root, c1, c2, roof, k, cycles, bend, xp=pt,
                                      prompts=count)
-    residual = rps * (c1 + excess) - root * safe_free
-    derivative = rps * slope - safe_free
+    residual = rps * (c1 + c2 * root + excess) - root
+    derivative = rps * (c2 + slope) - 1.0
     return root - residual / pt.minimum(derivative, -0.05 * safe_free), c2 + slope
 
 
@@ -844,12 +846,10 @@ def _numba_kernels(njit):
     def excess_at(n, mean, c1, c2, vf, vk, vt, vp, df, dk, dt, dp, k, cycles, bend,
                   alone_step, alone_slope, stall):
         h, h_n, h_mean = step(1.0 + n, vf, vk, vt, vp, df, dk, dt, dp, k, bend, mean)
-        rate = mean / h
-        rate_n = -mean * h_n / (h * h)
-        rate_mean = (h - mean * h_mean) / (h * h)
-        excess = cycles * (h - alone_step - n * alone_slope - rate * alone_step * stall)
-        excess_n = cycles * (h_n - alone_slope - alone_step * stall * rate_n)
-        excess_mean = cycles * (h_mean - alone_step * stall * rate_mean)
+        line_slope = alone_slope + alone_step * stall / c1
+        excess = cycles * (h - alone_step - n * line_slope)
+        excess_n = cycles * (h_n - line_slope)
+        excess_mean = cycles * h_mean
         latency = c1 + c2 * n + excess
         residual = mean * latency - n * h
         residual_n = mean * (c2 + excess_n) - h - n * h_n
@@ -896,7 +896,7 @@ def _numba_kernels(njit):
         free = 1.0 - rps * c2
         if not free > 0:
             free = 1.0
-        n = rps * c1 / free
+        n = rps * c1
         a, b, s = alone_of(vf, vk, vt, vp, df, dk, dt, dp, k, bend)
         mean = -1.0
         for _ in range(steps + 1):
@@ -908,9 +908,9 @@ def _numba_kernels(njit):
             slope = excess_n
             if residual_mean > 0.0:
                 slope = excess_n - excess_mean * residual_n / residual_mean
-            residual = rps * (c1 + excess) - n * free
-            derivative = rps * slope - free
-            moved = min(n - residual / min(derivative, -0.05 * free), far)
+            residual = rps * (c1 + c2 * n + excess) - n
+            derivative = rps * (c2 + slope) - 1.0
+            moved = min(max(n - residual / min(derivative, -0.05 * free), 0.0), far)
             settled = abs(moved - n) <= 1e-13 * abs(moved) or moved >= far
             n = moved
             if settled:

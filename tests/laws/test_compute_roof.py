@@ -296,3 +296,69 @@ def test_an_admitted_limit_reads_the_roofs_own_full_batch(cards):
     plain = Curve(np.full(draws, 3.0), np.full(draws, 0.02), cap=48.0)
     np.testing.assert_allclose(admitted_limit(no_roof, 20.0), admitted_limit(plain, 20.0),
                                rtol=1e-9)
+
+
+def test_prompt_step_is_the_poisson_expectation_of_the_larger_part(cards):
+    """The step with m ~ Poisson(mean) prompts: its closed form against the sum over m of
+    the larger of the decode pass and its arithmetic with m prompts, its derivatives
+    against differences, and the graph's truncated distribution against scipy's."""
+    import pytensor.tensor as pt
+    from scipy.stats import poisson
+
+    from bayesspec.laws.roofline import _pass_parts, roof_prompt_step
+
+    batch = np.array([1.0, 20.0, 80.0, 300.0])
+    mean = np.array([0.02, 0.4, 1.3, 3.0])
+    for k in (0.0, 5.0):
+        step, d_batch, d_mean = roof_prompt_step(batch, cards, k, 0.1, mean)
+        direct = np.zeros_like(batch)
+        for m in range(60):
+            weight = poisson.pmf(m, mean)
+            for floor, kv, token, prompt, tokens in (
+                    ("verifier_floor_s", "verifier_kv_s", "verifier_token_s",
+                     "verifier_prompt_s", k + 1.0),
+                    ("drafter_floor_s", "drafter_kv_s", "drafter_token_s",
+                     "drafter_prompt_s", k + 1.0)):
+                if k == 0 and floor.startswith("drafter"):
+                    continue
+                joined, _, compute, _ = _pass_parts(batch, cards[floor], cards[kv],
+                                                    cards[token], tokens, 0.1, np, 4.0)
+                direct += weight * np.maximum(joined, compute + m * cards[prompt])
+        if k:
+            later, _, _, _ = _pass_parts(batch, cards["drafter_floor_s"],
+                                         cards["drafter_kv_s"], cards["drafter_token_s"],
+                                         1.0, 0.1, np, 4.0)
+            direct += (k - 1.0) * later
+        np.testing.assert_allclose(step, direct, rtol=1e-10)
+        eps = 1e-6
+        np.testing.assert_allclose(
+            (roof_prompt_step(batch * (1 + eps), cards, k, 0.1, mean)[0] - step)
+            / (batch * eps), d_batch, rtol=1e-4)
+        np.testing.assert_allclose(
+            (roof_prompt_step(batch, cards, k, 0.1, mean * (1 + eps))[0] - step)
+            / (mean * eps), d_mean, rtol=1e-4)
+        graph = [v.eval() for v in roof_prompt_step(
+            pt.as_tensor_variable(batch), {n: pt.as_tensor_variable(v)
+                                           for n, v in cards.items()},
+            k, 0.1, pt.as_tensor_variable(mean), xp=pt)]
+        np.testing.assert_allclose(graph, [step, d_batch, d_mean], rtol=1e-10)
+
+
+def test_prompt_count_is_the_rate_times_the_step_at_the_root(cards):
+    """At the law's least root the prompt count is the rate times the step with them
+    (Little's law makes N / L the rate); the excess with prompts stays zero with zero
+    slope at no load, and with plain decoding the floor hides the prompts more as the
+    batch grows: the ceiling passes eq. (1)'s pole."""
+    from bayesspec.laws.roofline import roof_prompt_count, roof_prompt_step
+
+    c1, c2, cycles = 3.0, 0.02, 512 / 3.5
+    rates = roof_ceiling(c1, c2, cards, 7.0, cycles, 0.1) * np.array([0.1, 0.5, 0.95])
+    n, _, found = roof_concurrency_expr(rates, c1, c2, cards, 7.0, cycles, 0.1)
+    assert found.all()
+    count = roof_prompt_count(n, c1, c2, cards, 7.0, cycles, 0.1)
+    step, _, _ = roof_prompt_step(1.0 + n, cards, 7.0, 0.1, count)
+    np.testing.assert_allclose(count, rates * step, rtol=1e-9)
+    excess, slope = roof_excess_expr(np.array([0.0, 1e-4]), c1, c2, cards, 7.0, cycles, 0.1)
+    assert abs(excess[0]) < 1e-15 and abs(slope[0]) < 1e-12
+    plain = roof_ceiling(1.5, 0.03, cards, 0.0, 256.0, 0.0)
+    assert plain > 1.0 / 0.03
