@@ -1,6 +1,7 @@
 """Array helpers the law modules share: float arrays for the public numpy functions, the
 backend's special functions, an axis's length known before any value (numpy arrays
-and PyTensor graphs alike), and a broadcast array's values at some points.
+and PyTensor graphs alike), a broadcast array's values at some points, and the version
+of a numba kernel's source.
 """
 
 from __future__ import annotations
@@ -39,3 +40,14 @@ def _gathered(values: np.ndarray, at: tuple) -> np.ndarray:
     if all(n == 1 for n in shape):
         return np.full(at[0].shape, values.reshape(-1)[0])
     return values.reshape(shape)[tuple(i if n > 1 else 0 for i, n in zip(at, shape))]
+
+
+def kernel_version(*functions) -> int:
+    """A number that changes with the source of ``functions``: the salt of a numba
+    kernel's cache key. PyTensor caches compiled Ops on disk by their class and props
+    alone, so without it an edited kernel keeps running its old compiled code."""
+    import hashlib
+    import inspect
+
+    source = "".join(inspect.getsource(f) for f in functions)
+    return int(hashlib.sha256(source.encode()).hexdigest()[:15], 16)

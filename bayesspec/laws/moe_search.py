@@ -176,6 +176,8 @@ def _register_numba_search(op_class) -> None:
         return
     import math
 
+    from bayesspec.laws._numeric import kernel_version
+
     @numba_basic.register_funcify_default_op_cache_key(op_class)
     def funcify(op, node=None, **kwargs):
         offset = op.token_offset
@@ -244,4 +246,4 @@ def _register_numba_search(op_class) -> None:
                 flat[i] = one(a[i], b[i], c[i], d[i], e[i], f[i], g[i], h[i])
             return out
 
-        return search
+        return search, kernel_version(_register_numba_search)

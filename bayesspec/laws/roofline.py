@@ -289,8 +289,9 @@ def _excess_at(n, mean, c1, c2, roof, k, cycles, bend, alone, xp):
     derivatives (zero where ``mean`` is the rate the latency implies times the step)."""
     step, step_n, step_mean = roof_prompt_step(1.0 + n, roof, k, bend, mean, xp=xp)
     alone_step, alone_slope, stall = alone
-    # eq. (1)'s C2 holds the prompts' stall at light load, where the rate is N / C1
-    line_slope = alone_slope + alone_step * stall / c1
+    # eq. (1)'s C2 holds the prompts' stall at light load, where the rate is N / C1 (a C1
+    # below a request's own steps is no server's: the steps bound it)
+    line_slope = alone_slope + alone_step * stall / xp.maximum(c1, cycles * alone_step)
     excess = cycles * (step - alone_step - n * line_slope)
     excess_n = cycles * (step_n - line_slope)
     excess_mean = cycles * step_mean
@@ -303,7 +304,7 @@ def _excess_at(n, mean, c1, c2, roof, k, cycles, bend, alone, xp):
 
 #: Newton steps of the prompt count (:func:`roof_prompt_count`; from the decode step's
 #: count, 1e-12 within 5 on every configuration of the study).
-PROMPT_NEWTON_STEPS = 8
+PROMPT_NEWTON_STEPS = 40
 
 
 def roof_prompt_count(concurrency, c1, c2, roof: dict, k, cycles, bend, *, alone=None,
@@ -734,6 +735,8 @@ def _register_numba_search(op_class, outputs, kernel) -> None:
         from pytensor.link.numba.dispatch import basic as numba_basic
     except ImportError:   # no numba: the numpy perform serves
         return
+    from bayesspec.laws._numeric import kernel_version
+
     kernels = _numba_kernels(numba_basic.numba_njit)
     one = kernels[kernel]
 
@@ -767,7 +770,7 @@ def _register_numba_search(op_class, outputs, kernel) -> None:
                                args[5][m], args[6][m], args[7][m], args[8][m], args[9][m],
                                args[10][m], args[11][m], args[12][m], args[13][m])
                 return first
-        return search
+        return search, kernel_version(_numba_kernels, _register_numba_search)
 
 
 _NUMBA_KERNELS = None
@@ -846,7 +849,7 @@ def _numba_kernels(njit):
     def excess_at(n, mean, c1, c2, vf, vk, vt, vp, df, dk, dt, dp, k, cycles, bend,
                   alone_step, alone_slope, stall):
         h, h_n, h_mean = step(1.0 + n, vf, vk, vt, vp, df, dk, dt, dp, k, bend, mean)
-        line_slope = alone_slope + alone_step * stall / c1
+        line_slope = alone_slope + alone_step * stall / max(c1, cycles * alone_step)
         excess = cycles * (h - alone_step - n * line_slope)
         excess_n = cycles * (h_n - line_slope)
         excess_mean = cycles * h_mean

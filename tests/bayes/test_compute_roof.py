@@ -97,7 +97,8 @@ def test_a_cap_that_reaches_the_data_enters_the_roofs_likelihood():
     import pymc as pm
 
     from bayesspec.bayes import MODEL_CLASSES
-    from bayesspec.laws.roofline import ROOF_CARD_FIELDS, roof_capped_latency
+    from bayesspec.laws.roofline import (ROOF_CARD_FIELDS, ROOF_COMPUTE_FIELDS,
+                                         roof_capped_latency)
 
     model = MODEL_CLASSES["dense"]({"mean_law": "auto"})
     built = model.build(_sweeps(max_num_seqs=8))
@@ -111,7 +112,7 @@ def test_a_cap_that_reaches_the_data_enters_the_roofs_likelihood():
                               + [built["log_latency"].owner.inputs[2]], random_seed=seed)
         c1, c2, memory, compute, bend = values
         roof = {name: groups[name].to_numpy(float)[g]
-                * (compute if name.endswith("token_s") else memory)
+                * (compute if name in ROOF_COMPUTE_FIELDS else memory)
                 for name in ROOF_CARD_FIELDS}
         expected, _, _ = roof_capped_latency(
             rows["rps"].to_numpy(float), c1[g], c2[g], groups["cap"].to_numpy(float)[g],

@@ -362,3 +362,40 @@ def test_prompt_count_is_the_rate_times_the_step_at_the_root(cards):
     assert abs(excess[0]) < 1e-15 and abs(slope[0]) < 1e-12
     plain = roof_ceiling(1.5, 0.03, cards, 0.0, 256.0, 0.0)
     assert plain > 1.0 / 0.03
+
+
+def test_numba_searches_are_the_numpy_ones(cards):
+    """The roof's searches compiled by numba (the models nutpie samples) give the numpy
+    searches' roots and counts (and a kernel edited since its last compile
+    runs its new code: its cache key carries its source's version)."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    from bayesspec.laws.roofline import roof_concurrency_graph
+
+    rates = pt.dvector("rates")
+    # plain decoding, k = 7 past its knee, and a C1 below a request's own steps
+    k = np.array([0.0, 0.0, 7.0, 7.0, 7.0, 3.0])
+    cycles = np.array([256.0, 256.0, 60.0, 60.0, 60.0, 85.0])
+    c1 = np.array([1.8, 1.8, 2.2, 2.2, 2.2, 0.05])
+    roof = {name: pt.as_tensor_variable(np.full(6, float(value)))
+            for name, value in cards.items()}
+    outputs = list(roof_concurrency_graph(rates, c1, 0.03, roof, k, cycles, 0.04))
+    at = np.array([3.0, 25.0, 3.0, 12.0, 40.0, 5.0])
+    numpy_side = pytensor.function([rates], outputs, mode="FAST_COMPILE")(at)
+    numba_side = pytensor.function([rates], outputs, mode="NUMBA")(at)
+    for a, b in zip(numpy_side, numba_side):
+        np.testing.assert_allclose(b, a, rtol=1e-9)
+
+
+def test_kernel_version_follows_the_source():
+    from bayesspec.laws._numeric import kernel_version
+
+    def first(x):
+        return x + 1
+
+    def second(x):
+        return x + 2
+
+    assert kernel_version(first) == kernel_version(first)
+    assert kernel_version(first) != kernel_version(second)
