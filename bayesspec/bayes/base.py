@@ -632,7 +632,10 @@ class LatencyModel:
         from bayesspec.prediction import RoofCurve
 
         row = groups.iloc[group]
-        return RoofCurve(c1, c2, cards={name: float(row[name]) for name in ROOF_CARD_FIELDS},
+        # fits made before the prompts entered the step have no prompt fields: without
+        # them the step is the decode tokens' alone, the law those fits were made with
+        cards = {name: float(row.get(name, 0.0)) for name in ROOF_CARD_FIELDS}
+        return RoofCurve(c1, c2, cards=cards,
                          memory_factor=fit.draws("roof_memory_factor"),
                          compute_factor=fit.draws("roof_compute_factor"),
                          bend=fit.draws("roof_bend"), k=float(row.get("k", 0) or 0),

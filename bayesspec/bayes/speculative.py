@@ -765,7 +765,8 @@ class SpeculativeLatencyModel(LatencyModel):
         if not len(members):
             return None
         row = groups.iloc[int(members[0])]
-        return {"cards": {name: float(row[name]) for name in ROOF_CARD_FIELDS},
+        # fits made before the prompts entered the step: the decode tokens' step alone
+        return {"cards": {name: float(row.get(name, 0.0)) for name in ROOF_CARD_FIELDS},
                 "memory_factor": fit.draws("roof_memory_factor"),
                 "compute_factor": fit.draws("roof_compute_factor"),
                 "bend": fit.draws("roof_bend")}

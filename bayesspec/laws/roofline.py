@@ -344,9 +344,9 @@ def roof_excess_expr(concurrency, c1, c2, roof: dict, k, cycles, bend, xp=np, al
     flight, and its derivative in it: a request's ``cycles`` steps, each at a batch of
     itself and the others, h(1 + N), less the straight line eq. (1) already holds,
     h(1) + N (h'(1) + h(1) s0 / C1) (at light load prompts arrive at N / C1 a second
-    and each stalls a step by s0: eq. (1)'s C2 holds it). Zero with zero slope at N = 0, so eq. (1)'s C1
-    and C2 keep their meaning (a request alone, what each other one adds at light load)
-    and the roof bends the curve only past its knee.
+    and each stalls a step by s0: eq. (1)'s C2 holds it). Zero with zero slope at N = 0,
+    so eq. (1)'s C1 and C2 keep their meaning (a request alone, what each other one adds
+    at light load) and the roof bends the curve only past its knee.
 
     The step carries the prompts that arrive during it (:func:`roof_prompt_step`), m of
     them on average, m = X h: with X = N / L(N) (Little's law, exact at the law's root)
@@ -413,9 +413,10 @@ def roof_concurrency_expr(rps, c1, c2, roof: dict, k, cycles, bend, xp=np,
     (a latency that grows with the load), so the steps rise to its least root, the one a
     load rising from zero reaches (monotonically where the residual is convex; the
     prompts' stall, which a step's floor hides more of as the batch grows, can bend it
-    the other way in plain decoding, and can lift its ceiling above eq. (1)'s pole). Where there is none (past the roof's ceiling), a step
-    on a flat or rising residual is taken with a floor on the slope, so the iterate keeps
-    growing and the latency with it, smoothly in the parameters.
+    the other way in plain decoding, and can lift its ceiling above eq. (1)'s pole).
+    Where there is none (past the roof's ceiling), a step on a flat or rising residual is
+    taken with a floor on the slope, so the iterate keeps growing and the latency with
+    it, smoothly in the parameters.
     Returns (N, R'(N) + C2 = the C2 a point feels, whether N is a root)."""
     if xp is np:
         return _roof_concurrency_numpy(rps, c1, c2, roof, k, cycles, bend, steps)

@@ -176,7 +176,8 @@ def test_roof_with_the_cap_and_no_roof_is_the_slot_queue(cards):
     rates = ceiling_rps(3.0, 0.02, cap) * np.array([0.1, 0.5, 0.9, 0.99])
     queue = slot_queue_latency_expr(rates, 3.0, 0.02, cap, wait_scale=0.5)
     # no compute (knee at infinity) and no memory beyond the floor: R = 0
-    flat = {name: np.asarray(value) * (0.0 if name.endswith(("token_s", "kv_s", "prompt_s")) else 1.0)
+    flat = {name: np.asarray(value)
+            * (0.0 if name.endswith(("token_s", "kv_s", "prompt_s")) else 1.0)
             for name, value in cards.items()}
     from bayesspec.laws.roofline import roof_capped_latency
 
@@ -399,3 +400,22 @@ def test_kernel_version_follows_the_source():
 
     assert kernel_version(first) == kernel_version(first)
     assert kernel_version(first) != kernel_version(second)
+
+
+def test_cards_without_prompts_are_the_decode_tokens_step(cards):
+    """Cards without the prompt fields (fits made before the prompts entered the step)
+    give the decode tokens' step alone, the law those fits were made with."""
+    from bayesspec.laws.roofline import roof_prompt_step
+
+    old = {name: value for name, value in cards.items() if not name.endswith("prompt_s")}
+    batch = np.array([1.0, 40.0, 200.0])
+    step, slope, per_prompt = roof_prompt_step(batch, old, 5.0, 0.1, np.full(3, 0.7))
+    expected, expected_slope = roof_step_expr(batch, old, 5.0, 0.1)
+    np.testing.assert_allclose(step, expected, rtol=1e-14)
+    np.testing.assert_allclose(slope, expected_slope, rtol=1e-14)
+    assert np.all(per_prompt == 0.0)
+    excess, _ = roof_excess_expr(np.array([10.0, 100.0]), 3.0, 0.02, old, 5.0, 73.0, 0.1)
+    line_step, line_slope = roof_step_expr(np.array([1.0]), old, 5.0, 0.1)
+    at, _ = roof_step_expr(np.array([11.0, 101.0]), old, 5.0, 0.1)
+    np.testing.assert_allclose(
+        excess, 73.0 * (at - line_step - np.array([10.0, 100.0]) * line_slope), rtol=1e-12)
