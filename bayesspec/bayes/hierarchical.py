@@ -56,7 +56,7 @@ pm, pt = lazy_module("pymc"), lazy_module("pytensor.tensor")  # loaded on first 
 from bayesspec.data import EXTRA_GROUP_COLUMNS
 from bayesspec.errors import BadInput
 from bayesspec.laws import effective_costs_expr
-from bayesspec.laws.roofline import (TERM_NAMES, TREND_TERMS, covariates, physics_centres,
+from bayesspec.laws.trends import (TERM_NAMES, TREND_TERMS, covariates, physics_centres,
                         trend_coefficients)
 from bayesspec.bayes import moe_split
 from bayesspec.bayes.spread_estimate import c2p_spread

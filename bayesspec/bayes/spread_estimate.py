@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from bayesspec.laws.roofline import covariates
+from bayesspec.laws.trends import covariates
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ Every formula is written once, in the module of its subject:
   its fill and drain).
 - :mod:`~bayesspec.laws.moe` and :mod:`~bayesspec.laws.moe_search`: eq. (4), expert
   coverage, in numpy and inside a graph.
-- :mod:`~bayesspec.laws.roofline`: the cycle coefficients' roofline trends.
+- :mod:`~bayesspec.laws.trends`: the cycle coefficients' roofline trends.
+- :mod:`~bayesspec.laws.roofline`: the compute roof of one engine step (its searches'
+  Ops: :mod:`~bayesspec.laws.roof_kernels`).
 
 The public functions work on numpy arrays with broadcasting and handle the edge cases
 (saturation -> ``inf``, no crossover -> ``nan``); those of the contract

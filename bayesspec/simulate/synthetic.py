@@ -335,12 +335,12 @@ def hierarchical_truth(verifiers=("Qwen3-0.6B", "Qwen3-1.7B", "Qwen3-8B", "Qwen3
     """Dense configurations whose C1, C2 follow the hierarchical model's trends.
 
     Every (verifier, prefill, decode) cell gets eq. (3) at k = 0 from the roofline rates
-    of :func:`bayesspec.laws.roofline.physics_centres` (the truth), times a log-normal
+    of :func:`bayesspec.laws.trends.physics_centres` (the truth), times a log-normal
     cell deviation of ``cell_sd``; each verifier's c2p strays from its trend by a
     log-normal factor of ``c2p_verifier_sd`` (the log deviations by verifier in
     ``attrs["c2p_verifier_deviation"]``). Feed it to :func:`generate_sweeps`.
     """
-    from bayesspec.laws.roofline import TERM_NAMES, covariates, physics_centres, trend_coefficients
+    from bayesspec.laws.trends import TERM_NAMES, covariates, physics_centres, trend_coefficients
     from bayesspec.data.catalog import default_catalog
 
     catalog = default_catalog()
