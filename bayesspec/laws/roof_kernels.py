@@ -31,8 +31,7 @@ class SearchOp:
                                             cls.numba_kernel, cls.constants)
         inputs = pt.broadcast_arrays(*(pt.as_tensor_variable(x).astype("float64")
                                        for x in inputs))
-        out = cls._op_class()(*inputs)
-        return out
+        return cls._op_class()(*inputs)
 
 
 def _make_search_op(name, outputs, numpy_search, kernel, constants):

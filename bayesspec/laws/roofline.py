@@ -194,11 +194,9 @@ def roof_prompt_step(batch, roof: dict, k, bend, mean, xp=np):
 
 
 def _has_prompts(roof: dict) -> bool:
-    """Whether any prompt arithmetic is stated (numpy cards; a graph always counts)."""
-    values = [roof.get(name) for name in ("verifier_prompt_s", "drafter_prompt_s")]
-    if any(v is not None and not isinstance(v, (np.ndarray, float, int)) for v in values):
-        return True
-    return any(v is not None and np.any(np.asarray(v) > 0) for v in values)
+    """Whether the numpy cards state any prompt arithmetic."""
+    return any(np.any(np.asarray(roof.get(name, 0.0)) > 0)
+               for name in ("verifier_prompt_s", "drafter_prompt_s"))
 
 
 def roof_alone_expr(roof: dict, k, bend, like, xp=np):
@@ -288,14 +286,12 @@ def roof_excess_expr(concurrency, c1, c2, roof: dict, k, cycles, bend, xp=np, al
         excess, slope, _ = _excess_numpy(concurrency, c1, c2, roof, k, cycles, bend, alone,
                                          prompts)
         return excess, slope
-    else:
-        mean = prompts if prompts is not None else _PromptCountSearch.apply(
-            (concurrency, c1, c2, *(roof[name] for name in ROOF_CARD_FIELDS), k, cycles,
-             bend))
-        # one Newton step from the searched count held fixed: its implicit gradient
-        _, _, _, residual, _, residual_mean = _excess_at(concurrency, mean, c1, c2, roof, k,
-                                                         cycles, bend, alone, xp)
-        mean = mean - residual / xp.where(residual_mean > 0, residual_mean, 1.0)
+    mean = prompts if prompts is not None else _PromptCountSearch.apply(
+        (concurrency, c1, c2, *(roof[name] for name in ROOF_CARD_FIELDS), k, cycles, bend))
+    # one Newton step from the searched count held fixed: its implicit gradient
+    _, _, _, residual, _, residual_mean = _excess_at(concurrency, mean, c1, c2, roof, k,
+                                                     cycles, bend, alone, xp)
+    mean = mean - residual / xp.where(residual_mean > 0, residual_mean, 1.0)
     return _excess_following_count(concurrency, mean, c1, c2, roof, k, cycles, bend, alone,
                                    xp)
 
@@ -379,7 +375,6 @@ def _roof_concurrency_numpy(rps, c1, c2, roof, k, cycles, bend, steps):
     safe_free = np.where(free > 0, free, 1.0)
     n = rps * c1
     alone = roof_alone_expr(roof, k, bend, n)
-    mean = None
     counts = np.zeros_like(n)
     active = np.arange(n.size)
     for first in range(steps + 1):
@@ -398,7 +393,6 @@ def _roof_concurrency_numpy(rps, c1, c2, roof, k, cycles, bend, steps):
         n[active] = moved
         settled = (np.abs(moved - at) <= 1e-13 * np.abs(moved)) | (moved >= ROOF_FAR_IN_FLIGHT)
         active = active[~settled]
-    del mean
     excess, slope, _ = _excess_numpy(n, c1, c2, roof, k, cycles, bend, alone, counts)
     residual = rps * (c1 + c2 * n + excess) - n
     found = ((rps * (c2 + slope) < 1.0)
