@@ -160,6 +160,9 @@ def convergence_verdict(tree: xr.DataTree, decision_variables: list[str]) -> dic
     if attrs.get("retried"):
         verdict["text"] += f" ({attrs['retried']})"
         verdict["retried"] = str(attrs["retried"])
+    if attrs.get("restarted"):
+        verdict["text"] += f" ({attrs['restarted']})"
+        verdict["restarted"] = str(attrs["restarted"])
     if attrs.get("fallback"):
         verdict["text"] += f" ({attrs['fallback']})"
         verdict.update(method="nuts", approximation=str(attrs.get("approximation")),

@@ -187,8 +187,47 @@ def sample_compiled(compiled, settings: SamplerSettings,
         # what the discarded first sampling cost, for honest gradient counts
         tree.attrs["gradients_before_retry"] = spent
         target = retry
+        settings = replace(settings, target_accept=retry, retry_target_accept=None)
+    stalled = stalled_chains(tree)
+    if stalled and settings.seed is not None:
+        # A chain flung by its first trajectories into a stiff corner (a compute roof's
+        # factors that put measured rates past its ceiling) shrank its step size to
+        # nothing and stood still for the whole run (1 of 2 chains on a roof study
+        # sweep, docs/findings/compute-roof.md); new seeds give new first trajectories.
+        # Once only: a chain that stalls again stays in the draws for R-hat to judge.
+        reason = (f"chain {', '.join(str(c) for c in stalled)} stood still (its step size "
+                  f"under {STALLED_STEP_RATIO:g} of the others'); sampled again with "
+                  f"another seed")
+        log(f"note: {reason}", settings.progress)
+        kept = {name: tree.attrs[name] for name in ("retried", "gradients_before_retry")
+                if name in tree.attrs}
+        spent = sum(int(tree[group]["n_steps"].values.sum())
+                    for group in ("warmup_sample_stats", "sample_stats")
+                    if group in tree.children and "n_steps" in tree[group].data_vars)
+        tree = _nutpie_sample(compiled, replace(settings, seed=settings.seed + 7919))
+        tree.attrs.update(kept)
+        tree.attrs["restarted"] = reason
+        tree.attrs["gradients_before_retry"] = kept.get("gradients_before_retry", 0) + spent
     tree.attrs["target_accept"] = float(target)
     return tree
+
+
+#: A chain whose adapted step size is below this share of the largest chain's stood
+#: still: its draws barely move (a step size of 1e-5 against 0.06, every draw at the
+#: tree's full depth, measured on a compute-roof fit).
+STALLED_STEP_RATIO = 0.01
+
+
+def stalled_chains(tree: xr.DataTree) -> list[int]:
+    """The chains of ``tree`` whose median step size after warm-up is under
+    :data:`STALLED_STEP_RATIO` of the largest chain's (none with a single chain)."""
+    if "sample_stats" not in tree.children or "step_size" not in tree["sample_stats"]:
+        return []
+    steps = np.asarray(tree["sample_stats"]["step_size"].values, dtype=float)
+    if steps.ndim != 2 or steps.shape[0] < 2:
+        return []
+    typical = np.median(steps, axis=1)
+    return [int(c) for c in np.flatnonzero(typical < STALLED_STEP_RATIO * typical.max())]
 
 
 def check_starts(compiled, seed: int | None, candidates: int = START_CANDIDATES) -> None:

@@ -8,6 +8,7 @@ import sys
 from dataclasses import replace
 
 import numpy as np
+import xarray as xr
 import pymc as pm
 import pytest
 
@@ -103,6 +104,47 @@ def test_divergent_sampling_is_retried_once_at_the_higher_target():
     tree = inference.sample_compiled(inference.compile_model(plain, settings), settings)
     assert inference.divergences_of(tree) == 0
     assert "retried" not in tree.attrs and tree.attrs["target_accept"] == 0.6
+
+
+def _tree_with_steps(steps):
+    stats = xr.Dataset({"step_size": (("chain", "draw"), np.asarray(steps, float)),
+                        "n_steps": (("chain", "draw"), np.full(np.shape(steps), 7))})
+    return xr.DataTree.from_dict({"sample_stats": stats})
+
+
+def test_a_chain_whose_step_size_collapsed_is_stalled():
+    assert inference.stalled_chains(_tree_with_steps([[0.06] * 5, [1e-5] * 5])) == [1]
+    assert inference.stalled_chains(_tree_with_steps([[0.06] * 5, [0.02] * 5])) == []
+    assert inference.stalled_chains(_tree_with_steps([[1e-5] * 5])) == []   # one chain
+    assert inference.stalled_chains(xr.DataTree()) == []
+
+
+def test_a_stalled_chain_is_sampled_again_once_with_another_seed(monkeypatch):
+    """The restart's plumbing: a sampling with a chain standing still is done once more
+    with a new seed, the tree says why and what the first cost; a second stall stays
+    for R-hat to judge."""
+    from bayesspec.inference import sampling
+
+    with pm.Model() as plain:
+        pm.Normal("mu", 0.0, 1.0)
+    settings = SamplerSettings(draws=5, tune=5, chains=2, seed=4, progress=False)
+    compiled = inference.compile_model(plain, settings)
+    seeds = []
+    outcomes = iter([[[0.06] * 5, [1e-5] * 5], [[0.06] * 5, [0.05] * 5]])
+
+    def fake(compiled, chosen):
+        seeds.append(chosen.seed)
+        return _tree_with_steps(next(outcomes))
+
+    monkeypatch.setattr(sampling, "_nutpie_sample", fake)
+    tree = inference.sample_compiled(compiled, settings)
+    assert seeds == [4, 4 + 7919]
+    assert "chain 1 stood still" in tree.attrs["restarted"]
+    assert tree.attrs["gradients_before_retry"] == 2 * 5 * 7
+    outcomes = iter([[[0.06] * 5, [1e-5] * 5]] * 2)
+    seeds.clear()
+    tree = inference.sample_compiled(compiled, settings)
+    assert len(seeds) == 2 and inference.stalled_chains(tree) == [1]
 
 
 # ------------------------------------------------------------ a model that cannot start
