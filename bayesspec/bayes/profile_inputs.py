@@ -92,10 +92,15 @@ MEAN_LAWS = ("auto", "roofline", "eq1")
 #: verifier on one H100 decoded at about 2x the bandwidth bound in a public load test;
 #: attention, launches and partial overlap put decode GEMMs near half of peak FLOP/s), a
 #: log-sd of 0.5 admitting 0.75x-5.3x at 95%. ``roof_bend``: how much the marginal cost
-#: keeps rising past the knee, half-normal; 0 is the plain roofline.
+#: keeps rising past the knee (bounded: :data:`bayesspec.laws.roofline.ROOF_BEND_REACH`),
+#: half-normal; 0 is the plain roofline. Its scale is what the same public load test
+#: admits: its marginal cost per token at k = 6 (0.06, 0.11, 0.14 ms from 16-32, 32-64,
+#: 64-128 in flight) fits this join with bends of 0 to 0.2 at factors of at least 1
+#: (larger bends need a stack faster than the cards' bounds; docs/findings/compute-roof.md,
+#: "The bend's prior").
 ROOF_FACTOR_MEDIAN = 2.0
 ROOF_FACTOR_LOG_SD = 0.5
-ROOF_BEND_SCALE = 0.5
+ROOF_BEND_SCALE = 0.1
 
 
 def roof_inputs(rows: pd.DataFrame, groups: pd.DataFrame, group_index: np.ndarray, catalog,

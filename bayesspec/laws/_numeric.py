@@ -42,12 +42,14 @@ def _gathered(values: np.ndarray, at: tuple) -> np.ndarray:
     return values.reshape(shape)[tuple(i if n > 1 else 0 for i, n in zip(at, shape))]
 
 
-def kernel_version(*functions) -> int:
-    """A number that changes with the source of ``functions``: the salt of a numba
-    kernel's cache key. PyTensor caches compiled Ops on disk by their class and props
-    alone, so without it an edited kernel keeps running its old compiled code."""
+def kernel_version(*functions, constants: dict | None = None) -> int:
+    """A number that changes with the source of ``functions`` and the ``constants`` baked
+    into them: the salt of a numba kernel's cache key. PyTensor caches compiled Ops on
+    disk by their class and props alone, so without it an edited kernel keeps running its
+    old compiled code."""
     import hashlib
     import inspect
 
     source = "".join(inspect.getsource(f) for f in functions)
+    source += repr(sorted((constants or {}).items()))
     return int(hashlib.sha256(source.encode()).hexdigest()[:15], 16)

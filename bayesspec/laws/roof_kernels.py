@@ -107,7 +107,8 @@ def _register_numba_search(op_class, outputs, kernel, constants) -> None:
                                args[5][m], args[6][m], args[7][m], args[8][m], args[9][m],
                                args[10][m], args[11][m], args[12][m], args[13][m])
                 return first
-        return search, kernel_version(numba_kernels, _register_numba_search)
+        return search, kernel_version(numba_kernels, _register_numba_search,
+                                      constants=constants)
 
 
 _NUMBA_KERNELS = None
@@ -117,13 +118,13 @@ def numba_kernels(njit, constants: dict):
     """The roof's searches on scalars in numba: the same steps as the numpy functions of
     :mod:`bayesspec.laws.roofline` (``_pass_parts``, ``_prompt_pass``, ``_excess_at``,
     ``roof_prompt_count``, ``roof_concurrency_expr``), compiled once; ``constants``: their
-    join power, Newton steps and far bounds."""
+    join power, the bend's reach, Newton steps and far bounds."""
     global _NUMBA_KERNELS
     if _NUMBA_KERNELS is not None:
         return _NUMBA_KERNELS
     import math
 
-    power = constants["power"]
+    power, reach = constants["power"], constants["reach"]
     steps, far = constants["steps"], constants["far"]
     count_steps, far_prompts = constants["count_steps"], constants["far_prompts"]
 
@@ -132,8 +133,10 @@ def numba_kernels(njit, constants: dict):
         per_request = per_request_tokens * token
         memory = floor + batch * kv
         work = batch * per_request
-        compute = work * (1.0 + bend * work / floor)
-        compute_slope = per_request * (1.0 + 2.0 * bend * work / floor)
+        ratio = work / floor
+        held = 1.0 / (1.0 + ratio / reach)
+        compute = work * (1.0 + bend * ratio * held)
+        compute_slope = per_request * (1.0 + bend * ratio * held * (1.0 + held))
         top = max(memory, compute)
         joined = top * ((memory / top) ** power + (compute / top) ** power) ** (1.0 / power)
         slope = ((memory / joined) ** (power - 1.0) * kv

@@ -25,6 +25,16 @@ __all__ = ["ROOF_JOIN_POWER", "ROOF_CARD_FIELDS", "roof_card_values",
 #: part near the knee).
 ROOF_JOIN_POWER = 4.0
 
+#: Where the bend stops growing: a pass's arithmetic is its work x (1 + bend x r / (1 +
+#: r / reach)), r the work over the memory floor, so the bend's share grows like bend x r
+#: well below the reach and levels at bend x reach past it. What makes a step's marginal
+#: cost rise (kernels past the engine's CUDA-graph sizes, a token budget split over more
+#: steps) adds a bounded cost per token, not one that grows without end; the public load
+#: test that shows the rise reaches r of about 4 (k = 6, 128 in flight, a 32B verifier on
+#: an H100). Unbounded (the bend x r of before), a bend the data never saw multiplied a
+#: small verifier's full batch (r past 10) by 1.5-5 (docs/findings/compute-roof.md).
+ROOF_BEND_REACH = 4.0
+
 #: The card values of one configuration's roof, in this order (seconds): the verifier's
 #: weight stream per pass, its KV read per request in the batch, its arithmetic per token
 #: processed, its arithmetic over one prompt; the same for the drafter (zeros for plain
@@ -67,8 +77,10 @@ def _pass_parts(batch, floor, kv, token, tokens_per_request, bend, xp, power):
     per_request = tokens_per_request * token
     memory = floor + batch * kv
     work = batch * per_request
-    compute = work * (1.0 + bend * work / floor)
-    compute_slope = per_request * (1.0 + 2.0 * bend * work / floor)
+    ratio = work / floor
+    held = 1.0 / (1.0 + ratio / ROOF_BEND_REACH)
+    compute = work * (1.0 + bend * ratio * held)
+    compute_slope = per_request * (1.0 + bend * ratio * held * (1.0 + held))
     # scaled by the larger part, so that no power overflows however large the batch
     top = xp.maximum(memory, compute)
     a, b = memory / top, compute / top
@@ -89,10 +101,11 @@ def roof_pass_expr(batch, floor, kv, token, tokens_per_request, bend, xp=np,
     """Seconds of one forward pass over ``batch`` requests of ``tokens_per_request``
     tokens each, and its derivative in the batch: the smooth maximum of the memory floor
     (``floor`` + ``batch`` x ``kv``: weights streamed once, each request's KV read) and
-    the arithmetic, ``batch`` x ``tokens_per_request`` x ``token`` x (1 + ``bend`` x its
-    ratio to the floor). ``bend`` >= 0 lets the marginal cost keep rising past the knee
-    (kernels past the engine's CUDA-graph sizes, tile steps, a token budget split over
-    more steps): 0 is the plain roofline."""
+    the arithmetic, ``batch`` x ``tokens_per_request`` x ``token`` x (1 + ``bend`` x r /
+    (1 + r / :data:`ROOF_BEND_REACH`)), r its ratio to the floor. ``bend`` >= 0 lets the
+    marginal cost keep rising past the knee, by a bounded share (kernels past the
+    engine's CUDA-graph sizes, tile steps, a token budget split over more steps): 0 is
+    the plain roofline."""
     joined, slope, _, _ = _pass_parts(batch, floor, kv, token, tokens_per_request, bend, xp,
                                       power)
     return joined, slope
@@ -321,8 +334,11 @@ def _excess_numpy(n, c1, c2, roof, k, cycles, bend, alone, start=None):
 
 
 #: Newton steps of :func:`roof_concurrency_expr` (from eq. (1)'s N, quadratic near the
-#: root: 24 reach a relative 1e-12 on every configuration of the study).
-ROOF_NEWTON_STEPS = 24
+#: root: 24 reach a relative 1e-12 on every configuration of the study; a throughput
+#: that flattens towards its ceiling, as a bounded bend's does, slows the steps on the
+#: slope's floor to linear: 64 reach the root at 0.999 of such a ceiling). Settled
+#: points stop early.
+ROOF_NEWTON_STEPS = 64
 #: Where the Newton iterate of a rate past the roof's ceiling stops growing (requests in
 #: flight): far beyond any engine's batch, its latency far beyond any measurement.
 ROOF_FAR_IN_FLIGHT = 1e7
@@ -565,8 +581,8 @@ def roof_concurrency_graph(rps, c1, c2, roof: dict, k, cycles, bend):
 
 
 #: The constants the numba kernels take (:mod:`bayesspec.laws.roof_kernels`).
-_KERNEL_CONSTANTS = {"power": ROOF_JOIN_POWER, "steps": ROOF_NEWTON_STEPS,
-                     "far": ROOF_FAR_IN_FLIGHT, "count_steps": PROMPT_NEWTON_STEPS,
+_KERNEL_CONSTANTS = {"power": ROOF_JOIN_POWER, "reach": ROOF_BEND_REACH,
+                     "steps": ROOF_NEWTON_STEPS, "far": ROOF_FAR_IN_FLIGHT, "count_steps": PROMPT_NEWTON_STEPS,
                      "far_prompts": _FAR_PROMPTS}
 
 

@@ -34,6 +34,23 @@ def test_step_is_flat_then_steep_and_excess_is_convex(cards):
     assert np.all(np.diff(excess_slope) > 0) and np.all(excess >= 0)
 
 
+def test_the_bend_raises_the_marginal_cost_by_a_bounded_share():
+    """Past the knee the bend raises a pass's marginal cost per token, smoothly (its
+    slope is the value's derivative), and never by more than bend x reach."""
+    from bayesspec.laws.roofline import ROOF_BEND_REACH, roof_pass_expr
+
+    batch = np.geomspace(1.0, 1e6, 25)
+    floor, kv, token, bend = 5e-3, 1e-6, 2e-5, 0.1
+    value, slope = roof_pass_expr(batch, floor, kv, token, 8.0, bend)
+    eps = 1e-6 * batch
+    upper, _ = roof_pass_expr(batch + eps, floor, kv, token, 8.0, bend)
+    np.testing.assert_allclose((upper - value) / eps, slope, rtol=1e-4)
+    plain, plain_slope = roof_pass_expr(batch, floor, kv, token, 8.0, 0.0)
+    assert np.all(np.diff(slope) >= -1e-15) and np.all(value >= plain)
+    share = slope[-1] / plain_slope[-1] - 1.0
+    assert 0.9 * bend * ROOF_BEND_REACH < share <= bend * ROOF_BEND_REACH
+
+
 def test_least_root_and_ceiling_agree_with_a_scan(cards):
     c1, c2, k, cycles, bend = 3.0, 0.02, 7.0, 512 / 3.5, 0.1
     grid = np.linspace(0.0, 3000.0, 300001)
@@ -193,7 +210,7 @@ def test_the_cap_binds_before_the_roofs_peak_and_the_roof_after(cards):
     from bayesspec.laws.roofline import roof_capped_ceiling, roof_full_batch_time_expr
 
     peak = float(roof_ceiling(3.0, 0.02, cards, ROOF_K, ROOF_CYCLES, ROOF_BEND))
-    for cap in (16.0, 48.0, 2000.0):
+    for cap in (16.0, 48.0, 20000.0):
         ceiling = float(roof_capped_ceiling(3.0, 0.02, cap, cards, ROOF_K, ROOF_CYCLES,
                                             ROOF_BEND))
         full = cap / float(roof_full_batch_time_expr(3.0, 0.02, cap, cards, ROOF_K,
@@ -400,6 +417,8 @@ def test_kernel_version_follows_the_source():
 
     assert kernel_version(first) == kernel_version(first)
     assert kernel_version(first) != kernel_version(second)
+    assert kernel_version(first, constants={"reach": 4.0}) != kernel_version(
+        first, constants={"reach": 5.0})
 
 
 def test_cards_without_prompts_are_the_decode_tokens_step(cards):
