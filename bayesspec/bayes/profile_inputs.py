@@ -97,7 +97,7 @@ MEAN_LAWS = ("auto", "roofline", "eq1")
 #: admits: its marginal cost per token at k = 6 (0.06, 0.11, 0.14 ms from 16-32, 32-64,
 #: 64-128 in flight) fits this join with bends of 0 to 0.2 at factors of at least 1
 #: (larger bends need a stack faster than the cards' bounds; docs/findings/compute-roof.md,
-#: "The bend's prior").
+#: "The bend bounded").
 ROOF_FACTOR_MEDIAN = 2.0
 ROOF_FACTOR_LOG_SD = 0.5
 ROOF_BEND_SCALE = 0.1

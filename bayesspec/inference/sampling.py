@@ -178,9 +178,7 @@ def sample_compiled(compiled, settings: SamplerSettings,
         reason = (f"{divergent} divergent transitions at target_accept {target:g}; "
                   f"sampled again at {retry:g}")
         log(f"note: {reason}", settings.progress)
-        spent = sum(int(tree[group]["n_steps"].values.sum())
-                    for group in ("warmup_sample_stats", "sample_stats")
-                    if group in tree.children and "n_steps" in tree[group].data_vars)
+        spent = _gradients_spent(tree)
         tree = _nutpie_sample(compiled, replace(settings, target_accept=retry,
                                                 retry_target_accept=None))
         tree.attrs["retried"] = reason
@@ -201,15 +199,20 @@ def sample_compiled(compiled, settings: SamplerSettings,
         log(f"note: {reason}", settings.progress)
         kept = {name: tree.attrs[name] for name in ("retried", "gradients_before_retry")
                 if name in tree.attrs}
-        spent = sum(int(tree[group]["n_steps"].values.sum())
-                    for group in ("warmup_sample_stats", "sample_stats")
-                    if group in tree.children and "n_steps" in tree[group].data_vars)
+        spent = _gradients_spent(tree)
         tree = _nutpie_sample(compiled, replace(settings, seed=settings.seed + 7919))
         tree.attrs.update(kept)
         tree.attrs["restarted"] = reason
         tree.attrs["gradients_before_retry"] = kept.get("gradients_before_retry", 0) + spent
     tree.attrs["target_accept"] = float(target)
     return tree
+
+
+def _gradients_spent(tree: xr.DataTree) -> int:
+    """The gradient evaluations a sampling took, warm-up included."""
+    return sum(int(tree[group]["n_steps"].values.sum())
+               for group in ("warmup_sample_stats", "sample_stats")
+               if group in tree.children and "n_steps" in tree[group].data_vars)
 
 
 #: A chain whose adapted step size is below this share of the largest chain's stood

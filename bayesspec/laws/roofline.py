@@ -582,8 +582,8 @@ def roof_concurrency_graph(rps, c1, c2, roof: dict, k, cycles, bend):
 
 #: The constants the numba kernels take (:mod:`bayesspec.laws.roof_kernels`).
 _KERNEL_CONSTANTS = {"power": ROOF_JOIN_POWER, "reach": ROOF_BEND_REACH,
-                     "steps": ROOF_NEWTON_STEPS, "far": ROOF_FAR_IN_FLIGHT, "count_steps": PROMPT_NEWTON_STEPS,
-                     "far_prompts": _FAR_PROMPTS}
+                     "steps": ROOF_NEWTON_STEPS, "far": ROOF_FAR_IN_FLIGHT,
+                     "count_steps": PROMPT_NEWTON_STEPS, "far_prompts": _FAR_PROMPTS}
 
 
 def _numpy_root_and_count(rps, c1, c2, *rest):
