@@ -246,8 +246,17 @@ def ceiling_only(seed: int, law: str, draws: int, tune: int,
         fit = fit_model(low, "speculative", settings=settings, config={"mean_law": mean_law})
     return {"seed": seed, "mean_law": law, "prefill": prefill,
             "ceiling": ceiling_score(fit, plateaus(seed, prefill)),
+            "factors": _factor_quantiles(fit),
             "fit_seconds": round(time.time() - start, 1),
             "converged": fit.diagnostics.get("converged")}
+
+
+def _factor_quantiles(fit) -> dict:
+    """The roof's learned factors (5%, 50%, 95%), against :data:`ORACLE_FACTORS`."""
+    if "roof_memory_factor" not in fit.posterior:
+        return {}
+    return {name: [round(float(v), 3) for v in np.quantile(fit.draws(name), [0.05, 0.5, 0.95])]
+            for name in ORACLE_FACTORS}
 
 
 def whole_sweep(seed: int, ks: list[int], draws: int, tune: int,
@@ -266,8 +275,7 @@ def whole_sweep(seed: int, ks: list[int], draws: int, tune: int,
     settings = SamplerSettings(draws=draws, tune=tune, chains=2, seed=seed, progress=False)
     start = time.time()
     fit = fit_model(data, "speculative", settings=settings, config={"mean_law": "auto"})
-    factors = {name: [float(v) for v in np.quantile(fit.draws(name), [0.05, 0.5, 0.95])]
-               for name in ORACLE_FACTORS}
+    factors = _factor_quantiles(fit)
     return {"seed": seed, "k": ks, "prefill": prefill, "factors": factors,
             "truth": ORACLE_FACTORS, "fit_seconds": round(time.time() - start, 1),
             "converged": fit.diagnostics.get("converged")}
@@ -399,6 +407,8 @@ def main() -> int:
                       f"{result['ceiling']['covered_share']} of k; "
                       + "; ".join(f"k {r['k']} {r['plateau']:.1f} in [{r['low']:.1f}, "
                                   f"{r['high']:.1f}]" for r in result["ceiling"]["per_k"])
+                      + "".join(f"; {name.removeprefix('roof_')} {q[1]} [{q[0]}, {q[2]}]"
+                                for name, q in result["factors"].items())
                       + f"; {result['fit_seconds']} s", flush=True)
                 if args.json:
                     Path(args.json).write_text(json.dumps(results, indent=1, default=str))

@@ -122,3 +122,39 @@ def test_a_cap_that_reaches_the_data_enters_the_roofs_likelihood():
         np.testing.assert_allclose(np.exp(mu)[both], expected[both], rtol=1e-5)
         compared += int(both.sum())
     assert compared >= 8
+
+
+@pytest.mark.slow   # builds the graph and draws from it: about 15 s
+def test_the_roofs_steps_alone_are_bounded_by_the_light_load_latency():
+    """The potential that holds cycles x the step alone within C1 is the numpy bound at
+    the same parameters: about zero where the steps fit well within C1, a penalty that
+    grows with the excess where they do not."""
+    import pymc as pm
+
+    from bayesspec.bayes import MODEL_CLASSES
+    from bayesspec.bayes.profile_inputs import LIGHT_LOAD_BOUND_WIDTH
+    from bayesspec.laws.roofline import ROOF_CARD_FIELDS, ROOF_COMPUTE_FIELDS, roof_step_expr
+
+    model = MODEL_CLASSES["dense"]({"mean_law": "auto"})
+    built = model.build(_sweeps())
+    groups = model.inputs.groups
+    names = ["C1", "roof_memory_factor", "roof_compute_factor", "roof_bend",
+             "roof_floor_within_light_load"]
+    excesses = []
+    for seed in range(6):
+        c1, memory, compute, bend, potential = pm.draw([built[n] for n in names],
+                                                       random_seed=seed)
+        roof = {name: groups[name].to_numpy(float)
+                * (compute if name in ROOF_COMPUTE_FIELDS else memory)
+                for name in ROOF_CARD_FIELDS}
+        alone, _ = roof_step_expr(1.0, roof, groups["k"].to_numpy(float), bend)
+        room = np.log(c1) - np.log(groups["roof_cycles"].to_numpy(float) * alone)
+        expected = -np.sum(np.logaddexp(0.0, -room / LIGHT_LOAD_BOUND_WIDTH))
+        assert potential == pytest.approx(expected, rel=1e-6, abs=1e-9)
+        excesses.append((-room.min(), potential))
+    for excess, potential in excesses:
+        if excess > 0.1:       # a floor 10% past its light-load latency
+            assert potential < -3.0
+        if excess < -0.2:
+            assert potential > -0.01
+    assert any(e > 0.1 for e, _ in excesses) or any(e < -0.2 for e, _ in excesses)
