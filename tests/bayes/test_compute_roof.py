@@ -124,7 +124,6 @@ def test_a_cap_that_reaches_the_data_enters_the_roofs_likelihood():
     assert compared >= 8
 
 
-@pytest.mark.slow   # builds the graph and draws from it: about 15 s
 def test_the_roofs_steps_alone_are_bounded_by_the_light_load_latency():
     """The potential that holds cycles x the step alone within C1 is the numpy bound at
     the same parameters: about zero where the steps fit well within C1, a penalty that
@@ -140,10 +139,9 @@ def test_the_roofs_steps_alone_are_bounded_by_the_light_load_latency():
     groups = model.inputs.groups
     names = ["C1", "roof_memory_factor", "roof_compute_factor", "roof_bend",
              "roof_floor_within_light_load"]
+    draws = pm.draw([built[n] for n in names], draws=12, random_seed=0)
     excesses = []
-    for seed in range(6):
-        c1, memory, compute, bend, potential = pm.draw([built[n] for n in names],
-                                                       random_seed=seed)
+    for c1, memory, compute, bend, potential in zip(*draws):
         roof = {name: groups[name].to_numpy(float)
                 * (compute if name in ROOF_COMPUTE_FIELDS else memory)
                 for name in ROOF_CARD_FIELDS}
@@ -157,4 +155,4 @@ def test_the_roofs_steps_alone_are_bounded_by_the_light_load_latency():
             assert potential < -3.0
         if excess < -0.2:
             assert potential > -0.01
-    assert any(e > 0.1 for e, _ in excesses) or any(e < -0.2 for e, _ in excesses)
+    assert any(e > 0.1 for e, _ in excesses) and any(e < -0.2 for e, _ in excesses)
