@@ -38,10 +38,11 @@ Per seed and law:
 - the fit's wall time and convergence.
 
 Seeds 0-19 were seen while the law and its priors were chosen (the bend's scale was last
-set after them, from a public load test); seeds 20 and up test:
+set after them, from a public load test; the light-load bound after seed 12); seeds 20-39
+tested the law before that bound, seeds 40-59 test it:
 
-    python benchmarks/roof_validation.py --seeds 20 21 22 --laws roofcap
-    python benchmarks/roof_validation.py --ceiling-only --laws roofcap --seeds 23 24 ... 39
+    python benchmarks/roof_validation.py --seeds 40 41 42 --laws roofcap eq1
+    python benchmarks/roof_validation.py --ceiling-only --laws roofcap --seeds 43 44 ... 59
 
 Figures: docs/findings/compute-roof.md.
 """
