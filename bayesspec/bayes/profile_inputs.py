@@ -246,7 +246,7 @@ def scaled_roof(cards: dict, memory_factor, compute_factor) -> dict:
 LIGHT_LOAD_BOUND_WIDTH = 0.03
 
 
-def floor_within_light_load(c1, data: dict, memory, compute, bend, cycles):
+def floor_within_light_load(c1, roof: dict, k, bend, cycles, has_roof):
     """The roof's steps alone cannot outlast the light-load latency: per roof group,
     cycles x the step of one request alone (the weights streamed, its KV read, its
     arithmetic, at the learned factors) <= C1, which adds the prompt's prefill and the
@@ -255,19 +255,17 @@ def floor_within_light_load(c1, data: dict, memory, compute, bend, cycles):
     this bound the factors' level stayed near their prior's median, above the stack's,
     which put the full batch's arithmetic too slow and the ceiling too low
     (docs/findings/compute-roof.md, "The floor bounded by the light load"). A soft bound
-    (:data:`LIGHT_LOAD_BOUND_WIDTH`), added to the model as a potential."""
+    (:data:`LIGHT_LOAD_BOUND_WIDTH`), added to the model as a potential. Per group:
+    ``c1``, ``roof`` (the cards in the stack's seconds), ``k``, ``cycles``, ``has_roof``."""
     import pymc as pm
     import pytensor.tensor as pt
 
-    from bayesspec.laws.roofline import ROOF_CARD_FIELDS, roof_step_expr
+    from bayesspec.laws.roofline import roof_step_expr
 
-    roof = scaled_roof({name: data[f"roof_{name}"] for name in ROOF_CARD_FIELDS},
-                       memory, compute)
-    alone, _ = roof_step_expr(1.0, roof, data["roof_k"], bend, xp=pt)
+    alone, _ = roof_step_expr(1.0, roof, k, bend, xp=pt)
     room = (pt.log(c1) - pt.log(cycles * alone)) / LIGHT_LOAD_BOUND_WIDTH
-    has = data["has_roof"] > 0
     pm.Potential("roof_floor_within_light_load",
-                 pt.sum(pt.where(has, -pt.softplus(-room), 0.0)))
+                 pt.sum(pt.where(has_roof > 0, -pt.softplus(-room), 0.0)))
 
 
 def roof_mean_law(c1, c2, data: dict, cycles=None):
@@ -284,9 +282,11 @@ def roof_mean_law(c1, c2, data: dict, cycles=None):
     memory, compute, bend = roof_factors()
     index, rps = data["group_index"], data["rps"]
     group_cycles = data["roof_cycles"] if cycles is None else cycles
-    floor_within_light_load(c1, data, memory, compute, bend, group_cycles)
-    cards = {name: data[f"roof_{name}"][index] for name in ROOF_CARD_FIELDS}
-    roof = scaled_roof(cards, memory, compute)
+    group_roof = scaled_roof({name: data[f"roof_{name}"] for name in ROOF_CARD_FIELDS},
+                             memory, compute)
+    floor_within_light_load(c1, group_roof, data["roof_k"], bend, group_cycles,
+                            data["has_roof"])
+    roof = {name: value[index] for name, value in group_roof.items()}
     steps = group_cycles[index]
     point_c1, point_c2 = c1[index], c2[index]
     n, felt = roof_concurrency_graph(rps, point_c1, point_c2, roof, data["roof_k"][index],
